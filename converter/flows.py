@@ -1,0 +1,93 @@
+"""Binding Chrome flow events (`s`/`t`/`f`) to slices, the way Chrome's trace viewer does.
+
+`s` and `t` (and `f` with `bp: "e"`) bind to the deepest slice enclosing their timestamp on
+their thread; any other `f` binds to the next slice to begin there. Each arrow of a chain
+becomes its own Flow, so a CUDA-graph launch with one `s` and many `f`s fans out to every kernel.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Optional
+
+from .model import Flow, Slice, Track
+
+
+@dataclass
+class FlowEvent:
+    key: tuple
+    phase: str
+    ts: int
+    track: Track
+    bind_to_enclosing: bool
+    bound: Optional[Slice] = None
+
+
+def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> tuple[list[Flow], int]:
+    """Arrows for the given flow events, and how many flow ends bound to no slice."""
+    if not events:
+        return [], 0
+    _bind_to_slices(events, slices)
+    chains: dict[tuple, list[FlowEvent]] = defaultdict(list)
+    for event in events:
+        chains[event.key].append(event)
+    flows: list[Flow] = []
+    unbound = 0
+    for key, chain in chains.items():
+        chain.sort(key=lambda event: event.ts)
+        source: Optional[Slice] = None
+        for event in chain:
+            if event.phase == "s":
+                source = event.bound
+                if source is None:
+                    unbound += 1
+                continue
+            if event.bound is None or source is None:
+                unbound += 1
+            elif event.bound is not source:
+                flows.append(Flow(source, event.bound, key[0]))
+            if event.phase == "t":
+                source = event.bound
+    return flows, unbound
+
+
+def _bind_to_slices(events: list[FlowEvent], slices: list[Slice]) -> None:
+    by_track: dict[int, list[FlowEvent]] = defaultdict(list)
+    for event in events:
+        by_track[id(event.track)].append(event)
+    track_slices: dict[int, list[Slice]] = defaultdict(list)
+    for slice_ in slices:
+        if not slice_.is_instant:
+            key = id(slice_.track)
+            if key in by_track:
+                track_slices[key].append(slice_)
+    for key, track_events in by_track.items():
+        candidates = track_slices.get(key, [])
+        candidates.sort(key=lambda s: (s.ts, -s.dur))
+        _bind_enclosing([e for e in track_events if e.bind_to_enclosing], candidates)
+        _bind_next([e for e in track_events if not e.bind_to_enclosing], candidates)
+
+
+def _bind_enclosing(events: list[FlowEvent], candidates: list[Slice]) -> None:
+    """Sweep in time: a stack of started slices; the deepest one still running encloses ts."""
+    events.sort(key=lambda event: event.ts)
+    stack: list[Slice] = []
+    position = 0
+    for event in events:
+        while position < len(candidates) and candidates[position].ts <= event.ts:
+            stack.append(candidates[position])
+            position += 1
+        # Slices that ended before ts are dropped lazily; a partially overlapping one lower
+        # down is checked again once everything above it has ended.
+        while stack and stack[-1].ts + stack[-1].dur < event.ts:
+            stack.pop()
+        event.bound = stack[-1] if stack else None
+
+
+def _bind_next(events: list[FlowEvent], candidates: list[Slice]) -> None:
+    starts = [s.ts for s in candidates]
+    for event in events:
+        index = bisect_left(starts, event.ts)
+        event.bound = candidates[index] if index < len(candidates) else None

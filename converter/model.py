@@ -1,0 +1,122 @@
+"""The trace model the engine works on: processes, tracks, slices, counters and flows.
+
+It knows nothing about Chrome JSON or Perfetto protobuf. Times are integer nanoseconds on
+one absolute clock, so no stage ever does float arithmetic on timestamps.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+
+@dataclass(eq=False)
+class Process:
+    """One process row group; `pid` is the int32 id written out, `source_pid` what the input said."""
+
+    pid: int
+    source_pid: Any
+    name: Optional[str] = None
+    labels: list[str] = field(default_factory=list)
+    sort_index: Optional[int] = None
+
+    @property
+    def display_name(self) -> str:
+        return self.name if self.name is not None else f"Process {self.source_pid}"
+
+
+@dataclass(eq=False)
+class Thread:
+    """A thread (or GPU stream) of a process; `tid` is unique across the whole output."""
+
+    process: Process
+    tid: int
+    source_tid: Any
+    name: Optional[str] = None
+    sort_index: Optional[int] = None
+
+    @property
+    def display_name(self) -> str:
+        if self.name is not None:
+            return self.name
+        source = self.source_tid
+        return source if isinstance(source, str) else f"thread {source}"
+
+
+@dataclass(eq=False)
+class Track:
+    """One display row.
+
+    Exactly one of `thread` (a thread's own track), `process` (a track scoped to a process)
+    or neither (a global track) describes where it lives; `parent` nests it under another
+    track, and `order` ranks it among its siblings.
+    """
+
+    name: str
+    process: Optional[Process] = None
+    thread: Optional[Thread] = None
+    parent: Optional["Track"] = None
+    order: int = 0
+    is_counter: bool = False
+    orders_children: bool = False
+
+
+class Slice:
+    """A span (or, with `is_instant`, a point) on a track. Name, ts, dur, cat and args are measured
+    data and never change; only `track` may be reassigned for display."""
+
+    __slots__ = ("ts", "dur", "name", "cat", "args", "track", "is_instant")
+
+    def __init__(self, ts: int, dur: int, name: str, cat: str, args: Optional[dict], track: Track,
+                 is_instant: bool = False):
+        self.ts = ts
+        self.dur = dur
+        self.name = name
+        self.cat = cat
+        self.args = args
+        self.track = track
+        self.is_instant = is_instant
+
+    @property
+    def end(self) -> int:
+        return self.ts + self.dur
+
+
+class CounterSample:
+    __slots__ = ("ts", "value", "track")
+
+    def __init__(self, ts: int, value: float, track: Track):
+        self.ts = ts
+        self.value = value
+        self.track = track
+
+
+class Flow:
+    """An arrow from one slice to another; the writer gives every arrow its own id."""
+
+    __slots__ = ("source", "target", "category")
+
+    def __init__(self, source: Slice, target: Slice, category: str):
+        self.source = source
+        self.target = target
+        self.category = category
+
+
+@dataclass
+class Trace:
+    processes: list[Process] = field(default_factory=list)
+    threads: list[Thread] = field(default_factory=list)
+    tracks: list[Track] = field(default_factory=list)
+    slices: list[Slice] = field(default_factory=list)
+    counters: list[CounterSample] = field(default_factory=list)
+    flows: list[Flow] = field(default_factory=list)
+    metadata: dict[str, Any] = field(default_factory=dict)
+    # Why events were skipped or repaired, and how many: reported in every summary.
+    skipped: Counter = field(default_factory=Counter)
+    unbound_flows: int = 0
+    events_read: int = 0
+
+    def add_track(self, track: Track) -> Track:
+        self.tracks.append(track)
+        return track
