@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import BinaryIO
 
-from .annotations import AnnotationEncoder
+from .annotations import ArgsEncoder
 from .layout import nesting_order
 from .model import Slice, Trace, Track
 from .wire import (WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, double_field, fixed64,
-                   string_field, tag, varint, varint_field)
+                   length_prefixed, string_field, tag, varint, varint_field)
 
 SEQUENCE_ID = 1
 _FLUSH_BYTES = 1 << 22
@@ -25,7 +25,7 @@ _TIMESTAMP = tag(8, WIRE_VARINT)
 _TRACK_EVENT = tag(11, WIRE_BYTES)
 _INTERNED_DATA = tag(12, WIRE_BYTES)
 _SEQUENCE = varint_field(10, SEQUENCE_ID)
-_NEEDS_STATE = varint_field(13, 2)       # SEQ_NEEDS_INCREMENTAL_STATE
+_SEQUENCE_NEEDING_STATE = _SEQUENCE + varint_field(13, 2)  # SEQ_NEEDS_INCREMENTAL_STATE
 _STATE_CLEARED = varint_field(13, 1)     # SEQ_INCREMENTAL_STATE_CLEARED
 _FIRST_ON_SEQUENCE = varint_field(87, 1)
 _TRACK_DESCRIPTOR = 60
@@ -42,29 +42,28 @@ _TERMINATING_FLOW_ID = tag(48, WIRE_FIXED64)
 _DOUBLE_COUNTER_VALUE = 44
 
 _INTERNED_CATEGORIES, _INTERNED_NAMES, _INTERNED_ANNOTATION_NAMES = 1, 2, 3
+_ANNOTATION_NAME_IID = 1
 _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
 
 
 class _Interner:
-    """Iids for one kind of interned string; new entries wait in `pending` for the next packet."""
+    """Iids for one kind of interned string. `field(text)` gives the ready-encoded reference;
+    a new string's InternedData entry waits in the shared `pending` list for the next packet."""
 
-    def __init__(self, field: int):
-        self.field = field
-        self.iids: dict[str, int] = {}
-        self.pending: list[bytes] = []
+    def __init__(self, interned_field: int, reference_field: int, pending: list[bytes]):
+        self.interned_field = interned_field
+        self.reference_field = reference_field
+        self.pending = pending
+        self.references: dict[str, bytes] = {}
 
-    def __call__(self, text: str) -> int:
-        iid = self.iids.get(text)
-        if iid is None:
-            iid = self.iids[text] = len(self.iids) + 1
-            self.pending.append(bytes_field(self.field, varint_field(1, iid) + string_field(2, text)))
-        return iid
-
-    def take_pending(self) -> bytes:
-        entries = b"".join(self.pending)
-        self.pending.clear()
-        return entries
+    def field(self, text: str) -> bytes:
+        reference = self.references.get(text)
+        if reference is None:
+            iid = len(self.references) + 1
+            reference = self.references[text] = varint_field(self.reference_field, iid)
+            self.pending.append(bytes_field(self.interned_field, varint_field(1, iid) + string_field(2, text)))
+        return reference
 
 
 class PerfettoWriter:
@@ -74,13 +73,13 @@ class PerfettoWriter:
     def __init__(self, stream: BinaryIO):
         self.stream = stream
         self.buffer = bytearray()
-        self.names = _Interner(_INTERNED_NAMES)
-        self.categories = _Interner(_INTERNED_CATEGORIES)
-        self.annotation_names = _Interner(_INTERNED_ANNOTATION_NAMES)
-        self.annotations = AnnotationEncoder(self.annotation_names)
+        self.pending_interned: list[bytes] = []
+        self.names = _Interner(_INTERNED_NAMES, _NAME_IID, self.pending_interned)
+        self.categories = _Interner(_INTERNED_CATEGORIES, _CATEGORY_IIDS, self.pending_interned)
+        annotation_names = _Interner(_INTERNED_ANNOTATION_NAMES, _ANNOTATION_NAME_IID, self.pending_interned)
+        self.args = ArgsEncoder(annotation_names.field)
         self.next_uuid = 1
         self.next_flow_id = 1
-        self.packets = 0
         self._emit(_SEQUENCE + _STATE_CLEARED + _FIRST_ON_SEQUENCE)
 
     def write(self, trace: Trace) -> None:
@@ -148,59 +147,61 @@ class PerfettoWriter:
 
     # -- events -----------------------------------------------------------------------------
     def _flow_ids(self, trace: Trace):
-        flows_out: dict[int, list[int]] = defaultdict(list)
-        flows_in: dict[int, list[int]] = defaultdict(list)
+        """Per slice, the encoded flow_ids / terminating_flow_ids fields, one id per arrow."""
+        flows_out: dict[int, bytes] = defaultdict(bytes)
+        flows_in: dict[int, bytes] = defaultdict(bytes)
         for flow in trace.flows:
-            flow_id = self.next_flow_id
+            encoded = fixed64(self.next_flow_id)
             self.next_flow_id += 1
-            flows_out[id(flow.source)].append(flow_id)
-            flows_in[id(flow.target)].append(flow_id)
+            flows_out[id(flow.source)] += _FLOW_ID + encoded
+            flows_in[id(flow.target)] += _TERMINATING_FLOW_ID + encoded
         return flows_out, flows_in
 
     def _write_track_slices(self, uuid: int, slices: list[Slice], flows_out, flows_in) -> None:
+        """BEGIN/INSTANT packets in nesting order, each END as soon as its slice is over."""
         track_field = varint_field(_TRACK_UUID, uuid)
+        begin_head = _TYPE_BEGIN + track_field
+        instant_head = _TYPE_INSTANT + track_field
         end_event = _TYPE_END + track_field
         end_tail = _SEQUENCE + _TRACK_EVENT + varint(len(end_event)) + end_event
-        names, categories, encode_args = self.names, self.categories, self.annotations.encode
-        emit = self._emit
+        name_field, category_field, encode_args = self.names.field, self.categories.field, self.args.encode
+        pending = self.pending_interned
+        buffer = self.buffer
         open_ends: list[int] = []
         for slice_ in nesting_order(slices):
             start = slice_.ts
             while open_ends and open_ends[-1] <= start:
-                emit(_TIMESTAMP + varint(open_ends.pop()) + end_tail)
-            event = (_TYPE_INSTANT if slice_.is_instant else _TYPE_BEGIN) + track_field + \
-                varint_field(_NAME_IID, names(slice_.name))
+                packet = _TIMESTAMP + varint(open_ends.pop()) + end_tail
+                buffer += _TRACE_PACKET + length_prefixed(packet)
+            event = (instant_head if slice_.is_instant else begin_head) + name_field(slice_.name)
             if slice_.cat:
-                event += varint_field(_CATEGORY_IIDS, categories(slice_.cat))
+                event += category_field(slice_.cat)
             if slice_.args is not None:
                 event += encode_args(slice_.args)
             key = id(slice_)
             if key in flows_out:
-                event += b"".join(_FLOW_ID + fixed64(f) for f in flows_out[key])
+                event += flows_out[key]
             if key in flows_in:
-                event += b"".join(_TERMINATING_FLOW_ID + fixed64(f) for f in flows_in[key])
-            interned = self._take_interned()
-            packet = _TIMESTAMP + varint(start) + _SEQUENCE + _NEEDS_STATE
-            if interned:
-                packet += _INTERNED_DATA + varint(len(interned)) + interned
-            emit(packet + _TRACK_EVENT + varint(len(event)) + event)
+                event += flows_in[key]
+            packet = _TIMESTAMP + varint(start) + _SEQUENCE_NEEDING_STATE
+            if pending:
+                packet += _INTERNED_DATA + length_prefixed(b"".join(pending))
+                pending.clear()
+            buffer += _TRACE_PACKET + length_prefixed(packet + _TRACK_EVENT + length_prefixed(event))
             if not slice_.is_instant:
                 open_ends.append(start + slice_.dur)
+            if len(buffer) >= _FLUSH_BYTES:
+                self._flush()
         while open_ends:
-            emit(_TIMESTAMP + varint(open_ends.pop()) + end_tail)
-
-    def _take_interned(self) -> bytes:
-        if not (self.names.pending or self.categories.pending or self.annotation_names.pending):
-            return b""
-        return self.categories.take_pending() + self.names.take_pending() + \
-            self.annotation_names.take_pending()
+            packet = _TIMESTAMP + varint(open_ends.pop()) + end_tail
+            buffer += _TRACE_PACKET + length_prefixed(packet)
+        self._flush()
 
     def _emit(self, packet: bytes) -> None:
-        buffer = self.buffer
-        buffer += _TRACE_PACKET
-        buffer += varint(len(packet))
-        buffer += packet
-        self.packets += 1
-        if len(buffer) >= _FLUSH_BYTES:
-            self.stream.write(buffer)
-            buffer.clear()
+        self.buffer += _TRACE_PACKET + length_prefixed(packet)
+        if len(self.buffer) >= _FLUSH_BYTES:
+            self._flush()
+
+    def _flush(self) -> None:
+        self.stream.write(self.buffer)
+        self.buffer.clear()

