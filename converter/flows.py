@@ -26,7 +26,8 @@ class FlowEvent:
 
 
 def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> tuple[list[Flow], int]:
-    """Arrows for the given flow events, and how many flow ends bound to no slice."""
+    """Arrows for the given flow events, and how many flow ends bound to no slice (or to one
+    that ended before the arrow's source began, which no Perfetto arrow can show)."""
     if not events:
         return [], 0
     _bind_to_slices(events, slices)
@@ -44,13 +45,19 @@ def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> tuple[list[Flow]
                 if source is None:
                     unbound += 1
                 continue
-            if event.bound is None or source is None:
+            target = event.bound
+            if target is None or source is None or not drawable(source, target):
                 unbound += 1
-            elif event.bound is not source:
-                flows.append(Flow(source, event.bound, key[0]))
+            elif target is not source:
+                flows.append(Flow(source, target, key[0]))
             if event.phase == "t":
                 source = event.bound
     return flows, unbound
+
+
+def drawable(source: Slice, target: Slice) -> bool:
+    """Perfetto draws an arrow only if its target is still running when its source begins."""
+    return target.ts >= source.ts or target.ts + target.dur > source.ts
 
 
 def _bind_to_slices(events: list[FlowEvent], slices: list[Slice]) -> None:

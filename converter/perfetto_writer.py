@@ -84,14 +84,14 @@ class PerfettoWriter:
 
     def write(self, trace: Trace) -> None:
         uuids = self._write_descriptors(trace)
-        flows_out, flows_in = self._flow_ids(trace)
+        flows_at_begin, flows_at_end = self._flow_ids(trace)
         by_track: dict[int, list[Slice]] = defaultdict(list)
         for slice_ in trace.slices:
             by_track[id(slice_.track)].append(slice_)
         for track in trace.tracks:
             slices = by_track.get(id(track))
             if slices:
-                self._write_track_slices(uuids[id(track)], slices, flows_out, flows_in)
+                self._write_track_slices(uuids[id(track)], slices, flows_at_begin, flows_at_end)
         for sample in trace.counters:
             event = _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(sample.track)]) + \
                 double_field(_DOUBLE_COUNTER_VALUE, sample.value)
@@ -147,54 +147,65 @@ class PerfettoWriter:
 
     # -- events -----------------------------------------------------------------------------
     def _flow_ids(self, trace: Trace):
-        """Per slice, the encoded flow_ids / terminating_flow_ids fields, one id per arrow."""
-        flows_out: dict[int, bytes] = defaultdict(bytes)
-        flows_in: dict[int, bytes] = defaultdict(bytes)
+        """Per slice, the encoded flow ids for its BEGIN (outgoing, incoming) and for its END.
+
+        trace_processor opens a flow at the event that lists its id in flow_ids and closes it
+        at the next event listing it in terminating_flow_ids, in time order. An arrow whose
+        target began no later than its source therefore terminates at the target's END.
+        """
+        at_begin: dict[int, bytes] = defaultdict(bytes)
+        at_end: dict[int, bytes] = defaultdict(bytes)
         for flow in trace.flows:
             encoded = fixed64(self.next_flow_id)
             self.next_flow_id += 1
-            flows_out[id(flow.source)] += _FLOW_ID + encoded
-            flows_in[id(flow.target)] += _TERMINATING_FLOW_ID + encoded
-        return flows_out, flows_in
+            source, target = flow.source, flow.target
+            at_begin[id(source)] += _FLOW_ID + encoded
+            if target.ts > source.ts or target.is_instant or not target.dur:
+                at_begin[id(target)] += _TERMINATING_FLOW_ID + encoded
+            else:
+                at_end[id(target)] += _TERMINATING_FLOW_ID + encoded
+        return at_begin, at_end
 
-    def _write_track_slices(self, uuid: int, slices: list[Slice], flows_out, flows_in) -> None:
+    def _write_track_slices(self, uuid: int, slices: list[Slice], flows_at_begin, flows_at_end) -> None:
         """BEGIN/INSTANT packets in nesting order, each END as soon as its slice is over."""
         track_field = varint_field(_TRACK_UUID, uuid)
         begin_head = _TYPE_BEGIN + track_field
         instant_head = _TYPE_INSTANT + track_field
         end_event = _TYPE_END + track_field
-        end_tail = _SEQUENCE + _TRACK_EVENT + varint(len(end_event)) + end_event
+        end_tail = _SEQUENCE + _TRACK_EVENT + length_prefixed(end_event)
         name_field, category_field, encode_args = self.names.field, self.categories.field, self.args.encode
         pending = self.pending_interned
         buffer = self.buffer
-        open_ends: list[int] = []
+        open_ends: list[tuple[int, bytes]] = []  # (end ts, END packet tail) of open slices
         for slice_ in nesting_order(slices):
             start = slice_.ts
-            while open_ends and open_ends[-1] <= start:
-                packet = _TIMESTAMP + varint(open_ends.pop()) + end_tail
-                buffer += _TRACE_PACKET + length_prefixed(packet)
+            while open_ends and open_ends[-1][0] <= start:
+                end, tail = open_ends.pop()
+                buffer += _TRACE_PACKET + length_prefixed(_TIMESTAMP + varint(end) + tail)
             event = (instant_head if slice_.is_instant else begin_head) + name_field(slice_.name)
             if slice_.cat:
                 event += category_field(slice_.cat)
             if slice_.args is not None:
                 event += encode_args(slice_.args)
             key = id(slice_)
-            if key in flows_out:
-                event += flows_out[key]
-            if key in flows_in:
-                event += flows_in[key]
+            if key in flows_at_begin:
+                event += flows_at_begin[key]
             packet = _TIMESTAMP + varint(start) + _SEQUENCE_NEEDING_STATE
             if pending:
                 packet += _INTERNED_DATA + length_prefixed(b"".join(pending))
                 pending.clear()
             buffer += _TRACE_PACKET + length_prefixed(packet + _TRACK_EVENT + length_prefixed(event))
             if not slice_.is_instant:
-                open_ends.append(start + slice_.dur)
+                tail = end_tail
+                if key in flows_at_end:
+                    end_with_flows = end_event + flows_at_end[key]
+                    tail = _SEQUENCE + _TRACK_EVENT + length_prefixed(end_with_flows)
+                open_ends.append((start + slice_.dur, tail))
             if len(buffer) >= _FLUSH_BYTES:
                 self._flush()
         while open_ends:
-            packet = _TIMESTAMP + varint(open_ends.pop()) + end_tail
-            buffer += _TRACE_PACKET + length_prefixed(packet)
+            end, tail = open_ends.pop()
+            buffer += _TRACE_PACKET + length_prefixed(_TIMESTAMP + varint(end) + tail)
         self._flush()
 
     def _emit(self, packet: bytes) -> None:

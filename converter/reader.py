@@ -6,6 +6,7 @@ traces, and it keeps `args` as raw JSON text (no dicts built for millions of eve
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from pathlib import Path
 from typing import Any, Optional
@@ -52,6 +53,10 @@ _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENT = msgspec.json.Decoder(_Event)
 _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
 _ANY = msgspec.json.Decoder()
+# msgspec rejects numbers beyond double range (1e400) as "Number out of range"; JSON allows them.
+_ANY_LENIENT = msgspec.json.Decoder(float_hook=float)  # -> +-inf
+_NON_SPACE = re.compile(rb"[^ \t\r\n]")
+_MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 nanoseconds: beyond, trace_processor drops or wraps them
 
 
 def read_trace(path: Path, strict: bool = False) -> Trace:
@@ -61,6 +66,9 @@ def read_trace(path: Path, strict: bool = False) -> Trace:
         return parse_trace_text(text, strict=strict)
     except CgtraceError as error:
         raise CgtraceError(f"{path}: {error.message}") from None
+    except RecursionError:
+        raise CgtraceError(f"{path}: JSON nested too deeply to read (about 1000 levels or more); "
+                           "re-export the trace without such deeply nested args") from None
 
 
 def parse_trace_text(text: bytes | bytearray, strict: bool = False) -> Trace:
@@ -68,7 +76,8 @@ def parse_trace_text(text: bytes | bytearray, strict: bool = False) -> Trace:
     try:
         raw_events = _RAW_LIST.decode(events_text)
     except msgspec.ValidationError:
-        raise CgtraceError("'traceEvents' is not a list; this is not a Chrome/Kineto trace") from None
+        raise CgtraceError("'traceEvents' is not a list, so not a Chrome/Kineto trace; "
+                           "pass a PyTorch profiler trace (.json or .json.gz)") from None
     except msgspec.DecodeError as error:
         raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
     trace = Trace(metadata=header)
@@ -83,9 +92,10 @@ def parse_trace_text(text: bytes | bytearray, strict: bool = False) -> Trace:
 
 
 def _split_document(text) -> tuple[dict, msgspec.Raw]:
-    stripped = bytes(memoryview(text)[:64]).lstrip()
-    if not stripped:
+    first = _NON_SPACE.search(text)
+    if first is None:
         raise CgtraceError("file is empty; pass a PyTorch profiler trace (.json or .json.gz)")
+    stripped = text[first.start():first.start() + 1]
     if stripped[:1] == b"[":
         # The bare JSON-array form of the Chrome trace format: the events alone.
         return {}, msgspec.Raw(text)
@@ -97,8 +107,9 @@ def _split_document(text) -> tuple[dict, msgspec.Raw]:
         raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
     events_text = top.pop("traceEvents", None)
     if events_text is None:
-        raise CgtraceError("no 'traceEvents' key; this is not a Chrome/Kineto trace")
-    header = {key: _ANY.decode(raw) for key, raw in top.items()}
+        raise CgtraceError("no 'traceEvents' key, so not a Chrome/Kineto trace; "
+                           "pass a PyTorch profiler trace (.json or .json.gz)")
+    header = {key: _decode_any(raw) for key, raw in top.items()}
     return header, events_text
 
 
@@ -107,7 +118,12 @@ def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
     try:
         event = _EVENT.decode(raw)
     except msgspec.ValidationError:
-        return None
+        try:
+            return _EXACT_EVENT.decode(raw)  # a ts or dur beyond double range (1e400)
+        except msgspec.ValidationError:
+            return None
+    except msgspec.DecodeError as error:  # e.g. invalid UTF-8 inside a string, which the list pass skips over
+        raise CgtraceError(f"not valid JSON ({error}); the file is corrupt: re-export the trace") from None
     ts = event.ts
     if type(ts) is float and not -_FLOAT_EXACT_LIMIT_US < ts < _FLOAT_EXACT_LIMIT_US:
         event = _EXACT_EVENT.decode(raw)
@@ -238,7 +254,7 @@ class _TraceBuilder:
             if ph == "M":
                 self.metadata_events.append(event)
                 continue
-            handler = handlers.get(ph)
+            handler = handlers.get(ph) if type(ph) is str else None
             if handler is None:
                 skipped["unsupported_phase" if isinstance(ph, str) else "missing_phase"] += 1
                 continue
@@ -270,14 +286,19 @@ class _TraceBuilder:
         ts = to_ns(event.ts)
         if ts is None:
             return None, None, "missing_ts" if event.ts is None else "bad_ts"
+        ts += self.base_ns
+        if not 0 <= ts <= _MAX_NS:
+            return None, None, "ts_out_of_range"
         if not need_dur:
-            return ts + self.base_ns, None, None
+            return ts, None, None
         dur = to_ns(event.dur)
         if dur is None:
             return None, None, "missing_dur" if event.dur is None else "bad_dur"
         if dur < 0:
             return None, None, "negative_dur"
-        return ts + self.base_ns, dur, None
+        if dur > _MAX_NS - ts:
+            return None, None, "ts_out_of_range"
+        return ts, dur, None
 
     @staticmethod
     def _args(event: _Event):
@@ -289,6 +310,8 @@ class _TraceBuilder:
         ts, dur = event.ts, event.dur
         if type(ts) is float and type(dur) is float and dur >= 0:
             ts, dur = round(ts * 1000) + self.base_ns, round(dur * 1000)  # the common case, inline
+            if not 0 <= ts <= _MAX_NS - dur:
+                return "ts_out_of_range"
         else:
             ts, dur, problem = self._times(event, need_dur=True)
             if problem:
@@ -479,7 +502,8 @@ class _TraceBuilder:
             kind = type(event.tid)
             if kind is not int and kind is not str:
                 return "missing_tid"
-            thread = self.thread(event.pid, event.tid)
+            # A named thread keeps its name even with no events of its own, so give it its track.
+            thread = self.thread_track(event.pid, event.tid).thread
             if name == "thread_name" and isinstance(args.get("name"), str):
                 thread.name = args["name"]
                 return None
@@ -493,8 +517,15 @@ class _TraceBuilder:
 
 def _decoded_args(event: _Event) -> dict:
     raw = event.args
-    value = _ANY.decode(raw) if len(raw) > 2 else None
+    value = _decode_any(raw) if len(raw) > 2 else None
     return value if isinstance(value, dict) else {}
+
+
+def _decode_any(raw):
+    try:
+        return _ANY.decode(raw)
+    except msgspec.ValidationError:
+        return _ANY_LENIENT.decode(raw)
 
 
 def _hashable(value):

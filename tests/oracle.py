@@ -1,0 +1,161 @@
+"""An independent, deliberately plain reading of Chrome/Kineto JSON: what a converted trace must hold.
+
+It shares no code with `converter`: the standard json module with Decimal for exact
+timestamps, straightforward loops, and Chrome's documented binding rules for flows.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from bisect import bisect_left, bisect_right
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from decimal import Decimal
+
+
+@dataclass
+class Expected:
+    slices: Counter = field(default_factory=Counter)          # (name, ts_ns, dur_ns)
+    slice_args: Counter = field(default_factory=Counter)      # (name, ts_ns, dur_ns, frozenset(flat args))
+    flows: Counter = field(default_factory=Counter)           # (src name, src ts, dst name, dst ts)
+    counter_values: Counter = field(default_factory=Counter)  # (ts_ns, value)
+    process_names: dict = field(default_factory=dict)  # pid -> name (the last one wins)
+    thread_names: dict = field(default_factory=dict)   # (pid, tid) -> name
+
+
+def load_events(path) -> tuple[dict, list]:
+    raw = open(path, "rb").read()
+    if raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    document = json.loads(raw, parse_float=Decimal)
+    if isinstance(document, list):
+        return {}, document
+    return document, document["traceEvents"]
+
+
+def to_ns(value) -> int:
+    return int((Decimal(value) * 1000).to_integral_value())
+
+
+def flatten(value, prefix: str, out: dict) -> dict:
+    """trace_processor's arg key convention: a.b for dicts, a[0] for arrays, a '.' inside a
+    key becomes '_'; a null or empty container has no value (in an array it keeps its place
+    as JSON text)."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            key = key.replace(".", "_")
+            flatten(item, f"{prefix}.{key}" if prefix else key, out)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            if item is None or item == [] or item == {}:
+                item = json.dumps(item)  # kept in place as text, so later indices do not shift
+            flatten(item, f"{prefix}[{index}]", out)
+    elif value is not None:
+        if isinstance(value, bool):
+            value = int(value)
+        elif isinstance(value, Decimal):
+            value = float(value)
+        out[prefix] = value
+    return out
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, Decimal)) and not isinstance(value, bool)
+
+
+def expected_from(path) -> Expected:
+    header, events = load_events(path)
+    base = header.get("baseTimeNanoseconds", 0) if isinstance(header, dict) else 0
+    expected = Expected()
+    spans_by_thread = defaultdict(list)  # (pid, tid) -> [(ts, dur, name)], for flow binding
+    open_begins = defaultdict(list)
+    flow_events = []
+
+    def add_slice(name, ts, dur, args, pid, tid, bindable=True):
+        expected.slices[(name, ts, dur)] += 1
+        flat = frozenset(flatten(args, "", {}).items()) if isinstance(args, dict) else frozenset()
+        expected.slice_args[(name, ts, dur, flat)] += 1
+        if bindable:
+            spans_by_thread[(pid, tid)].append((ts, dur, name))
+
+    for event in events:
+        if not isinstance(event, dict):
+            continue
+        ph, name, pid, tid = event.get("ph"), event.get("name"), event.get("pid"), event.get("tid")
+        ts = event.get("ts")
+        if ph == "M":
+            args = event.get("args") or {}
+            if name == "process_name" and isinstance(args.get("name"), str):
+                expected.process_names[pid] = args["name"]
+            if name == "thread_name" and isinstance(args.get("name"), str):
+                expected.thread_names[(pid, tid)] = args["name"]
+            continue
+        if pid is None or not _is_number(ts):
+            continue
+        ts_ns = base + to_ns(ts)
+        if ph == "X" and isinstance(name, str) and tid is not None:
+            dur = event.get("dur")
+            if _is_number(dur) and dur >= 0:
+                add_slice(name, ts_ns, to_ns(dur), event.get("args"), pid, tid)
+        elif ph == "B" and isinstance(name, str) and tid is not None:
+            open_begins[(pid, tid)].append((ts_ns, event))
+        elif ph == "E" and tid is not None and open_begins[(pid, tid)]:
+            begin_ts, begin = open_begins[(pid, tid)].pop()
+            args = dict(begin.get("args") or {}, **(event.get("args") or {}))
+            add_slice(begin["name"], begin_ts, ts_ns - begin_ts, args, pid, tid)
+        elif ph == "b" and isinstance(name, str) and event.get("id") is not None:
+            open_begins[(pid, event.get("cat"), event["id"])].append((ts_ns, event))
+        elif ph == "e" and open_begins[(pid, event.get("cat"), event.get("id"))]:
+            begin_ts, begin = open_begins[(pid, event.get("cat"), event.get("id"))].pop()
+            args = dict(begin.get("args") or {}, **(event.get("args") or {}))
+            add_slice(begin["name"], begin_ts, ts_ns - begin_ts, args, pid, tid, bindable=False)
+        elif ph in ("i", "I", "n") and isinstance(name, str):
+            add_slice(name, ts_ns, 0, event.get("args"), pid, tid, bindable=False)
+        elif ph == "C" and isinstance(event.get("args"), dict):
+            for value in event["args"].values():
+                if _is_number(value):
+                    expected.counter_values[(ts_ns, float(value))] += 1
+        elif ph in ("s", "t", "f") and event.get("id") is not None:
+            flow_events.append((ts_ns, ph, event.get("cat"), event["id"], pid, tid, event.get("bp")))
+
+    _expected_flows(flow_events, spans_by_thread, expected)
+    return expected
+
+
+def _expected_flows(flow_events, spans_by_thread, expected: Expected) -> None:
+    starts_by_thread = {}
+    for key, spans in spans_by_thread.items():
+        spans.sort(key=lambda span: (span[0], -span[1]))
+        starts_by_thread[key] = [span[0] for span in spans]
+    chains = defaultdict(list)
+    for event in flow_events:
+        chains[(event[2], event[3])].append(event)
+    for chain in chains.values():
+        chain.sort(key=lambda event: event[0])
+        source = None
+        for ts, ph, _, _, pid, tid, bp in chain:
+            spans = spans_by_thread.get((pid, tid), [])
+            starts = starts_by_thread.get((pid, tid), [])
+            bound = None
+            if ph in ("s", "t") or bp == "e":
+                # The latest-starting span that still contains ts is the deepest one.
+                for index in range(bisect_right(starts, ts) - 1, -1, -1):
+                    if ts <= spans[index][0] + spans[index][1]:
+                        bound = spans[index]
+                        break
+            else:
+                index = bisect_left(starts, ts)
+                bound = spans[index] if index < len(spans) else None
+            if ph == "s":
+                source = bound
+                continue
+            # Perfetto can only draw an arrow whose target still runs when its source begins.
+            drawable = bound is not None and source is not None and (
+                bound[0] >= source[0] or bound[0] + bound[1] > source[0])
+            if drawable and bound != source:
+                # trace_processor's flow table always points from the slice that starts first.
+                first, second = (bound, source) if bound[0] < source[0] else (source, bound)
+                expected.flows[(first[2], first[0], second[2], second[0])] += 1
+            if ph == "t":
+                source = bound
