@@ -12,7 +12,8 @@ import orjson
 
 from . import __version__
 from .errors import CgtraceError
-from .pipeline import convert_file, default_output_path
+from .lanes import DEFAULT_LANES_TOML
+from .pipeline import compact_file, convert_file, default_output_path
 from .verify import verify_output
 
 EXIT_USAGE = 2
@@ -58,6 +59,22 @@ def _parser() -> argparse.ArgumentParser:
     _add_output_options(convert)
     convert.set_defaults(run=_run_convert)
 
+    compact = commands.add_parser(
+        "compact", help="repack CUDA-graph GPU streams into a few named lanes",
+        description="Convert a Kineto trace and repack each GPU's slices into semantic lanes (compute, "
+                    "NCCL all-gather, ...), with annotations above their lanes and PP arrows.")
+    compact.add_argument("input", type=Path, metavar="TRACE")
+    _add_output_options(compact)
+    compact.add_argument("--lanes", type=Path, metavar="FILE",
+                         help="lane rules (TOML); see `cgtrace lanes --print-default`")
+    compact.set_defaults(run=_run_compact)
+
+    lanes = commands.add_parser("lanes", help="show the lane rules compact uses",
+                                description="Print the built-in lane rules in the --lanes TOML format.")
+    lanes.add_argument("--print-default", action="store_true", required=True,
+                       help="print the built-in rules")
+    lanes.set_defaults(run=_run_lanes)
+
     demo = commands.add_parser(
         "demo", help="generate an example CUDA-graph trace and convert it",
         description="Write an example CUDA-graph training trace and its converted .perfetto-trace.")
@@ -88,6 +105,23 @@ def _run_convert(args) -> int:
         summary["verified"] = verify_output(output, summary, tp_bin=args.tp_bin)
     _report(summary, args.quiet, f"{summary['slices']} slices, {summary['flows']} flows, "
                                  f"{summary['tracks']} tracks -> {output}")
+    return 0
+
+
+def _run_compact(args) -> int:
+    output = args.output or default_output_path(args.input, "_compacted")
+    summary = compact_file(args.input, output, overwrite=args.overwrite, strict=args.strict,
+                           lanes_file=args.lanes)
+    if args.verify:
+        summary["verified"] = verify_output(output, summary, tp_bin=args.tp_bin)
+    per_gpu = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
+                        for gpu in summary["per_gpu"]) or "no GPU slices"
+    _report(summary, args.quiet, f"{per_gpu} -> {output}")
+    return 0
+
+
+def _run_lanes(args) -> int:
+    sys.stdout.write(DEFAULT_LANES_TOML)
     return 0
 
 

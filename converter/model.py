@@ -25,6 +25,12 @@ class Process:
     def display_name(self) -> str:
         return self.name if self.name is not None else f"Process {self.source_pid}"
 
+    @property
+    def short_name(self) -> str:
+        """What users call it: Kineto names every process after the program and labels the
+        GPU ones "GPU 0", so the first label wins."""
+        return self.labels[0] if self.labels else self.display_name
+
 
 @dataclass(eq=False)
 class Thread:

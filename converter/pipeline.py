@@ -4,10 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from typing import Optional
+
+from .compaction import compact
+from .errors import CgtraceError
+from .lanes import load_lane_rules
 from .layout import separate_overlaps
 from .model import Trace
 from .output import atomic_output, check_output_path
 from .perfetto_writer import PerfettoWriter
+from .pp import find_blocks, link_rank_local, pp_rank_of
 from .reader import read_trace
 
 PERFETTO_SUFFIX = ".perfetto-trace"
@@ -24,16 +30,41 @@ def default_output_path(input_path: Path, tag: str = "") -> Path:
 
 def convert_file(input_path: Path, output_path: Path, overwrite: bool = False, strict: bool = False) -> dict:
     """Convert one Kineto JSON trace losslessly; returns the summary."""
-    check_output_path(output_path, overwrite)
+    _check_paths(input_path, output_path, overwrite)
     trace = read_trace(input_path, strict=strict)
-    overlaps_moved = separate_overlaps(trace)
+    return _write(trace, input_path, output_path, overwrite, trace_summary(trace))
+
+
+def compact_file(input_path: Path, output_path: Path, overwrite: bool = False, strict: bool = False,
+                 lanes_file: Optional[Path] = None) -> dict:
+    """Convert and repack GPU slices into semantic lanes, with rank-local PP arrows."""
+    rules = load_lane_rules(lanes_file)
+    _check_paths(input_path, output_path, overwrite)
+    trace = read_trace(input_path, strict=strict)
+    summary = trace_summary(trace)
+    summary.update(compact(trace, rules))
+    pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata)
+    summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source)
+    summary.update(link_rank_local(trace, find_blocks(trace, rules)))
+    summary["flows"] = len(trace.flows)
+    return _write(trace, input_path, output_path, overwrite, summary)
+
+
+def _check_paths(input_path: Path, output_path: Path, overwrite: bool) -> None:
+    check_output_path(output_path, overwrite)
+    if output_path.exists() and input_path.exists() and output_path.samefile(input_path):
+        raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
+
+
+def _write(trace: Trace, input_path: Path, output_path: Path, overwrite: bool, summary: dict) -> dict:
+    summary["overlaps_moved"] = separate_overlaps(trace)
+    summary["tracks"] = len(trace.tracks) + len(trace.processes)
+    summary["slices"] = sum(1 for s in trace.slices if not s.is_instant)
     with atomic_output(output_path, overwrite) as stream:
         writer = PerfettoWriter(stream)
         writer.write(trace)
         writer.close()
-    summary = trace_summary(trace)
-    summary.update(input=str(input_path), output=str(output_path), overlaps_moved=overlaps_moved,
-                   output_bytes=output_path.stat().st_size)
+    summary.update(input=str(input_path), output=str(output_path), output_bytes=output_path.stat().st_size)
     return summary
 
 

@@ -1,0 +1,309 @@
+"""CUDA-graph compaction: a GPU's slices from hundreds of replay streams into a few lanes.
+
+Each (GPU, lane group) is packed into the fewest lanes with no overlap (interval
+partitioning, O(n log n)); annotations follow the slices they cover onto an annotation track
+directly above that lane. Only `Slice.track` changes for measured slices: name, ts, dur,
+category and args stay exactly as read, and a self-check proves it before anything is written.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from typing import Optional
+
+import msgspec
+
+from .errors import CgtraceError
+from .lanes import LaneRules
+from .layout import fits_nested, nesting_order
+from .model import Process, Slice, Trace, Track
+
+LANE_CONTAINER_NAME = "GPU lanes"
+KERNEL_LABEL_CATEGORY = "cuda_graph_label"
+_decode = msgspec.json.Decoder().decode
+
+
+@dataclass
+class GpuLanes:
+    """The lanes built for one GPU process."""
+
+    process: Process
+    container: Track
+    lanes: dict[str, list[Track]] = field(default_factory=dict)        # group -> lanes
+    annotation_rows: dict[int, list[Track]] = field(default_factory=dict)  # id(lane) -> rows
+    lane_slices: dict[int, list[Slice]] = field(default_factory=dict)  # id(lane) -> slices in time order
+    streams: set = field(default_factory=set)
+
+
+def compact(trace: Trace, rules: LaneRules) -> dict:
+    """Move GPU slices and their annotations onto lanes; returns the summary figures."""
+    measured_before = _fingerprint(s for s in trace.slices if s.cat not in rules.annotation_categories)
+    gpu_slices: dict[int, list[Slice]] = defaultdict(list)
+    annotations: dict[int, list[Slice]] = defaultdict(list)
+    processes: dict[int, Process] = {}
+    for slice_ in trace.slices:
+        thread = slice_.track.thread
+        if thread is None:
+            continue
+        if slice_.cat in rules.gpu_categories:
+            gpu_slices[id(thread.process)].append(slice_)
+            processes[id(thread.process)] = thread.process
+        elif slice_.cat in rules.annotation_categories:
+            annotations[id(thread.process)].append(slice_)
+
+    summary = Counter()
+    per_gpu = []
+    for key, slices in gpu_slices.items():
+        by_stream = _by_stream(slices)  # before packing moves the slices off their streams
+        gpu = _pack_lanes(trace, processes[key], slices, rules, summary)
+        _place_annotations(trace, gpu, by_stream, annotations.get(key, []), summary)
+        _label_kernel_runs(trace, gpu, summary)
+        _layer_annotation_rows(trace, gpu)
+        per_gpu.append(gpu)
+
+    measured_after = _fingerprint(s for s in trace.slices
+                                  if s.cat not in rules.annotation_categories and s.cat != KERNEL_LABEL_CATEGORY)
+    _self_check(measured_before, measured_after, per_gpu)
+    lanes_by_group = Counter()
+    for gpu in per_gpu:
+        for group, lanes in gpu.lanes.items():
+            lanes_by_group[rules.label(group)] += len(lanes)
+    return {
+        "measured_slices": sum(measured_before.values()),
+        "original_streams": sum(len(gpu.streams) for gpu in per_gpu),
+        "compacted_lanes": sum(lanes_by_group.values()),
+        "slice_groups": {rules.label(g): summary[f"group:{g}"] for g in rules.group_order if summary[f"group:{g}"]},
+        "lanes_by_group": dict(lanes_by_group),
+        "per_gpu": [{"gpu": gpu.process.short_name, "streams": len(gpu.streams),
+                     "lanes": sum(len(lanes) for lanes in gpu.lanes.values())} for gpu in per_gpu],
+        "gpu_flow_endpoints_mapped": _flow_endpoints_on_lanes(trace, per_gpu),
+        "gpu_annotations_mapped": summary["annotations_mapped"],
+        "gpu_annotations_coalesced": summary["annotations_coalesced"],
+        "gpu_annotations_retained": summary["annotations_retained"],
+        "kernel_annotations_converted": summary["kernels_labelled"],
+        "kernel_annotation_blocks": summary["label_blocks"],
+        "cuda_graph_launches": sum(1 for s in trace.slices if s.name == "cudaGraphLaunch"),
+    }
+
+
+def _pack_lanes(trace: Trace, process: Process, slices: list[Slice], rules: LaneRules,
+                summary: Counter) -> GpuLanes:
+    container = trace.add_track(Track(name=LANE_CONTAINER_NAME, process=process, orders_children=True))
+    gpu = GpuLanes(process=process, container=container)
+    by_group: dict[str, list[Slice]] = defaultdict(list)
+    for slice_ in slices:
+        gpu.streams.add(id(slice_.track.thread))
+        by_group[rules.group_of(slice_.name, slice_.cat)].append(slice_)
+    for group in sorted(by_group, key=rules.group_order.__getitem__):
+        members = by_group[group]
+        summary[f"group:{group}"] += len(members)
+        lanes = gpu.lanes[group] = []
+        for lane_index, lane_members in enumerate(partition_intervals(members)):
+            label = rules.label(group)
+            lane = trace.add_track(Track(name=label if lane_index == 0 else f"{label} {lane_index + 1}",
+                                         process=process, parent=container))
+            lanes.append(lane)
+            for slice_ in lane_members:
+                slice_.track = lane
+            gpu.lane_slices[id(lane)] = lane_members
+    return gpu
+
+
+def partition_intervals(slices: list[Slice]) -> list[list[Slice]]:
+    """Fewest lanes with no overlap (touching is fine): each slice takes the lowest free lane.
+
+    The number of lanes equals the largest number of slices running at once, the optimum.
+    """
+    lanes: list[list[Slice]] = []
+    busy: list[tuple[int, int]] = []   # (end, lane) of lanes still running a slice
+    free: list[int] = []               # lanes idle now, lowest first
+    for slice_ in sorted(slices, key=lambda s: (s.ts, s.dur)):
+        while busy and busy[0][0] <= slice_.ts:
+            heapq.heappush(free, heapq.heappop(busy)[1])
+        if free:
+            lane = heapq.heappop(free)
+        else:
+            lane = len(lanes)
+            lanes.append([])
+        lanes[lane].append(slice_)
+        heapq.heappush(busy, (slice_.ts + slice_.dur, lane))
+    return lanes
+
+
+def _by_stream(gpu_slices: list[Slice]) -> dict[int, list[Slice]]:
+    """GPU slices per original stream, in start order."""
+    by_stream: dict[int, list[Slice]] = defaultdict(list)
+    for slice_ in gpu_slices:
+        by_stream[id(slice_.track.thread)].append(slice_)
+    for members in by_stream.values():
+        members.sort(key=lambda s: s.ts)
+    return by_stream
+
+
+def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[int, list[Slice]],
+                       annotations: list[Slice], summary: Counter) -> None:
+    """Each annotation goes above the lane holding most of the slices it covers on its stream."""
+    starts = {stream: [s.ts for s in members] for stream, members in by_stream.items()}
+    lane_of_track = {id(lane): lane for lanes in gpu.lanes.values() for lane in lanes}
+    placed: dict[int, list[Slice]] = defaultdict(list)
+    for annotation in annotations:
+        stream = id(annotation.track.thread)
+        gpu.streams.add(stream)
+        members, member_starts = by_stream.get(stream, []), starts.get(stream, [])
+        covered = members[bisect_left(member_starts, annotation.ts):
+                          bisect_right(member_starts, annotation.ts + annotation.dur)]
+        covered = [s for s in covered if s.ts + s.dur <= annotation.ts + annotation.dur]
+        if not covered:
+            summary["annotations_retained"] += 1
+            continue
+        votes = Counter(id(s.track) for s in covered)
+        lane = lane_of_track[max(votes, key=lambda k: (votes[k], -_lane_rank(gpu, lane_of_track[k])))]
+        placed[id(lane)].append(annotation)
+        summary["annotations_mapped"] += 1
+    merged_away: set[int] = set()
+    for lane_key, members in placed.items():
+        kept = coalesce(members)
+        summary["annotations_coalesced"] += len(members) - len(kept)
+        merged_away.update({id(s) for s in members} - {id(s) for s in kept})
+        row = _annotation_row(trace, gpu, lane_of_track[lane_key])
+        for annotation in kept:
+            annotation.track = row
+    if merged_away:
+        trace.slices[:] = [s for s in trace.slices if id(s) not in merged_away]
+
+
+def _lane_rank(gpu: GpuLanes, lane: Track) -> int:
+    for rank, lanes in enumerate(gpu.lanes.values()):
+        if lane in lanes:
+            return rank * 10_000 + lanes.index(lane)
+    return 0
+
+
+def coalesce(annotations: list[Slice]) -> list[Slice]:
+    """Identical annotations (name, category, args) that overlap or touch become their union."""
+    kept: list[Slice] = []
+    groups: dict[tuple, list[Slice]] = defaultdict(list)
+    for annotation in annotations:
+        groups[(annotation.name, annotation.cat, _args_key(annotation.args))].append(annotation)
+    for members in groups.values():
+        members.sort(key=lambda s: s.ts)
+        current = members[0]
+        for annotation in members[1:]:
+            if annotation.ts <= current.ts + current.dur:
+                current.dur = max(current.dur, annotation.ts + annotation.dur - current.ts)
+            else:
+                kept.append(current)
+                current = annotation
+        kept.append(current)
+    return kept
+
+
+def _args_key(args):
+    if args is None:
+        return None
+    return bytes(args) if type(args) is not dict else msgspec.json.encode(args)
+
+
+def _annotation_row(trace: Trace, gpu: GpuLanes, lane: Track) -> Track:
+    rows = gpu.annotation_rows.get(id(lane))
+    if rows is None:
+        rows = gpu.annotation_rows[id(lane)] = [
+            trace.add_track(Track(name=f"{lane.name} annotations", process=gpu.process, parent=gpu.container))]
+    return rows[0]
+
+
+def _label_kernel_runs(trace: Trace, gpu: GpuLanes, summary: Counter) -> None:
+    """CUDA-graph kernels labelled with args.name: one span per run of the same label on a lane."""
+    for lanes in gpu.lanes.values():
+        for lane in lanes:
+            run_label, run_first, run_last = None, None, None
+            for slice_ in gpu.lane_slices[id(lane)] + [None]:
+                label = _kernel_label(slice_) if slice_ is not None else None
+                if label is not None:
+                    summary["kernels_labelled"] += 1
+                if label == run_label and label is not None:
+                    run_last = slice_
+                    continue
+                if run_label is not None:
+                    trace.slices.append(Slice(run_first.ts, run_last.ts + run_last.dur - run_first.ts, run_label,
+                                              KERNEL_LABEL_CATEGORY, None, _annotation_row(trace, gpu, lane)))
+                    summary["label_blocks"] += 1
+                run_label, run_first, run_last = label, slice_, slice_
+
+
+def _kernel_label(slice_: Slice) -> Optional[str]:
+    args = slice_.args
+    if args is None:
+        return None
+    if type(args) is not dict:
+        text = bytes(args)
+        if b'"name"' not in text:
+            return None
+        args = _decode(text)
+    label = args.get("name")
+    return label if isinstance(label, str) and label else None
+
+
+def _layer_annotation_rows(trace: Trace, gpu: GpuLanes) -> None:
+    """Annotations that partially overlap on one row move to further rows above the lane."""
+    by_row: dict[int, list[Slice]] = defaultdict(list)
+    first_rows = {id(rows[0]): (lane_key, rows) for lane_key, rows in gpu.annotation_rows.items()}
+    for slice_ in trace.slices:
+        if id(slice_.track) in first_rows:
+            by_row[id(slice_.track)].append(slice_)
+    for row_key, members in by_row.items():
+        _, rows = first_rows[row_key]
+        stacks: list[list[Slice]] = [[]]
+        for annotation in nesting_order(members):
+            for depth, stack in enumerate(stacks):
+                if fits_nested(stack, annotation):
+                    break
+            else:
+                depth = len(stacks)
+                stacks.append([])
+                rows.append(trace.add_track(Track(name=f"{rows[0].name} {depth + 1}", process=gpu.process,
+                                                  parent=gpu.container)))
+            stacks[depth].append(annotation)
+            annotation.track = rows[depth]
+    _order_children(gpu)
+
+
+def _order_children(gpu: GpuLanes) -> None:
+    """Lanes in group order, each lane's annotation rows directly above it."""
+    rank = 0
+    for lanes in gpu.lanes.values():
+        for lane in lanes:
+            for row in reversed(gpu.annotation_rows.get(id(lane), [])):
+                rank += 1
+                row.order = rank
+            rank += 1
+            lane.order = rank
+
+
+def _flow_endpoints_on_lanes(trace: Trace, per_gpu: list[GpuLanes]) -> int:
+    lanes = {id(lane) for gpu in per_gpu for group in gpu.lanes.values() for lane in group}
+    return sum((id(flow.source.track) in lanes) + (id(flow.target.track) in lanes) for flow in trace.flows)
+
+
+def _fingerprint(slices) -> Counter:
+    return Counter((s.name, s.ts, s.dur, s.cat, s.is_instant, _args_key(s.args)) for s in slices)
+
+
+def _self_check(before: Counter, after: Counter, per_gpu: list[GpuLanes]) -> None:
+    """Refuse to write a plausible-looking wrong trace."""
+    if before != after:
+        changed = sum((before - after).values())
+        raise CgtraceError(f"self-check failed: compaction changed {changed} measured slices; nothing was "
+                           "written. Please report this with the input trace")
+    for gpu in per_gpu:
+        for lanes in gpu.lanes.values():
+            for lane in lanes:
+                members = gpu.lane_slices[id(lane)]
+                for previous, current in zip(members, members[1:]):
+                    if current.ts < previous.ts + previous.dur:
+                        raise CgtraceError(
+                            f"self-check failed: {gpu.process.display_name} lane {lane.name!r} holds overlapping "
+                            f"slices at {current.ts} ns; nothing was written. Please report this with the input trace")

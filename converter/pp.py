@@ -1,0 +1,162 @@
+"""Pipeline-parallel blocks (`PP:<stage><action><microbatch>` annotations) and their arrows.
+
+A block is every GPU annotation fragment of one (stage, action, microbatch) within one
+profiler step, however many streams and gaps it spans. A fragment's step comes from the CPU
+side: GPU work runs behind the CPU, but never before the CPU annotation that launched it, so
+the latest CPU occurrence of the same name starting no later than the fragment names its step.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .lanes import LaneRules
+from .model import Flow, Slice, Trace
+
+PP_FLOW_CATEGORY = "pp_dependency"
+_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+COMPUTE_ACTIONS = ("F", "B", "I", "W")
+# A receive feeds, and a send follows, the compute of the same stage and microbatch.
+_COMPUTE_OF = {"RECV_F": ("F",), "SEND_F": ("F",), "RECV_B": ("B", "I"), "SEND_B": ("B", "I")}
+
+
+@dataclass(frozen=True, order=True)
+class BlockKey:
+    step: int
+    stage: int
+    action: str
+    microbatch: Optional[int]
+
+    def describe(self) -> str:
+        microbatch = "" if self.microbatch is None else self.microbatch
+        return f"step {self.step} PP:{self.stage}{self.action}{microbatch}"
+
+
+@dataclass
+class Block:
+    key: BlockKey
+    fragments: list[Slice] = field(default_factory=list)
+
+    @property
+    def start(self) -> int:
+        return min(f.ts for f in self.fragments)
+
+
+def find_blocks(trace: Trace, rules: LaneRules) -> dict[BlockKey, Block]:
+    """PP blocks from GPU annotation fragments, keyed by step, stage, action and microbatch."""
+    pattern = rules.pp_pattern
+    steps: list[tuple[int, int, int]] = []            # (start, end, step number)
+    cpu_occurrences: dict[str, list[tuple[int, int]]] = defaultdict(list)  # name -> [(start, step)]
+    fragments: list[tuple[Slice, re.Match]] = []
+    for slice_ in trace.slices:
+        step_match = _STEP.match(slice_.name)
+        if step_match:
+            steps.append((slice_.ts, slice_.ts + slice_.dur, int(step_match.group(1))))
+            continue
+        match = pattern.match(slice_.name)
+        if match is None:
+            continue
+        if slice_.cat in rules.annotation_categories:
+            fragments.append((slice_, match))
+        else:
+            cpu_occurrences[slice_.name].append((slice_.ts, -1))
+    steps.sort()
+    step_starts = [start for start, _, _ in steps]
+
+    def step_at(ts: int) -> int:
+        index = bisect_right(step_starts, ts) - 1
+        return steps[index][2] if index >= 0 else 0
+
+    occurrence_starts = {}
+    for name, occurrences in cpu_occurrences.items():
+        occurrences.sort()
+        cpu_occurrences[name] = [(start, step_at(start)) for start, _ in occurrences]
+        occurrence_starts[name] = [start for start, _ in cpu_occurrences[name]]
+
+    blocks: dict[BlockKey, Block] = {}
+    for fragment, match in fragments:
+        starts = occurrence_starts.get(fragment.name)
+        if starts:
+            index = bisect_right(starts, fragment.ts) - 1
+            step = cpu_occurrences[fragment.name][max(index, 0)][1]
+        else:
+            step = step_at(fragment.ts)
+        microbatch = match.group("microbatch")
+        key = BlockKey(step, int(match.group("stage")), match.group("action"),
+                       int(microbatch) if microbatch else None)
+        blocks.setdefault(key, Block(key)).fragments.append(fragment)
+    return blocks
+
+
+def arrow(source: Block, target: Block, trace: Trace) -> bool:
+    """An arrow from the source fragment that ends last (among those starting no later than the
+    target) to the target's first fragment: between real slices, forward in time."""
+    first = min(target.fragments, key=lambda f: (f.ts, -f.dur))
+    candidates = [f for f in source.fragments if f.ts <= first.ts]
+    if not candidates:
+        return False
+    trace.flows.append(Flow(max(candidates, key=lambda f: f.ts + f.dur), first, PP_FLOW_CATEGORY))
+    return True
+
+
+def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
+    """RECV_x -> compute x -> SEND_x per stage and microbatch, and UNSHARD -> next compute."""
+    pairs = unmatched = unshard_pairs = unshard_unmatched = 0
+    unmatched_names: list[str] = []
+    compute_by_stage: dict[tuple[int, int], list[Block]] = defaultdict(list)
+    for key, block in blocks.items():
+        if key.action in COMPUTE_ACTIONS:
+            compute_by_stage[(key.step, key.stage)].append(block)
+    for stage_blocks in compute_by_stage.values():
+        stage_blocks.sort(key=lambda b: b.start)
+    for key in sorted(blocks):
+        block = blocks[key]
+        if key.action in _COMPUTE_OF:
+            compute = next((blocks[k] for k in (BlockKey(key.step, key.stage, action, key.microbatch)
+                                                 for action in _COMPUTE_OF[key.action]) if k in blocks), None)
+            linked = compute is not None and (
+                arrow(block, compute, trace) if key.action.startswith("RECV") else arrow(compute, block, trace))
+            pairs += linked
+            if not linked:
+                unmatched += 1
+                unmatched_names.append(key.describe())
+        elif key.action == "UNSHARD":
+            later = next((b for b in compute_by_stage.get((key.step, key.stage), []) if b.start >= block.start), None)
+            linked = later is not None and arrow(block, later, trace)
+            unshard_pairs += linked
+            unshard_unmatched += not linked
+    return {"pp_compute_dependency_pairs": pairs, "pp_compute_dependency_unmatched": unmatched,
+            "pp_unshard_compute_pairs": unshard_pairs, "pp_unshard_compute_unmatched": unshard_unmatched,
+            "pp_unmatched_examples": unmatched_names[:20]}
+
+
+def pp_rank_of(metadata: dict) -> tuple[int, str, Optional[list[int]]]:
+    """(PP rank, where it came from, the PP group's ranks) from distributedInfo.pg_config."""
+    info = metadata.get("distributedInfo")
+    if not isinstance(info, dict):
+        return 0, "default: no distributedInfo", None
+    group = pp_group_of(info)
+    rank = info.get("rank")
+    if group is None or rank not in group:
+        return 0, "default: no PP group in distributedInfo.pg_config", None
+    return group.index(rank), "distributedInfo.pg_config", group
+
+
+def pp_group_of(info: dict) -> Optional[list[int]]:
+    """The ranks of the PP group containing this rank: pg_desc "mesh_pp" or pg_name
+    "torchtitan_real_pp"; pg_config may be a list of groups or a single one."""
+    config = info.get("pg_config")
+    groups = config if isinstance(config, list) else [config] if isinstance(config, dict) else []
+    rank = info.get("rank")
+    for group in groups:
+        if not isinstance(group, dict):
+            continue
+        if group.get("pg_desc") == "mesh_pp" or group.get("pg_name") == "torchtitan_real_pp":
+            ranks = group.get("ranks")
+            if isinstance(ranks, list) and rank in ranks:
+                return ranks
+    return None
