@@ -64,7 +64,9 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, Decimal)) and not isinstance(value, bool)
 
 
-def expected_from(path) -> Expected:
+def expected_from(path, skip_categories=()) -> Expected:
+    """What a lossless output holds; slices of `skip_categories` (annotations that compaction
+    re-shapes on purpose) are left out."""
     header, events = load_events(path)
     base = header.get("baseTimeNanoseconds", 0) if isinstance(header, dict) else 0
     expected = Expected()
@@ -91,7 +93,7 @@ def expected_from(path) -> Expected:
             if name == "thread_name" and isinstance(args.get("name"), str):
                 expected.thread_names[(pid, tid)] = args["name"]
             continue
-        if pid is None or not _is_number(ts):
+        if pid is None or not _is_number(ts) or event.get("cat") in skip_categories:
             continue
         ts_ns = base + to_ns(ts)
         if ph == "X" and isinstance(name, str) and tid is not None:

@@ -1,0 +1,201 @@
+"""Compaction, checked through trace_processor: lanes, order, losslessness, flows, PP arrows."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from converter.generator import GeneratorConfig, pipeline_schedule, write_trace
+from converter.lanes import load_lane_rules
+from converter.pipeline import compact_file
+
+from .helpers import problem_stats, rows, shared_trace_param, shared_trace_paths
+from .oracle import expected_from, load_events
+from .test_convert_roundtrip import actual_flows, actual_slices
+
+RULES = load_lane_rules()
+ANNOTATION_CATEGORIES = ("gpu_user_annotation", "cuda_graph_label")
+PP_NAME = re.compile(r"^PP:(\d+)([A-Z_]+?)(\d*)$")
+LANE_SQL = """
+    select t.id, t.name, extract_arg(t.dimension_arg_set_id, 'upid') upid,
+           extract_arg(t.source_arg_set_id, 'sibling_order_rank') rank
+    from track t join track p on t.parent_id = p.id where p.name = 'GPU lanes'"""
+
+
+def compact(tmp_path: Path, source: Path) -> tuple[Path, dict]:
+    output = tmp_path / "compacted.perfetto-trace"
+    return output, compact_file(source, output)
+
+
+def lane_name_parts(name: str) -> tuple[str, int, bool]:
+    """'Compute 2 annotations 3' -> ('Compute', 2, True)."""
+    match = re.match(r"^(.*?)(?: (\d+))?( annotations(?: \d+)?)?$", name)
+    return match.group(1), int(match.group(2) or 1), bool(match.group(3))
+
+
+def max_concurrency(intervals: list[tuple[int, int]]) -> int:
+    """Most intervals running at once; touching ones do not overlap."""
+    points = sorted([(end, -1) for _, end in intervals] + [(start, 1) for start, _ in intervals])
+    running = best = 0
+    for _, delta in points:
+        running += delta
+        best = max(best, running)
+    return best
+
+
+def expected_lane_counts(source: Path) -> Counter:
+    """Per (GPU pid, group label): the most slices of that group running at once, from the input."""
+    _, events = load_events(source)
+    intervals = defaultdict(list)
+    for event in events:
+        if isinstance(event, dict) and event.get("ph") == "X" and event.get("cat") in RULES.gpu_categories:
+            start = int(event["ts"] * 1000)
+            group = RULES.label(RULES.group_of(event["name"], event["cat"]))
+            intervals[(event["pid"], group)].append((start, start + int(event["dur"] * 1000)))
+    return Counter({key: max_concurrency(spans) for key, spans in intervals.items()})
+
+
+def assert_compacted_correctly(source: Path, output: Path, summary: dict) -> None:
+    assert problem_stats(output) == []
+    # Measured slices: the same multiset of (name, ts, dur, args) as the input.
+    expected = expected_from(source, skip_categories=ANNOTATION_CATEGORIES)
+    _, with_args = actual_slices(output, skip_categories=ANNOTATION_CATEGORIES)
+    assert with_args == expected.slice_args
+
+    lanes = rows(output, LANE_SQL)
+    lane_ids = {lane["id"] for lane in lanes if not lane_name_parts(lane["name"])[2]}
+    # No slice on a lane overlaps or nests in another.
+    bad = rows(output, f"""
+        select count(*) n from (
+          select track_id, ts, dur, depth,
+                 lead(ts) over (partition by track_id order by ts) next_ts
+          from slice where track_id in ({','.join(map(str, lane_ids)) or -1}))
+        where depth > 0 or next_ts < ts + dur""")
+    assert bad[0]["n"] == 0
+    # The lane count per (GPU, group) is the optimum: the most slices running at once.
+    lane_counts = Counter()
+    for lane in lanes:
+        group, _, is_annotation = lane_name_parts(lane["name"])
+        if not is_annotation:
+            lane_counts[group] += 1
+    expected_counts = Counter()
+    for (_, group), count in expected_lane_counts(source).items():
+        expected_counts[group] += count
+    assert lane_counts == expected_counts
+    assert summary["lanes_by_group"] == dict(expected_counts)
+    assert_lane_order(output)
+
+    # CPU->GPU flows join the same launch/kernel pairs as in the input; PP arrows are extra.
+    flows = actual_flows(output)
+    pp_flows = Counter({k: n for k, n in flows.items() if PP_NAME.match(k[0]) and PP_NAME.match(k[2])})
+    assert flows - pp_flows == expected.flows
+    assert_pp_arrows_are_sound(output)
+
+
+def assert_lane_order(output: Path) -> None:
+    """Within each GPU, as the UI orders them (its own SQL module): groups in rule order, lanes by
+    number, annotation rows right above their lane."""
+    ordered = rows(output, """
+        include perfetto module viz.summary.track_event;
+        select g.name, extract_arg(p.dimension_arg_set_id, 'upid') upid
+        from _track_event_tracks_ordered_groups g join track p on g.parent_id = p.id
+        where p.name = 'GPU lanes' order by upid, g.order_id""")
+    group_rank = {group.label: index for index, group in enumerate(RULES.groups)}
+    by_gpu = defaultdict(list)
+    for lane in ordered:
+        by_gpu[lane["upid"]].append(lane["name"])
+    for names in by_gpu.values():
+        keys = []
+        for position, name in enumerate(names):
+            group, number, is_annotation = lane_name_parts(name)
+            keys.append((group_rank[group], number, 0 if is_annotation else 1))
+            if is_annotation:
+                lane_below = next(n for n in names[position:] if not lane_name_parts(n)[2])
+                assert lane_name_parts(lane_below)[:2] == (group, number)
+        assert keys == sorted(keys)
+
+
+def assert_pp_arrows_are_sound(output: Path) -> None:
+    arrows = rows(output, """
+        select so.name sn, so.ts sts, so.dur sdur, si.name dn, si.ts dts from flow f
+        join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id
+        where so.name glob 'PP:*' and si.name glob 'PP:*'""")
+    for arrow in arrows:
+        source, target = PP_NAME.match(arrow["sn"]), PP_NAME.match(arrow["dn"])
+        assert arrow["sts"] <= arrow["dts"]
+        assert source.group(1) == target.group(1)  # same stage
+        kinds = (source.group(2), target.group(2))
+        assert kinds in {("RECV_F", "F"), ("F", "SEND_F"), ("RECV_B", "B"), ("B", "SEND_B"),
+                         ("RECV_B", "I"), ("I", "SEND_B")} or kinds[0] == "UNSHARD" and kinds[1] in "FBIW"
+        if kinds[0] != "UNSHARD":
+            assert source.group(3) == target.group(3)  # same microbatch
+
+
+def expected_pp_pairs(schedule: str, pp_size: int, pp_rank: int, microbatches: int, steps: int,
+                      stages_per_rank: int = 1) -> tuple[int, int]:
+    actions = pipeline_schedule(schedule, pp_size, microbatches, stages_per_rank)[pp_rank]
+    kinds = Counter(PP_NAME.match("PP:" + action).group(2) for action in actions)
+    compute_pairs = sum(kinds[k] for k in ("RECV_F", "SEND_F", "RECV_B", "SEND_B"))
+    return compute_pairs * steps, kinds["UNSHARD"] * steps
+
+
+@pytest.mark.parametrize("schedule,pp_rank,stages_per_rank", [
+    ("1f1b", 1, 1), ("interleaved", 0, 2), ("zero_bubble", 2, 1)])
+def test_generated_pp_trace_with_gap_split_annotations(tmp_path, schedule, pp_rank, stages_per_rank):
+    config = GeneratorConfig(seed=3, steps=2, pp_size=4, pp_rank=pp_rank, world_size=4, rank=pp_rank,
+                             schedule=schedule, microbatches=4, stages_per_rank=stages_per_rank,
+                             annotation_gaps=True, graphs_per_step=8, kernels_per_replay=16)
+    source = write_trace(config, tmp_path / "trace.json")
+    output, summary = compact(tmp_path, source)
+    pairs, unshard = expected_pp_pairs(schedule, 4, pp_rank, 4, 2, stages_per_rank)
+    assert (summary["pp_compute_dependency_pairs"], summary["pp_compute_dependency_unmatched"]) == (pairs, 0)
+    assert (summary["pp_unshard_compute_pairs"], summary["pp_unshard_compute_unmatched"]) == (unshard, 0)
+    assert summary["pp_rank"] == pp_rank and summary["pp_rank_source"] == "distributedInfo.pg_config"
+    assert summary["gpu_annotations_mapped"] > 0 and summary["gpu_annotations_coalesced"] > 0
+    assert summary["original_streams"] > summary["compacted_lanes"]
+    pp_arrows = rows(output, """select count(*) n from flow f join slice so on f.slice_out = so.id
+                                join slice si on f.slice_in = si.id
+                                where so.name glob 'PP:*' and si.name glob 'PP:*'""")[0]["n"]
+    assert pp_arrows == pairs + unshard
+    assert_compacted_correctly(source, output, summary)
+
+
+def test_kernel_labels_become_spans_over_runs(tmp_path):
+    source = tmp_path / "labels.json"
+    kernels = [("a", 0, "L1"), ("b", 10, "L1"), ("c", 20, "L2"), ("d", 30, None), ("e", 40, "L1")]
+    events = [{"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 7 + i, "ts": ts, "dur": 5,
+               "args": {"stream": 7 + i, **({"name": label} if label else {})}}
+              for i, (name, ts, label) in enumerate(kernels)]
+    source.write_text(json.dumps({"traceEvents": events}))
+    output, summary = compact(tmp_path, source)
+    spans = rows(output, "select name, ts, dur from slice where category = 'cuda_graph_label' order by ts")
+    assert spans == [{"name": "L1", "ts": 0, "dur": 15000}, {"name": "L2", "ts": 20000, "dur": 5000},
+                     {"name": "L1", "ts": 40000, "dur": 5000}]
+    assert (summary["kernel_annotations_converted"], summary["kernel_annotation_blocks"]) == (4, 3)
+    assert summary["original_streams"] == 5 and summary["compacted_lanes"] == 1
+    kept = rows(output, "select count(*) n from args where key = 'debug.args.name'")[0]["n"]
+    assert kept == 4  # the kernels keep args.name
+
+
+def test_identical_overlapping_annotations_merge(tmp_path):
+    source = tmp_path / "annotations.json"
+    events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 10},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 8, "ts": 5, "dur": 10}]
+    events += [{"ph": "X", "cat": "gpu_user_annotation", "name": "region", "pid": 0, "tid": tid,
+                "ts": ts, "dur": 10} for tid, ts in ((7, 0), (8, 5))]
+    source.write_text(json.dumps({"traceEvents": events}))
+    output, summary = compact(tmp_path, source)
+    assert summary["lanes_by_group"] == {"Compute": 2}
+    regions = rows(output, "select name, ts, dur from slice where category = 'gpu_user_annotation'")
+    assert len(regions) == 2  # on different lanes: not merged
+    assert summary["gpu_annotations_coalesced"] == 0
+
+
+@pytest.mark.parametrize("source", [shared_trace_param(p) for p in shared_trace_paths()])
+def test_real_traces_compact(tmp_path, source):
+    output, summary = compact(tmp_path, source)
+    assert_compacted_correctly(source, output, summary)
