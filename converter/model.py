@@ -66,6 +66,8 @@ class Track:
     order: int = 0
     is_counter: bool = False
     orders_children: bool = False
+    # Fixed uuid for a track shared by several writers into one file (a merge's root track).
+    uuid: Optional[int] = None
 
 
 class Slice:
@@ -109,6 +111,18 @@ class Flow:
         self.category = category
 
 
+class FlowEnd:
+    """One end of an arrow whose other end another writer emits (cross-rank arrows of a
+    merge): the flow id is agreed beforehand, and the target starts after the source."""
+
+    __slots__ = ("slice", "flow_id", "outgoing")
+
+    def __init__(self, slice_: Slice, flow_id: int, outgoing: bool):
+        self.slice = slice_
+        self.flow_id = flow_id
+        self.outgoing = outgoing
+
+
 @dataclass
 class Trace:
     processes: list[Process] = field(default_factory=list)
@@ -117,6 +131,7 @@ class Trace:
     slices: list[Slice] = field(default_factory=list)
     counters: list[CounterSample] = field(default_factory=list)
     flows: list[Flow] = field(default_factory=list)
+    flow_ends: list[FlowEnd] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
     # Why events were skipped or repaired, and how many: reported in every summary.
     skipped: Counter = field(default_factory=Counter)

@@ -16,7 +16,6 @@ from .model import Slice, Trace, Track
 from .wire import (WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, double_field, fixed64,
                    length_prefixed, string_field, tag, varint, varint_field)
 
-SEQUENCE_ID = 1
 _FLUSH_BYTES = 1 << 22
 
 # perfetto.protos field numbers (see proto/cgtrace_subset.proto).
@@ -24,8 +23,7 @@ _TRACE_PACKET = tag(1, WIRE_BYTES)
 _TIMESTAMP = tag(8, WIRE_VARINT)
 _TRACK_EVENT = tag(11, WIRE_BYTES)
 _INTERNED_DATA = tag(12, WIRE_BYTES)
-_SEQUENCE = varint_field(10, SEQUENCE_ID)
-_SEQUENCE_NEEDING_STATE = _SEQUENCE + varint_field(13, 2)  # SEQ_NEEDS_INCREMENTAL_STATE
+_NEEDS_STATE = varint_field(13, 2)       # SEQ_NEEDS_INCREMENTAL_STATE
 _STATE_CLEARED = varint_field(13, 1)     # SEQ_INCREMENTAL_STATE_CLEARED
 _FIRST_ON_SEQUENCE = varint_field(87, 1)
 _TRACK_DESCRIPTOR = 60
@@ -70,17 +68,20 @@ class PerfettoWriter:
     """Writes traces to a binary stream; uuids and flow ids keep counting across `write` calls,
     so several traces can share one file without collisions."""
 
-    def __init__(self, stream: BinaryIO):
+    def __init__(self, stream: BinaryIO, sequence_id: int = 1, uuid_base: int = 0, flow_id_base: int = 0):
+        """Several writers may fill one file (a merge writes one part per rank): each needs its
+        own sequence id (interning is per sequence) and disjoint uuid and flow-id ranges."""
         self.stream = stream
+        self.sequence = varint_field(10, sequence_id)
         self.buffer = bytearray()
         self.pending_interned: list[bytes] = []
         self.names = _Interner(_INTERNED_NAMES, _NAME_IID, self.pending_interned)
         self.categories = _Interner(_INTERNED_CATEGORIES, _CATEGORY_IIDS, self.pending_interned)
         annotation_names = _Interner(_INTERNED_ANNOTATION_NAMES, _ANNOTATION_NAME_IID, self.pending_interned)
         self.args = ArgsEncoder(annotation_names.field)
-        self.next_uuid = 1
-        self.next_flow_id = 1
-        self._emit(_SEQUENCE + _STATE_CLEARED + _FIRST_ON_SEQUENCE)
+        self.next_uuid = uuid_base + 1
+        self.next_flow_id = flow_id_base + 1
+        self._emit(self.sequence + _STATE_CLEARED + _FIRST_ON_SEQUENCE)
 
     def write(self, trace: Trace) -> None:
         uuids = self._write_descriptors(trace)
@@ -95,7 +96,7 @@ class PerfettoWriter:
         for sample in trace.counters:
             event = _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(sample.track)]) + \
                 double_field(_DOUBLE_COUNTER_VALUE, sample.value)
-            self._emit(_TIMESTAMP + varint(sample.ts) + _SEQUENCE + _TRACK_EVENT + varint(len(event)) + event)
+            self._emit(_TIMESTAMP + varint(sample.ts) + self.sequence + _TRACK_EVENT + varint(len(event)) + event)
 
     def close(self) -> None:
         self.stream.write(self.buffer)
@@ -112,7 +113,7 @@ class PerfettoWriter:
                 descriptor += string_field(8, label)
             self._emit_descriptor(varint_field(1, uuid) + bytes_field(3, descriptor))
         for track in trace.tracks:
-            uuids[id(track)] = self._take_uuid()
+            uuids[id(track)] = track.uuid if track.uuid is not None else self._take_uuid()
         for track in trace.tracks:
             self._emit_descriptor(self._track_descriptor(track, uuids, process_uuids))
         return uuids
@@ -125,7 +126,8 @@ class PerfettoWriter:
                 string_field(5, thread.display_name)
             return body + bytes_field(4, descriptor)
         if track.parent is not None:
-            body += varint_field(5, uuids[id(track.parent)])
+            parent = track.parent
+            body += varint_field(5, parent.uuid if parent.uuid is not None else uuids[id(parent)])
         elif track.process is not None:
             body += varint_field(5, process_uuids[id(track.process)])
         body += string_field(2, track.name) + _SIBLING_MERGE_NONE
@@ -138,7 +140,7 @@ class PerfettoWriter:
         return body
 
     def _emit_descriptor(self, descriptor: bytes) -> None:
-        self._emit(_SEQUENCE + bytes_field(_TRACK_DESCRIPTOR, descriptor))
+        self._emit(self.sequence + bytes_field(_TRACK_DESCRIPTOR, descriptor))
 
     def _take_uuid(self) -> int:
         uuid = self.next_uuid
@@ -164,6 +166,9 @@ class PerfettoWriter:
                 at_begin[id(target)] += _TERMINATING_FLOW_ID + encoded
             else:
                 at_end[id(target)] += _TERMINATING_FLOW_ID + encoded
+        for end in trace.flow_ends:
+            field = _FLOW_ID if end.outgoing else _TERMINATING_FLOW_ID
+            at_begin[id(end.slice)] += field + fixed64(end.flow_id)
         return at_begin, at_end
 
     def _write_track_slices(self, uuid: int, slices: list[Slice], flows_at_begin, flows_at_end) -> None:
@@ -172,7 +177,7 @@ class PerfettoWriter:
         begin_head = _TYPE_BEGIN + track_field
         instant_head = _TYPE_INSTANT + track_field
         end_event = _TYPE_END + track_field
-        end_tail = _SEQUENCE + _TRACK_EVENT + length_prefixed(end_event)
+        end_tail = self.sequence + _TRACK_EVENT + length_prefixed(end_event)
         name_field, category_field, encode_args = self.names.field, self.categories.field, self.args.encode
         pending = self.pending_interned
         buffer = self.buffer
@@ -190,7 +195,7 @@ class PerfettoWriter:
             key = id(slice_)
             if key in flows_at_begin:
                 event += flows_at_begin[key]
-            packet = _TIMESTAMP + varint(start) + _SEQUENCE_NEEDING_STATE
+            packet = _TIMESTAMP + varint(start) + self.sequence + _NEEDS_STATE
             if pending:
                 packet += _INTERNED_DATA + length_prefixed(b"".join(pending))
                 pending.clear()
@@ -199,7 +204,7 @@ class PerfettoWriter:
                 tail = end_tail
                 if key in flows_at_end:
                     end_with_flows = end_event + flows_at_end[key]
-                    tail = _SEQUENCE + _TRACK_EVENT + length_prefixed(end_with_flows)
+                    tail = self.sequence + _TRACK_EVENT + length_prefixed(end_with_flows)
                 open_ends.append((start + slice_.dur, tail))
             if len(buffer) >= _FLUSH_BYTES:
                 self._flush()

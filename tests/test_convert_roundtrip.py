@@ -17,14 +17,15 @@ ARG_PREFIX = "debug.args."
 
 def actual_slices(trace, skip_categories=()) -> tuple[Counter, Counter]:
     """(name, ts, dur) and (name, ts, dur, flat args) multisets as trace_processor reads them."""
-    skip = ", ".join(f"'{c}'" for c in skip_categories) or "''"
+    skipped = ", ".join(f"'{c}'" for c in skip_categories)
+    where = f"where coalesce(s.category, '') not in ({skipped})" if skipped else ""
     args_by_slice: dict[int, dict] = {}
     basics = {}
     for row in rows(trace, f"""
             select s.id, s.name, s.ts, s.dur, a.key, a.int_value, a.string_value, a.real_value
             from slice s left join args a
               on a.arg_set_id = s.arg_set_id and a.key glob '{ARG_PREFIX}*'
-            where coalesce(s.category, '') not in ({skip})"""):
+            {where}"""):
         basics[row["id"]] = (row["name"], row["ts"], row["dur"])
         flat = args_by_slice.setdefault(row["id"], {})
         if row["key"] is not None:

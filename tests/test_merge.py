@@ -1,0 +1,159 @@
+"""Merging PP rank traces, checked by SQL over trace_processor's flow, slice, track and process tables."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from collections import Counter
+
+import pytest
+
+from converter.generator import pipeline_schedule, write_pp_run
+from converter.merge import PIPELINE_ROOT_NAME, merge_ranks
+
+from .helpers import SHARED_TRACES, problem_stats, require_shared_traces, rows
+
+RANK = re.compile(r"^PP rank (\d+) \(global rank (\d+)\)")
+ARROWS_SQL = """
+    select so.name src, si.name dst, so.ts sts, si.ts dts,
+           coalesce(ps.name, ts_.name) src_rank, coalesce(pd.name, td.name) dst_rank
+    from flow f
+    join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id
+    join track ts_ on so.track_id = ts_.id left join track ps on ts_.parent_id = ps.id
+    join track td on si.track_id = td.id left join track pd on td.parent_id = pd.id
+    where so.name glob 'PP:*' and si.name glob 'PP:*'"""
+
+
+def merge(tmp_path, files, **options):
+    output = tmp_path / "merged.perfetto-trace"
+    summary = merge_ranks(files, lambda group, groups: tmp_path / f"merged{group}.perfetto-trace"
+                          if groups > 1 else output, jobs=2, **options)
+    return output, summary
+
+
+def expected_counts(schedule: str, pp_size: int, microbatches: int, steps: int) -> dict:
+    plan = pipeline_schedule(schedule, pp_size, microbatches)
+    kinds = Counter(re.match(r"\d+([A-Z_]+?)\d*$", action).group(1)
+                    for actions in plan.values() for action in actions)
+    return {"send_recv": (kinds["SEND_F"] + kinds["SEND_B"]) * steps,
+            "compute": (kinds["SEND_F"] + kinds["SEND_B"] + kinds["RECV_F"] + kinds["RECV_B"]) * steps,
+            "unshard": kinds["UNSHARD"] * steps}
+
+
+def classify_arrows(output) -> Counter:
+    kinds = Counter()
+    for arrow in rows(output, ARROWS_SQL):
+        assert arrow["sts"] <= arrow["dts"]
+        same_rank = RANK.match(arrow["src_rank"]).group(1) == RANK.match(arrow["dst_rank"]).group(1)
+        source = re.match(r"PP:(\d+)([A-Z_]+?)(\d*)$", arrow["src"]).group(2)
+        if not same_rank:
+            # A send's arrow ends on its receive, or on the compute the receive feeds when the
+            # receive was already waiting (began before the send).
+            target = re.match(r"PP:(\d+)([A-Z_]+?)(\d*)$", arrow["dst"]).group(2)
+            assert source.startswith("SEND") and target in ("RECV" + source[4:], "F", "B", "I")
+            kinds["send_recv"] += 1
+        elif source == "UNSHARD":
+            kinds["unshard"] += 1
+        else:
+            kinds["compute"] += 1
+    return kinds
+
+
+def assert_ranks_named_and_ordered(output, pp_size: int) -> None:
+    processes = rows(output, "select pid, name from process where name glob 'PP rank *' order by pid")
+    pp_ranks = [int(RANK.match(p["name"]).group(1)) for p in processes]
+    assert pp_ranks == sorted(pp_ranks) and set(pp_ranks) == set(range(pp_size))
+    shown = rows(output, f"""
+        include perfetto module viz.summary.track_event;
+        select g.name from _track_event_tracks_ordered_groups g join track p on g.parent_id = p.id
+        where p.name = '{PIPELINE_ROOT_NAME}' order by g.order_id""")
+    assert [int(RANK.match(r["name"]).group(1)) for r in shown] == list(range(pp_size))
+    tids = rows(output, "select tid, count(*) n from thread where tid != 0 group by tid having n > 1")
+    assert tids == []
+
+
+@pytest.mark.parametrize("pp_size,schedule", [(2, "1f1b"), (4, "zero_bubble"), (8, "1f1b")])
+def test_generated_pipelines_merge_with_exact_arrows(tmp_path, pp_size, schedule):
+    files = write_pp_run(tmp_path / "run", pp_size=pp_size, schedule=schedule, microbatches=pp_size, steps=2,
+                         seed=pp_size, graphs_per_step=4, kernels_per_replay=8)
+    output, summary = merge(tmp_path, files)
+    expected = expected_counts(schedule, pp_size, pp_size, 2)
+    assert summary["pp_order_source"] == "distributedInfo.pg_config"
+    assert [r["pp_rank"] for r in summary["pp_ranks"]] == list(range(pp_size))
+    assert [r["global_rank"] for r in summary["pp_ranks"]] != sorted(r["global_rank"] for r in summary["pp_ranks"])
+    assert len(set(summary["time_offsets_ns"])) > 1
+    assert (summary["pp_send_recv_pairs"], summary["pp_send_recv_unmatched"]) == (expected["send_recv"], 0)
+    assert summary["pp_send_recv_not_drawn"] == 0
+    assert (summary["pp_compute_dependency_pairs"], summary["pp_compute_dependency_unmatched"]) == \
+        (expected["compute"], 0)
+    assert (summary["pp_unshard_compute_pairs"], summary["pp_unshard_compute_unmatched"]) == (expected["unshard"], 0)
+    assert problem_stats(output) == []
+    assert classify_arrows(output) == Counter(expected)
+    assert_ranks_named_and_ordered(output, pp_size)
+
+
+def test_dp_by_pp_writes_one_file_per_pipeline(tmp_path):
+    files = write_pp_run(tmp_path / "run", pp_size=2, dp_size=2, microbatches=2, steps=2, seed=5,
+                         graphs_per_step=4, kernels_per_replay=8)
+    _, summary = merge(tmp_path, files)
+    pipelines = summary["pipelines"]
+    assert len(pipelines) == 2
+    expected = expected_counts("1f1b", 2, 2, 2)
+    for result in pipelines:
+        assert (result["pp_send_recv_pairs"], result["pp_send_recv_unmatched"]) == (expected["send_recv"], 0)
+        assert classify_arrows(result["output"]) == Counter(expected)
+        assert_ranks_named_and_ordered(result["output"], 2)
+    ranks = [{r["global_rank"] for r in result["pp_ranks"]} for result in pipelines]
+    assert not ranks[0] & ranks[1]
+
+
+def test_truncated_capture_reports_the_missing_receive(tmp_path):
+    files = write_pp_run(tmp_path / "run", pp_size=2, microbatches=2, steps=2, seed=9, truncate_last_recv=True,
+                         graphs_per_step=4, kernels_per_replay=8)
+    output, summary = merge(tmp_path, files)
+    assert summary["pp_send_recv_unmatched"] == 1
+    assert summary["pp_send_recv_pairs"] == expected_counts("1f1b", 2, 2, 2)["send_recv"] - 1
+    (example,) = summary["pp_send_recv_unmatched_examples"]
+    assert "step 1" in example and "SEND" in example and "RECV" in example
+    drawn = classify_arrows(output)["send_recv"]
+    assert drawn == summary["pp_send_recv_pairs"] - summary["pp_send_recv_not_drawn"]
+
+
+def test_real_dlrm_ranks_merge_in_global_order(tmp_path):
+    require_shared_traces()
+    output, summary = merge(tmp_path, [SHARED_TRACES / "dlrm_8ranks"])
+    assert summary["pp_order_source"].startswith("global rank order")
+    assert [r["global_rank"] for r in summary["pp_ranks"]] == list(range(8))
+    assert summary["pp_send_recv_pairs"] == summary["pp_compute_dependency_pairs"] == 0
+    assert problem_stats(output) == []
+    assert rows(output, ARROWS_SQL) == []
+    assert_ranks_named_and_ordered(output, 8)
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("one_file", "at least two rank traces"),
+    ("duplicate_rank", "appears twice"),
+    ("no_distributed_info", "no distributedInfo.rank"),
+    ("no_base_time", "--assume-aligned"),
+])
+def test_merge_errors(tmp_path, case, expected):
+    run = tmp_path / "run"
+    files = write_pp_run(run, pp_size=2, microbatches=2, steps=1, seed=1, graphs_per_step=2, kernels_per_replay=4)
+    document = json.loads(files[1].read_text())
+    if case == "one_file":
+        files = files[:1]
+    elif case == "duplicate_rank":
+        document["distributedInfo"]["rank"] = json.loads(files[0].read_text())["distributedInfo"]["rank"]
+    elif case == "no_distributed_info":
+        del document["distributedInfo"]
+    elif case == "no_base_time":
+        del document["baseTimeNanoseconds"]
+    if case != "one_file":
+        files[-1].write_text(json.dumps(document))
+    result = subprocess.run([sys.executable, "-m", "converter.cli", "merge", *map(str, files),
+                             "-o", str(tmp_path / "out.perfetto-trace")], capture_output=True, text=True)
+    assert result.returncode == 2
+    assert expected in result.stderr and result.stderr.count("\n") == 1
+    assert not (tmp_path / "out.perfetto-trace").exists()
