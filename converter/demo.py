@@ -5,15 +5,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from .errors import CgtraceError
-from .generator import GeneratorConfig, write_trace
-from .pipeline import convert_file, default_output_path
+from .generator import GeneratorConfig, write_pp_run, write_trace
+from .merge import merge_ranks
+from .pipeline import compact_file, default_output_path
 
 DEMO_CONFIG = GeneratorConfig(seed=7, steps=2, graphs_per_step=12, kernels_per_replay=32,
                               annotation_gaps=True, world_size=4, rank=0)
+DEMO_PP_SIZE = 4
 
 
 def run_demo(directory: Path, overwrite: bool = False) -> dict:
-    """Generate an example CUDA-graph trace in `directory` and convert it."""
+    """Generate a CUDA-graph trace and a 4-rank pipeline run in `directory`; compact and merge them."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -23,9 +25,26 @@ def run_demo(directory: Path, overwrite: bool = False) -> dict:
     if source.exists() and not overwrite:
         raise CgtraceError(f"{source}: already exists; pass --overwrite to regenerate the demo or choose another DIR")
     write_trace(DEMO_CONFIG, source)
-    output = default_output_path(source)
-    summary = {"example_trace": str(source), "converted": convert_file(source, output, overwrite=overwrite)}
-    summary["how_to_open"] = (
-        f"wrote {output}: open it at https://ui.perfetto.dev (Open trace file), "
-        f"or offline with `cgtrace query {output} \"select name, count(*) from slice group by 1\"`")
-    return summary
+    compacted = default_output_path(source, "_compacted")
+    compact_summary = compact_file(source, compacted, overwrite=overwrite)
+
+    ranks_dir = directory / "pp_ranks"
+    ranks_dir.mkdir(exist_ok=True)
+    rank_files = write_pp_run(ranks_dir, pp_size=DEMO_PP_SIZE, schedule="1f1b", microbatches=4, steps=2,
+                              seed=7, gzip=True, graphs_per_step=6, kernels_per_replay=16)
+    merged = directory / "pp_traces_merged.perfetto-trace"
+    merge_summary = merge_ranks(rank_files, lambda group, groups: merged, overwrite=overwrite)
+    gpu_lines = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
+                          for gpu in compact_summary["per_gpu"])
+    return {
+        "example_trace": str(source),
+        "compacted": {key: compact_summary[key] for key in (
+            "output", "original_streams", "compacted_lanes", "lanes_by_group", "flows",
+            "pp_compute_dependency_pairs")},
+        "merged": {key: merge_summary[key] for key in (
+            "output", "pp_ranks", "pp_send_recv_pairs", "pp_send_recv_unmatched")},
+        "how_to_open": (
+            f"{gpu_lines}. Wrote {compacted} and {merged} ({DEMO_PP_SIZE} pipeline ranks): open them at "
+            "https://ui.perfetto.dev (Open trace file), or query offline: "
+            f"cgtrace query {merged} \"select name, count(*) from slice group by 1 order by 2 desc limit 10\""),
+    }
