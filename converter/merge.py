@@ -27,6 +27,7 @@ from .output import atomic_output
 from .perfetto_writer import PerfettoWriter
 from .pp import Block, BlockKey, find_blocks, link_rank_local, pp_group_of
 from .reader import read_trace
+from .window import Window, cut, window_bounds
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
 _ROOT_UUID = 1 << 62
@@ -80,33 +81,44 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
 
 def merge_ranks(inputs: list[Path], output_for_group, overwrite: bool = False, strict: bool = False,
                 lanes_file: Optional[Path] = None, jobs: Optional[int] = None, assume_aligned: bool = False,
-                pp_group: Optional[int] = None) -> dict:
-    """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file."""
+                pp_group: Optional[int] = None, window: Optional[Window] = None,
+                ranks: Optional[set[int]] = None) -> dict:
+    """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
+    `window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps only those
+    global ranks."""
     files = find_rank_files(inputs)
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
     load_lane_rules(lanes_file)  # fail on bad rules before any work
     jobs = max(1, jobs or os.cpu_count() or 1)
-    infos = _in_workers(_scan_rank, [(str(f), strict, lanes_file) for f in files], jobs)
-    groups, order_source = _pipelines(infos, assume_aligned)
+    reading = (strict, lanes_file, window)
+    infos = _in_workers(_scan_rank, [(str(f), *reading) for f in files], jobs)
+    if ranks is not None:
+        infos = [info for info in infos if info.global_rank in ranks]
+        if len(infos) < 2:
+            raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; a merge needs two or more")
+    groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
+    if not groups:
+        raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
     chosen = range(len(groups)) if pp_group is None else [pp_group]
     if pp_group is not None and not 0 <= pp_group < len(groups):
         raise CgtraceError(f"--pp-group {pp_group}: the traces hold {len(groups)} pipeline(s), numbered from 0")
     results = []
     for index in chosen:
         results.append(_merge_pipeline(groups[index], index, output_for_group(index, len(groups)), overwrite,
-                                       strict, lanes_file, jobs, order_source))
+                                       reading, jobs, order_source))
     return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
 
 
-def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, overwrite: bool, strict: bool,
-                    lanes_file: Optional[Path], jobs: int, order_source: str) -> dict:
-    plans = [RankPlan(file=info.file, position=k, pp_rank=k, global_rank=info.global_rank)
+def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, overwrite: bool, reading: tuple,
+                    jobs: int, order_source: str) -> dict:
+    plans = [RankPlan(file=info.file, position=k, global_rank=info.global_rank,
+                      pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
     arrows = _pair_sends_and_receives(members, plans)
     base = min(info.base_time_ns or 0 for info in members)
     with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent) as scratch:
-        parts = _in_workers(_write_rank_part, [(plan, strict, lanes_file, scratch) for plan in plans], jobs)
+        parts = _in_workers(_write_rank_part, [(plan, *reading, scratch) for plan in plans], jobs)
         with atomic_output(output, overwrite) as stream:
             _write_root(stream)
             for part_path, _ in parts:
@@ -145,15 +157,20 @@ def _in_workers(function, tasks: list, jobs: int) -> list:
         return pool.starmap(function, tasks, chunksize=1)
 
 
-def _read_compacted(file: str, strict: bool, lanes_file: Optional[Path]) -> tuple[Trace, dict, dict]:
+def _read_compacted(file: str, strict: bool, lanes_file: Optional[Path],
+                    window: Optional[Window]) -> tuple[Trace, dict, dict]:
     rules = load_lane_rules(lanes_file)
     trace = read_trace(Path(file), strict=strict)
+    cut_summary = {}
+    if window is not None:
+        trace, cut_summary = cut(trace, *window_bounds(trace, window, file))
     summary = compact(trace, rules)
+    summary.update(cut_summary)
     return trace, summary, find_blocks(trace, rules)
 
 
-def _scan_rank(file: str, strict: bool, lanes_file: Optional[Path]) -> RankInfo:
-    trace, _, blocks = _read_compacted(file, strict, lanes_file)
+def _scan_rank(file: str, strict: bool, lanes_file: Optional[Path], window: Optional[Window]) -> RankInfo:
+    trace, _, blocks = _read_compacted(file, strict, lanes_file, window)
     info = trace.metadata.get("distributedInfo")
     if not isinstance(info, dict) or not isinstance(info.get("rank"), int):
         raise CgtraceError(f"{file}: no distributedInfo.rank; a merge needs traces from "
@@ -182,7 +199,8 @@ def _fragment(block: Block, which: str):
     return max(block.fragments, key=lambda f: (f.ts + f.dur, f.ts))
 
 
-def _pipelines(infos: list[RankInfo], assume_aligned: bool) -> tuple[list[list[RankInfo]], str]:
+def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = False) -> tuple[list[list[RankInfo]], str]:
+    """Pipelines in PP order; with `partial` (--ranks), a pipeline may lack some of its ranks."""
     ranks = Counter(info.global_rank for info in infos)
     duplicate = next((rank for rank, n in ranks.items() if n > 1), None)
     if duplicate is not None:
@@ -207,11 +225,12 @@ def _pipelines(infos: list[RankInfo], assume_aligned: bool) -> tuple[list[list[R
     pipelines = []
     for group in sorted(groups, key=min):
         members = [by_rank[rank] for rank in group if rank in by_rank]
-        if len(members) < len(group):
+        if len(members) < len(group) and not partial:
             missing = ", ".join(map(str, sorted(set(group) - set(by_rank))[:8]))
             raise CgtraceError(f"{(members or infos)[0].file}: pipeline {list(group)} lacks the trace of global "
                                f"rank(s) {missing}; pass all ranks of the pipeline")
-        pipelines.append(members)
+        if len(members) >= 2 or not partial:
+            pipelines.append(members)
     return pipelines, "distributedInfo.pg_config"
 
 
@@ -274,8 +293,9 @@ def _pair_sends_and_receives(members: list[RankInfo], plans: list[RankPlan]) -> 
             "max_skew": max_skew, "not_drawn": not_drawn}
 
 
-def _write_rank_part(plan: RankPlan, strict: bool, lanes_file: Optional[Path], scratch: str):
-    trace, summary, blocks = _read_compacted(plan.file, strict, lanes_file)
+def _write_rank_part(plan: RankPlan, strict: bool, lanes_file: Optional[Path], window: Optional[Window],
+                     scratch: str):
+    trace, summary, blocks = _read_compacted(plan.file, strict, lanes_file, window)
     summary.update(link_rank_local(trace, blocks))
     for key, which, flow_id, outgoing in plan.flow_ends:
         trace.flow_ends.append(FlowEnd(_fragment(blocks[key], which), flow_id, outgoing))

@@ -15,6 +15,7 @@ from .output import atomic_output, check_output_path
 from .perfetto_writer import PerfettoWriter
 from .pp import find_blocks, link_rank_local, pp_rank_of
 from .reader import read_trace
+from .window import Window, cut, step_ranges, window_bounds
 
 PERFETTO_SUFFIX = ".perfetto-trace"
 
@@ -28,26 +29,40 @@ def default_output_path(input_path: Path, tag: str = "") -> Path:
     return input_path.with_name(f"{name}{tag}{PERFETTO_SUFFIX}")
 
 
-def convert_file(input_path: Path, output_path: Path, overwrite: bool = False, strict: bool = False) -> dict:
+def convert_file(input_path: Path, output_path: Path, overwrite: bool = False, strict: bool = False,
+                 window: Optional[Window] = None, split_steps: bool = False) -> dict:
     """Convert one Kineto JSON trace losslessly; returns the summary."""
     _check_paths(input_path, output_path, overwrite)
     trace = read_trace(input_path, strict=strict)
-    return _write(trace, input_path, output_path, overwrite, trace_summary(trace))
+    summary = trace_summary(trace)
+    trace = _windowed(trace, window, input_path, summary)
+    return _write(trace, input_path, output_path, overwrite, summary, split_steps)
 
 
 def compact_file(input_path: Path, output_path: Path, overwrite: bool = False, strict: bool = False,
-                 lanes_file: Optional[Path] = None) -> dict:
+                 lanes_file: Optional[Path] = None, window: Optional[Window] = None,
+                 split_steps: bool = False) -> dict:
     """Convert and repack GPU slices into semantic lanes, with rank-local PP arrows."""
     rules = load_lane_rules(lanes_file)
     _check_paths(input_path, output_path, overwrite)
     trace = read_trace(input_path, strict=strict)
     summary = trace_summary(trace)
+    trace = _windowed(trace, window, input_path, summary)
     summary.update(compact(trace, rules))
     pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata)
     summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source)
     summary.update(link_rank_local(trace, find_blocks(trace, rules)))
     summary["flows"] = len(trace.flows)
-    return _write(trace, input_path, output_path, overwrite, summary)
+    return _write(trace, input_path, output_path, overwrite, summary, split_steps)
+
+
+def _windowed(trace: Trace, window: Optional[Window], input_path: Path, summary: dict) -> Trace:
+    if window is None:
+        return trace
+    trace, cut_summary = cut(trace, *window_bounds(trace, window, str(input_path)))
+    summary.update(cut_summary)
+    summary.update(trace_summary(trace))
+    return trace
 
 
 def _check_paths(input_path: Path, output_path: Path, overwrite: bool) -> None:
@@ -56,16 +71,46 @@ def _check_paths(input_path: Path, output_path: Path, overwrite: bool) -> None:
         raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
 
 
-def _write(trace: Trace, input_path: Path, output_path: Path, overwrite: bool, summary: dict) -> dict:
+def _write(trace: Trace, input_path: Path, output_path: Path, overwrite: bool, summary: dict,
+           split_steps: bool = False) -> dict:
     summary["overlaps_moved"] = separate_overlaps(trace)
     summary["tracks"] = len(trace.tracks) + len(trace.processes)
     summary["slices"] = sum(1 for s in trace.slices if not s.is_instant)
+    if split_steps:
+        summary["steps"] = _write_steps(trace, input_path, output_path, overwrite)
+        summary.update(input=str(input_path))
+        return summary
+    _write_file(trace, output_path, overwrite)
+    summary.update(input=str(input_path), output=str(output_path), output_bytes=output_path.stat().st_size)
+    return summary
+
+
+def _write_file(trace: Trace, output_path: Path, overwrite: bool) -> None:
     with atomic_output(output_path, overwrite) as stream:
         writer = PerfettoWriter(stream)
         writer.write(trace)
         writer.close()
-    summary.update(input=str(input_path), output=str(output_path), output_bytes=output_path.stat().st_size)
-    return summary
+
+
+def _write_steps(trace: Trace, input_path: Path, output_path: Path, overwrite: bool) -> list[dict]:
+    """One file per ProfilerStep, `<output stem>_step<N>.perfetto-trace`."""
+    ranges = step_ranges(trace)
+    if not ranges:
+        raise CgtraceError(f"{input_path}: no ProfilerStep#N slices, so it cannot be split by step; "
+                           "use --window START:END instead")
+    stem = output_path.name[: -len(PERFETTO_SUFFIX)] if output_path.name.endswith(PERFETTO_SUFFIX) \
+        else output_path.stem
+    paths = {step: output_path.with_name(f"{stem}_step{step}{PERFETTO_SUFFIX}") for step in sorted(ranges)}
+    for path in paths.values():
+        check_output_path(path, overwrite)
+    written = []
+    for step, path in paths.items():
+        step_trace, cut_summary = cut(trace, *ranges[step])
+        _write_file(step_trace, path, overwrite)
+        written.append({"step": step, "output": str(path), "slices": len(step_trace.slices),
+                        "flows": len(step_trace.flows), "output_bytes": path.stat().st_size,
+                        "flows_dropped_by_window": cut_summary["flows_dropped_by_window"]})
+    return written
 
 
 def trace_summary(trace: Trace) -> dict:

@@ -1,0 +1,90 @@
+"""--window, --steps and --split-steps, checked through trace_processor against the input JSON."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+from converter.generator import GeneratorConfig, write_trace
+from converter.pipeline import compact_file, convert_file
+from converter.window import parse_steps, parse_window
+
+from .helpers import problem_stats, rows
+from .oracle import expected_from, load_events, to_ns
+
+
+@pytest.fixture(scope="module")
+def three_steps(tmp_path_factory):
+    path = tmp_path_factory.mktemp("window") / "trace.json"
+    return write_trace(GeneratorConfig(seed=11, steps=3, graphs_per_step=6, kernels_per_replay=12), path)
+
+
+def step_bounds(source) -> dict[int, tuple[int, int]]:
+    header, events = load_events(source)
+    base = header.get("baseTimeNanoseconds", 0)
+    bounds = {}
+    for event in events:
+        match = re.match(r"^ProfilerStep#(\d+)$", str(event.get("name")))
+        if match and event.get("ph") == "X":
+            start = base + to_ns(event["ts"])
+            bounds[int(match.group(1))] = (start, start + to_ns(event["dur"]))
+    return bounds
+
+
+ANNOTATIONS = ("gpu_user_annotation", "cuda_graph_label")
+
+
+def overlapping(source, start: int, end: int, skip_categories=()) -> Counter:
+    expected = expected_from(source, skip_categories=skip_categories).slices
+    return Counter({k: n for k, n in expected.items() if k[1] <= end and k[1] + k[2] >= start})
+
+
+def output_slices(output, skip_categories=("",)) -> Counter:
+    skipped = ", ".join(f"'{c}'" for c in skip_categories)
+    return Counter((r["name"], r["ts"], r["dur"]) for r in rows(
+        output, f"select name, ts, dur from slice where coalesce(category, 'none') not in ({skipped})"))
+
+
+def test_steps_keep_exactly_what_overlaps_the_step(tmp_path, three_steps):
+    output = tmp_path / "step1.perfetto-trace"
+    summary = convert_file(three_steps, output, window=parse_steps("1"))
+    start, end = step_bounds(three_steps)[1]
+    assert output_slices(output) == overlapping(three_steps, start, end)
+    assert summary["slices_outside_window"] > 0 and summary["flows_dropped_by_window"] > 0
+    assert problem_stats(output) == []
+    dangling = rows(output, "select count(*) n from flow where slice_out is null or slice_in is null")[0]["n"]
+    assert dangling == 0
+
+
+def test_window_in_milliseconds_from_the_trace_start(tmp_path, three_steps):
+    output = tmp_path / "window.perfetto-trace"
+    summary = convert_file(three_steps, output, window=parse_window("1:3"))
+    start, end = summary["window_start_ns"], summary["window_end_ns"]
+    assert end - start == 2_000_000
+    first = min(ts for _, ts, _ in expected_from(three_steps).slices)
+    assert start == first + 1_000_000
+    assert output_slices(output) == overlapping(three_steps, start, end)
+
+
+def test_split_steps_writes_one_loadable_file_per_step(tmp_path, three_steps):
+    output = tmp_path / "trace_compacted.perfetto-trace"
+    summary = compact_file(three_steps, output, split_steps=True)
+    bounds = step_bounds(three_steps)
+    assert [s["step"] for s in summary["steps"]] == sorted(bounds) == [0, 1, 2]
+    for step in summary["steps"]:
+        path = tmp_path / f"trace_compacted_step{step['step']}.perfetto-trace"
+        assert step["output"] == str(path)
+        assert problem_stats(path) == []
+        start, end = bounds[step["step"]]
+        # Measured slices are exactly those overlapping the step (compaction re-shapes annotations).
+        assert output_slices(path, ANNOTATIONS) == overlapping(three_steps, start, end, ANNOTATIONS)
+
+
+@pytest.mark.parametrize("text", ["", ":", "5", "a:b", "5:2"])
+def test_bad_window_is_a_clear_error(text):
+    from converter.errors import CgtraceError
+
+    with pytest.raises(CgtraceError, match="--window"):
+        parse_window(text)
