@@ -10,7 +10,7 @@ from pathlib import Path
 
 import orjson
 
-from . import __version__
+from . import __version__, progress
 from .errors import CgtraceError
 from .lanes import DEFAULT_LANES_TOML
 from .merge import merge_ranks
@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         # The model is millions of small acyclic objects: cyclic GC passes over them cost
         # a quarter of the run and free nothing.
         gc.disable()
+        progress.start(enabled=not getattr(args, "quiet", False))
         return args.run(args)
     except CgtraceError as error:
         print(f"cgtrace: error: {error.message}", file=sys.stderr)
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return EXIT_USAGE
     finally:
+        progress.finish()
         gc.enable()
 
 
@@ -71,6 +73,8 @@ def _parser() -> argparse.ArgumentParser:
     _add_split_option(compact)
     compact.add_argument("--lanes", type=Path, metavar="FILE",
                          help="lane rules (TOML); see `cgtrace lanes --print-default`")
+    compact.add_argument("--format", choices=("perfetto", "json"), default="perfetto",
+                         help="json: Chrome JSON (lanes as threads) for JSON-only tools")
     compact.add_argument("--merge-pp-ranks", action="store_true",
                          help="TRACE is a directory of rank traces: merge them (same as `cgtrace merge`)")
     _add_merge_options(compact)
@@ -197,12 +201,16 @@ def _run_convert(args) -> int:
 
 def _run_compact(args) -> int:
     if args.merge_pp_ranks:
+        if args.format != "perfetto":
+            raise CgtraceError(f"{args.input}: --format json is not available for merged traces (one JSON "
+                               "document cannot carry the arrows between ranks' parts); leave out --format")
         args.inputs = [args.input]
         return _run_merge(args)
-    output = args.output or default_output_path(args.input, "_compacted")
+    output = args.output or default_output_path(args.input, "_compacted", args.format)
     summary = compact_file(args.input, output, overwrite=args.overwrite, strict=args.strict,
-                           lanes_file=args.lanes, window=args.window or args.steps, split_steps=args.split_steps)
-    if args.verify:
+                           lanes_file=args.lanes, window=args.window or args.steps, split_steps=args.split_steps,
+                           output_format=args.format)
+    if args.verify and args.format == "perfetto":
         summary["verified"] = verify_output(output, summary, tp_bin=args.tp_bin)
     per_gpu = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
                         for gpu in summary["per_gpu"]) or "no GPU slices"

@@ -13,6 +13,7 @@ from typing import Any, Optional
 
 import msgspec
 
+from . import progress
 from .errors import CgtraceError
 from .flows import FlowEvent, bind_flows
 from .model import CounterSample, Process, Slice, Thread, Trace, Track
@@ -244,9 +245,12 @@ class _TraceBuilder:
             "b": self._async_begin, "e": self._async_end, "n": self._async_instant,
         }
         self.trace.events_read += len(raw_events)
-        for index in range(len(raw_events)):
+        total = len(raw_events)
+        for index in range(total):
             event = decode_event(raw_events[index])
             raw_events[index] = None
+            if not index & 0xFFFF:
+                progress.report(f"parsing events: {index * 100 // total}%")
             if event is None:
                 skipped["event_not_an_object"] += 1
                 continue

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
 import zlib
 from pathlib import Path
 
+from . import progress
 from .errors import CgtraceError
 
 GZIP_MAGIC = b"\x1f\x8b"
 _CHUNK = 1 << 22
+# Kineto JSON compresses 10-30x; far beyond that is a decompression bomb, not a trace.
+GZIP_RATIO_LIMIT = 200
+GZIP_RATIO_FLOOR = 1 << 28
+NO_GZIP_LIMIT_ENV = "CGTRACE_NO_GZIP_LIMIT"
 
 
 def read_input_bytes(path: Path) -> bytes | bytearray:
@@ -19,36 +25,66 @@ def read_input_bytes(path: Path) -> bytes | bytearray:
             handle.seek(0)
             if magic == GZIP_MAGIC:
                 return _gunzip(handle, path)
-            return handle.read()
+            return _read_plain(handle, path)
     except FileNotFoundError:
         raise CgtraceError(f"{path}: no such file; check the path and try again") from None
     except IsADirectoryError:
         raise CgtraceError(f"{path}: is a directory; pass a trace file (.json or .json.gz)") from None
     except PermissionError:
         raise CgtraceError(f"{path}: permission denied; make the file readable and try again") from None
+    except MemoryError:
+        raise CgtraceError(f"{path}: too large to read into memory; cut it down with --window or --steps "
+                           "on a machine with more memory") from None
     except OSError as error:
         raise CgtraceError(f"{path}: cannot read ({error.strerror or error}); check the file and try again") from None
 
 
+def _read_plain(handle, path: Path) -> bytearray:
+    size = os.fstat(handle.fileno()).st_size
+    text = bytearray(size)
+    view = memoryview(text)
+    done = 0
+    while done < size:
+        count = handle.readinto(view[done:done + _CHUNK])
+        if not count:
+            break
+        done += count
+        progress.report(f"reading {path.name}: {done >> 20} / {size >> 20} MB")
+    view.release()
+    del text[done:]
+    return text
+
+
 def _gunzip(handle, path: Path) -> bytearray:
-    """Decompress into one growing buffer, so the text is never held twice."""
+    """Decompress into one growing buffer, so the text is never held twice.
+
+    Output is produced in bounded pieces and checked against the compressed size read so
+    far, so a gzip bomb is refused before it fills memory.
+    """
     decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     text = bytearray()
+    limit_ratio = 0 if os.environ.get(NO_GZIP_LIMIT_ENV) else GZIP_RATIO_LIMIT
     try:
         while True:
             chunk = handle.read(_CHUNK)
             if not chunk:
                 break
-            text += decompressor.decompress(chunk)
-            while decompressor.eof and decompressor.unused_data:
-                # Concatenated gzip members (e.g. `cat a.gz b.gz`) are one stream to gzip(1).
-                rest = decompressor.unused_data
-                decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-                text += decompressor.decompress(rest)
+            while chunk:
+                text += decompressor.decompress(chunk, _CHUNK * 8)
+                chunk = decompressor.unconsumed_tail
+                if decompressor.eof and decompressor.unused_data:
+                    # Concatenated gzip members (e.g. `cat a.gz b.gz`) are one stream to gzip(1).
+                    chunk = decompressor.unused_data + chunk
+                    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+                compressed = handle.tell()
+                if limit_ratio and len(text) > GZIP_RATIO_FLOOR and len(text) > limit_ratio * compressed:
+                    raise CgtraceError(
+                        f"{path}: decompresses more than {limit_ratio}x (a gzip bomb?); if the trace is genuine, "
+                        f"set {NO_GZIP_LIMIT_ENV}=1 and run again")
+            progress.report(f"reading {path.name}: {handle.tell() >> 20} MB compressed, {len(text) >> 20} MB of JSON")
         text += decompressor.flush()
     except zlib.error as error:
         raise CgtraceError(f"{path}: corrupt gzip data ({error}); re-copy or re-export the trace") from None
     if not decompressor.eof:
         raise CgtraceError(f"{path}: gzip stream is truncated; re-copy the file or re-export the trace")
     return text
-

@@ -199,3 +199,27 @@ def test_identical_overlapping_annotations_merge(tmp_path):
 def test_real_traces_compact(tmp_path, source):
     output, summary = compact(tmp_path, source)
     assert_compacted_correctly(source, output, summary)
+
+
+def test_json_format_loads_losslessly(tmp_path):
+    config = GeneratorConfig(seed=4, steps=2, pp_size=2, pp_rank=1, world_size=2, rank=1, microbatches=2,
+                             annotation_gaps=True, graphs_per_step=6, kernels_per_replay=12)
+    source = write_trace(config, tmp_path / "trace.json")
+    output = tmp_path / "compacted.json"
+    summary = compact_file(source, output, output_format="json")
+    assert problem_stats(output) == []
+    base = summary["json_base_time_ns"]
+    measured = Counter((r["name"], r["ts"] + base, r["dur"]) for r in rows(output, f"""
+        select name, ts, dur from slice where coalesce(category, "") not in {ANNOTATION_CATEGORIES}"""))
+    assert measured == expected_from(source, skip_categories=ANNOTATION_CATEGORIES).slices
+    lanes = rows(output, """
+        select count(*) n from (select s.ts, s.dur, s.depth,
+               lead(s.ts) over (partition by s.track_id order by s.ts) next_ts
+          from slice s join thread_track t on s.track_id = t.id join thread using (utid)
+          where thread.name in ('Compute', 'Compute 2', 'Compute 3', 'NCCL other', 'NCCL all-gather'))
+        where depth > 0 or next_ts < ts + dur""")
+    assert lanes[0]["n"] == 0
+    lane_threads = {r["name"] for r in rows(output, "select name from thread")}
+    assert {"Compute", "Compute annotations"} <= lane_threads
+    flows = rows(output, "select count(*) n from flow")[0]["n"]
+    assert flows == summary["flows"]

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Where `cgtrace convert` spends its time and memory, stage by stage.
+
+    python benchmarks/profile_convert.py IN.json                 # stage wall times + RSS
+    python benchmarks/profile_convert.py IN.json --cprofile      # plus cProfile (slower, top functions)
+    python benchmarks/profile_convert.py --events 1M             # generate the input (cached like run.py)
+
+Runs convert_file in-process (cyclic GC off, as the CLI does) with thin timers around the
+pipeline's stage functions, looked up by name at run time; a stage whose function no longer
+exists is reported as missing, not an error. Stage times are inclusive (a nested stage is
+also inside its parent) and the timers cost nothing measurable (one call per stage).
+RSS is read from /proc/self/status after each stage: `rss` now, `hwm` the peak so far.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import functools
+import gc
+import io
+import importlib
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+# (label, module, attribute path, depth). Wrapped where the caller looks the name up.
+STAGES = [
+    ("read file (bytes)", "converter.reader", "read_input_bytes", 1),
+    ("decode header + find traceEvents", "converter.reader", "_split_document", 1),
+    ("decode event list -> Raw", "converter.reader", "_RAW_LIST.decode", 1),
+    ("build model (decode events + handlers)", "converter.reader", "_TraceBuilder.add_events", 1),
+    ("finish (metadata + flows)", "converter.reader", "_TraceBuilder.finish", 1),
+    ("bind flows", "converter.reader", "bind_flows", 2),
+    ("layout (separate_overlaps)", "converter.pipeline", "separate_overlaps", 1),
+    ("write (PerfettoWriter.write)", "converter.perfetto_writer", "PerfettoWriter.write", 1),
+    ("descriptors", "converter.perfetto_writer", "PerfettoWriter._write_descriptors", 2),
+    ("flow ids", "converter.perfetto_writer", "PerfettoWriter._flow_ids", 2),
+    ("close + atomic rename", "converter.perfetto_writer", "PerfettoWriter.close", 1),
+    ("summary", "converter.pipeline", "trace_summary", 1),
+]
+
+_records: list[tuple[str, float, int, int]] = []
+
+
+def _rss_kb() -> tuple[int, int]:
+    rss = hwm = 0
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                rss = int(line.split()[1])
+            elif line.startswith("VmHWM:"):
+                hwm = int(line.split()[1])
+    return rss, hwm
+
+
+def _timed(label, fn):
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            dt = time.perf_counter() - t0
+            rss, hwm = _rss_kb()
+            _records.append((label, dt, rss, hwm))
+    return wrapper
+
+
+class _DecoderProxy:
+    def __init__(self, decoder, label):
+        self._decoder = decoder
+        self.decode = _timed(label, decoder.decode)
+
+
+def install_timers() -> list[str]:
+    missing = []
+    for label, module_name, path, _ in STAGES:
+        try:
+            owner = importlib.import_module(module_name)
+            *parents, name = path.split(".")
+            for parent in parents:
+                owner = getattr(owner, parent)
+            target = getattr(owner, name)
+        except (ImportError, AttributeError):
+            missing.append(f"{label} ({module_name}.{path})")
+            continue
+        if path.endswith(".decode"):
+            # A msgspec Decoder attribute: replace the decoder object with a proxy.
+            holder = importlib.import_module(module_name)
+            for parent in parents[:-1]:
+                holder = getattr(holder, parent)
+            setattr(holder, parents[-1], _DecoderProxy(owner, label))
+        else:
+            setattr(owner, name, _timed(label, target))
+    return missing
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("input", nargs="?", type=Path)
+    parser.add_argument("--events", help="generate this many events (e.g. 1M) instead of IN")
+    parser.add_argument("--cprofile", action="store_true", help="also run under cProfile and print the top")
+    parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--sort", default="tottime", help="pstats sort key for the top list (tottime, cumulative)")
+    parser.add_argument("--dump", type=Path, help="write the cProfile stats here (for snakeviz etc.)")
+    args = parser.parse_args()
+    if args.input is None and not args.events:
+        parser.error("pass IN or --events")
+    if args.events:
+        from run import DEFAULT_OUT, InputCache, parse_size
+        meta = InputCache(DEFAULT_OUT, 0).get(parse_size(args.events), 0)
+        args.input = Path(meta["paths"][0])
+
+    missing = install_timers()
+    from converter.pipeline import convert_file
+
+    size = args.input.stat().st_size
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "out.perfetto-trace"
+        profiler = cProfile.Profile() if args.cprofile else None
+        gc.disable()
+        t0 = time.perf_counter()
+        if profiler:
+            profiler.enable()
+        summary = convert_file(args.input, out, overwrite=True)
+        if profiler:
+            profiler.disable()
+        total = time.perf_counter() - t0
+        gc.enable()
+    rss, hwm = _rss_kb()
+
+    print(f"input {args.input} ({size / 1e6:.0f} MB, {summary.get('events_read')} events)"
+          f"{' under cProfile' if profiler else ''}")
+    print(f"total convert_file {total:.2f} s = {size / 1e6 / total:.1f} MB/s; peak RSS {hwm / 1024:.0f} MiB "
+          f"= {hwm * 1024 / size:.2f} x input\n")
+    print("| stage | s | % of total | calls | RSS after MiB | peak so far MiB |")
+    print("|---|--:|--:|--:|--:|--:|")
+    top_level = 0.0
+    for label, _, _, depth in STAGES:
+        calls = [r for r in _records if r[0] == label]
+        if not calls:
+            continue
+        dt = sum(r[1] for r in calls)
+        if depth == 1:
+            top_level += dt
+        indent = "&nbsp;&nbsp;" * (depth - 1)
+        print(f"| {indent}{label} | {dt:.2f} | {100 * dt / total:.0f}% | {len(calls)} | "
+              f"{calls[-1][2] / 1024:.0f} | {calls[-1][3] / 1024:.0f} |")
+    print(f"| (outside the stages: path checks, output open, ...) | {total - top_level:.2f} | "
+          f"{100 * (total - top_level) / total:.0f}% | | | |")
+    for m in missing:
+        print(f"\nmissing stage: {m}")
+    if profiler:
+        stream = io.StringIO()
+        stats = pstats.Stats(profiler, stream=stream)
+        stats.sort_stats(args.sort).print_stats(args.top)
+        print("\n" + stream.getvalue())
+        if args.dump:
+            stats.dump_stats(args.dump)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

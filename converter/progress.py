@@ -1,0 +1,49 @@
+"""Progress on stderr for long runs: shown only on a terminal, after the first second, and
+never with --quiet, so logs and pipes stay clean and stdout carries only the summary."""
+
+from __future__ import annotations
+
+import sys
+import time
+
+_DELAY_S = 1.0
+
+
+class Progress:
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and sys.stderr.isatty()
+        self.started = time.monotonic()
+        self.shown = False
+        self.last_draw = 0.0
+
+    def update(self, message: str) -> None:
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if now - self.started < _DELAY_S or now - self.last_draw < 0.1:
+            return
+        self.last_draw = now
+        self.shown = True
+        sys.stderr.write(f"\r\x1b[2Kcgtrace: {message}")
+        sys.stderr.flush()
+
+    def done(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[2K")
+            sys.stderr.flush()
+
+
+_current = Progress(enabled=False)
+
+
+def start(enabled: bool) -> None:
+    global _current
+    _current = Progress(enabled)
+
+
+def report(message: str) -> None:
+    _current.update(message)
+
+
+def finish() -> None:
+    _current.done()

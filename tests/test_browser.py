@@ -1,0 +1,127 @@
+"""A real browser opens our output in the offline Perfetto UI that `cgtrace view --offline` serves.
+
+Headless Chromium (Debian's `chromium` package, or $CGTRACE_CHROMIUM) driven by Playwright.
+Skips, saying why, only where Playwright is not installed or Chromium cannot be found or started.
+
+Checked: a converted, a compacted and a merged trace, with lane and rank order as shown.
+Other tests reuse the `load_in_ui` fixture: `names, screenshot = load_in_ui(trace_path)`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from converter.generator import write_pp_run
+from converter.merge import merge_ranks
+from converter.pipeline import compact_file, convert_file
+from converter.view import TraceServer, find_web_dist
+
+from .helpers import write_json
+
+LOAD_TIMEOUT_MS = 60_000
+TRACK_TITLE = ".pf-track__title-popup"   # the full title; .pf-track__title may be ellipsized
+
+
+def _chromium() -> str:
+    found = os.environ.get("CGTRACE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not found:
+        pytest.skip("Chromium not found: `apt-get install -y chromium`, or set CGTRACE_CHROMIUM to a "
+                    "Chrome binary")
+    return found
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_api = pytest.importorskip("playwright.sync_api",
+                                   reason="Playwright is not installed: pip install -e '.[test]'")
+    executable = _chromium()
+    with sync_api.sync_playwright() as playwright:
+        try:
+            # --no-sandbox: CI runs as root, where Chromium's sandbox refuses to start.
+            instance = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        except sync_api.Error as error:
+            pytest.skip(f"Chromium at {executable} does not start: {str(error).splitlines()[0]}")
+        yield instance
+        instance.close()
+
+
+@pytest.fixture
+def load_in_ui(browser, tmp_path) -> Callable[[Path], tuple[list[str], Path]]:
+    """Opens a trace in the offline UI; returns the track names shown (every group expanded,
+    in display order) and the path of a screenshot of the timeline."""
+
+    def load(trace_path: Path) -> tuple[list[str], Path]:
+        server = TraceServer(trace_path, port=0, web_dist=find_web_dist())
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+        page = browser.new_page(viewport={"width": 1600, "height": 1000})
+        try:
+            page.goto(server.ui_url)
+            page.wait_for_selector(TRACK_TITLE, state="attached", timeout=LOAD_TIMEOUT_MS)
+            page.evaluate("window.waitForPerfettoIdle()")
+            page.evaluate("app.commands.runCommand('dev.perfetto.ExpandAllGroups')")
+            page.evaluate("window.waitForPerfettoIdle()")
+            names = page.eval_on_selector_all(TRACK_TITLE, "titles => titles.map(t => t.textContent)")
+            screenshot = tmp_path / f"{trace_path.name}.png"
+            page.screenshot(path=str(screenshot))
+            return names, screenshot
+        finally:
+            page.close()
+            server.shutdown()
+            server.server_close()
+
+    return load
+
+
+TRACE = {"traceEvents": [
+    {"ph": "M", "name": "process_name", "pid": 7, "tid": 0, "args": {"name": "trainer"}},
+    {"ph": "M", "name": "thread_name", "pid": 7, "tid": 7, "args": {"name": "main"}},
+    {"ph": "M", "name": "process_name", "pid": 0, "tid": 0, "args": {"name": "python"}},
+    {"ph": "M", "name": "process_labels", "pid": 0, "tid": 0, "args": {"labels": "GPU 0"}},
+    {"ph": "M", "name": "thread_name", "pid": 0, "tid": 7, "args": {"name": "stream 7"}},
+    {"ph": "M", "name": "thread_name", "pid": 0, "tid": 21, "args": {"name": "stream 21"}},
+    {"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 7, "tid": 7, "ts": 0, "dur": 100},
+    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": 10, "dur": 50},
+    {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllGather", "pid": 0, "tid": 21, "ts": 20, "dur": 60},
+]}
+
+
+def test_converted_trace_shows_its_tracks(load_in_ui, tmp_path):
+    converted = tmp_path / "converted.perfetto-trace"
+    convert_file(write_json(tmp_path / "small.json", TRACE), converted)
+    names, screenshot = load_in_ui(converted)
+    # Perfetto titles processes and threads "<name> <id>".
+    assert any(name.startswith("trainer") for name in names), names
+    assert any(name.startswith("main") for name in names), names
+    assert any(name.startswith("stream 7") for name in names) and any(n.startswith("stream 21") for n in names)
+    assert names.index(next(n for n in names if n.startswith("trainer"))) < \
+        names.index(next(n for n in names if n.startswith("main")))   # a thread follows its process
+    assert screenshot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and screenshot.stat().st_size > 10_000
+
+
+def test_compacted_trace_shows_lanes_in_order(load_in_ui, tmp_path):
+    compacted = tmp_path / "compacted.perfetto-trace"
+    compact_file(write_json(tmp_path / "small.json", TRACE), compacted)
+    names, screenshot = load_in_ui(compacted)
+    lanes = [n for n in names if n in ("GPU lanes", "Compute annotations", "Compute", "NCCL all-gather")]
+    assert lanes == ["GPU lanes", "Compute", "NCCL all-gather"], names
+    assert screenshot.stat().st_size > 10_000
+
+
+def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, tmp_path):
+    files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=1, seed=2,
+                         graphs_per_step=2, kernels_per_replay=4)
+    merged = tmp_path / "merged.perfetto-trace"
+    merge_ranks(files, lambda group, groups: merged, jobs=1)
+    names, screenshot = load_in_ui(merged)
+    ranks = [n for n in names if n.startswith("PP rank ") and "| GPU" in n]
+    assert [int(n.split()[2]) for n in ranks] == [0, 1, 2, 3], names
+    first_rank_lanes = names[names.index(ranks[0]) + 1:names.index(ranks[1])]
+    groups = [n for n in first_rank_lanes if n in ("Compute", "NCCL other", "Memcpy")]
+    assert groups == sorted(groups, key=["Compute", "NCCL other", "Memcpy"].index) and "Compute" in groups
+    assert screenshot.stat().st_size > 10_000

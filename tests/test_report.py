@@ -1,0 +1,217 @@
+"""cgtrace report: figures on small hand-built traces equal values computed by hand (all in µs below)."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+from contextlib import redirect_stdout
+
+import pytest
+
+from converter.cli import main
+from converter.generator import write_pp_run
+from converter.pipeline import compact_file, convert_file
+
+from .helpers import write_json
+
+US = 1000  # ns per µs: the report speaks ns, the hand-built traces µs
+
+
+def meta(pid, name, labels=None, tid=0):
+    events = [{"ph": "M", "name": "process_name", "pid": pid, "tid": tid, "args": {"name": name}}]
+    if labels:
+        events.append({"ph": "M", "name": "process_labels", "pid": pid, "tid": tid, "args": {"labels": labels}})
+    return events
+
+
+def span(name, cat, pid, tid, start, end):
+    return {"ph": "X", "name": name, "cat": cat, "pid": pid, "tid": tid, "ts": start, "dur": end - start}
+
+
+def kernel(name, stream, start, end, cat="kernel", pid=0):
+    return span(name, cat, pid, stream, start, end)
+
+
+# One GPU, one step [5, 95]. Compute: gemm_a/gemm_b partially overlap on stream 7 (the converter
+# moves one to an overlap track) and gemm_a runs again on stream 8: union [10, 40], plus gemm_c.
+SINGLE_GPU = {"traceEvents": [
+    *meta(100, "python", "CPU"), *meta(0, "python", "GPU 0"),
+    span("ProfilerStep#1", "user_annotation", 100, 100, 5, 95),
+    span("ProfilerStep#1", "gpu_user_annotation", 0, 7, 5, 95),   # the GPU-side copy is not a step
+    kernel("gemm_a", 7, 10, 30), kernel("gemm_b", 7, 20, 35), kernel("gemm_a", 8, 25, 40),
+    kernel("gemm_c", 7, 75, 78),
+    kernel("ncclDevKernel_AllGather_RING_LL", 20, 35, 60),
+    kernel("ncclDevKernel_ReduceScatter_Sum", 21, 70, 80),
+    kernel("ncclDevKernel_SendRecv", 8, 90, 100),                 # half outside the step
+    kernel("symm_mem_one_shot_all_reduce", 9, 50, 52),
+    kernel("Memcpy HtoD (Pageable -> Device)", 8, 0, 8, cat="gpu_memcpy"),  # 3 µs inside the step
+]}
+STEP = 90
+GROUPS = {  # group: (busy µs, slices)
+    "Compute": (33, 4), "Symmetric memory": (2, 1), "NCCL all-gather": (25, 1),
+    "NCCL reduce-scatter": (10, 1), "NCCL other": (5, 1), "Memcpy": (3, 1),
+}
+# all-gather [35,60] minus compute [10,40] -> 20; reduce-scatter [70,80] minus gemm_c [75,78] -> 7;
+# SendRecv [90,95] inside the step -> 5.
+EXPOSED = 20 + 7 + 5
+BUSY = 3 + 50 + 10 + 5   # [5,8] [10,60] [70,80] [90,95]
+
+
+def report_json(path, *extra) -> dict:
+    return run_report(path, "--format", "json", *extra)
+
+
+def run_report(path, *args):
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(path), *args]) == 0
+    text = out.getvalue()
+    return json.loads(text) if "json" in args else text
+
+
+@pytest.fixture(scope="module")
+def single_gpu(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("single")
+    source = write_json(folder / "single.json", SINGLE_GPU)
+    converted, compacted = folder / "single.perfetto-trace", folder / "single_compacted.perfetto-trace"
+    convert_file(source, converted)
+    compact_file(source, compacted)
+    return source, converted, compacted
+
+
+def assert_single_gpu(report: dict, lanes_from: str) -> None:
+    assert report["lanes_from"] == lanes_from
+    [gpu] = report["gpus"]
+    assert (gpu["gpu"], gpu["pp_rank"], gpu["window"], gpu["steps"]) == ("GPU 0", None, "steps", 1)
+    assert gpu["window_ns"] == STEP * US
+    assert gpu["busy_ns"] == BUSY * US
+    assert gpu["exposed_comm_ns"] == EXPOSED * US
+    assert gpu["exposed_comm_share"] == pytest.approx(EXPOSED / STEP, abs=1e-6)
+    groups = {g["group"]: (g["busy_ns"] // US, g["slices"]) for g in gpu["lane_groups"]}
+    assert groups == GROUPS
+    assert [g["group"] for g in gpu["lane_groups"]] == [
+        "Compute", "Symmetric memory", "NCCL all-gather", "NCCL reduce-scatter", "NCCL other", "Memcpy"]
+    compute = gpu["lane_groups"][0]
+    assert compute["share"] == pytest.approx(33 / STEP, abs=1e-6)
+
+
+def test_busy_time_is_a_union_and_exposed_comm_subtracts_compute(single_gpu):
+    _, converted, _ = single_gpu
+    report = report_json(converted)
+    assert_single_gpu(report, "GPU slice names and categories")
+    assert report["pipeline"] == []
+
+
+def test_compacted_lanes_give_the_same_figures(single_gpu):
+    _, _, compacted = single_gpu
+    report = report_json(compacted)
+    assert_single_gpu(report, "lane tracks")
+    compute = report["gpus"][0]["lane_groups"][0]
+    assert compute["tracks"] == 3   # three compute kernels run at once at 25-30 µs: three lanes
+
+
+def test_top_kernels(single_gpu):
+    _, converted, _ = single_gpu
+    kernels = report_json(converted, "--top", "4")["top_kernels"]
+    assert [(k["name"], k["count"], k["total_ns"] // US) for k in kernels] == [
+        ("gemm_a", 2, 35), ("ncclDevKernel_AllGather_RING_LL", 1, 25), ("gemm_b", 1, 15),
+        ("ncclDevKernel_ReduceScatter_Sum", 1, 10)]   # ties by name; memcpy is not a kernel
+    assert kernels[0]["mean_ns"] == 17.5 * US
+
+
+def test_raw_json_and_no_steps_use_the_active_span(tmp_path):
+    source = write_json(tmp_path / "nosteps.json", {"traceEvents": [
+        *meta(0, "python", "GPU 0"), kernel("k1", 7, 100, 110), kernel("k2", 8, 105, 130),
+        kernel("ncclDevKernel_AllReduce_Sum", 9, 140, 150)]})
+    [gpu] = report_json(source)["gpus"]
+    assert (gpu["window"], gpu["window_ns"], gpu["busy_ns"]) == ("active span", 50 * US, 40 * US)
+    assert gpu["exposed_comm_ns"] == 10 * US
+    assert {g["group"]: g["busy_ns"] // US for g in gpu["lane_groups"]} == {"Compute": 30, "NCCL all-reduce": 10}
+
+
+def pp_rank_events(pp_rank, global_rank, cpu_pid, gpu_pid, steps, blocks, kernels):
+    prefix = f"PP rank {pp_rank} (global rank {global_rank}) | "
+    events = [*meta(cpu_pid, prefix + "python", "CPU"), *meta(gpu_pid, prefix + "GPU " + str(pp_rank), "GPU")]
+    events += [span(f"ProfilerStep#{n}", "user_annotation", cpu_pid, cpu_pid, a, b) for n, a, b in steps]
+    events += [span(name, "gpu_user_annotation", gpu_pid, stream, a, b) for name, stream, a, b in blocks]
+    events += [kernel(name, stream, a, b, pid=gpu_pid) for name, stream, a, b in kernels]
+    return events
+
+
+# PP rank 0: step 3 [0,100]: F0 on two streams (union [10,32]), SEND_F0 [32,40], RECV_B0 [50,60],
+# B0 [60,90], W0 [95,105] across the step boundary. Busy [10,40]+[50,90]+[95,100] = 75.
+# Step 4 [100,200]: UNSHARD [100,110], F1 [120,150], I1 [150,170], W1 [170,190]: busy 10+70 = 80.
+# PP rank 1 (global 5): step 3 [0,100]: F0 [40,60], an OVERLAP_F_B [60,80]: busy 40.
+PP_TRACE = {"traceEvents": [
+    *pp_rank_events(0, 0, 1, 2, [(3, 0, 100), (4, 100, 200)], [
+        ("PP:0F0", 7, 10, 30), ("PP:0F0", 8, 12, 32), ("PP:0SEND_F0", 7, 32, 40), ("PP:0RECV_B0", 8, 50, 60),
+        ("PP:0B0", 7, 60, 90), ("PP:0W0", 7, 95, 105), ("PP:0UNSHARD", 7, 100, 110), ("PP:0F1", 7, 120, 150),
+        ("PP:0I1", 7, 150, 170), ("PP:0W1", 7, 170, 190)], [("gemm", 7, 10, 30)]),
+    *pp_rank_events(1, 5, 3, 4, [(3, 0, 100)], [
+        ("PP:1F0", 7, 40, 60), ("PP:(1F1;1B0)OVERLAP_F_B", 7, 60, 80)], [("gemm", 7, 40, 60)]),
+    span("PP:0F0", "user_annotation", 1, 1, 1, 5),   # the CPU side of a PP block does not count
+]}
+NO_TIME = dict.fromkeys(("F", "B", "I", "W", "F+B", "SEND", "RECV", "other"), 0)
+PP_EXPECTED = [  # (pp rank, global rank, step, {kind: µs}, idle µs)
+    (0, 0, "ProfilerStep#3", {**NO_TIME, "F": 22, "SEND": 8, "RECV": 10, "B": 30, "W": 5}, 25),
+    (0, 0, "ProfilerStep#4", {**NO_TIME, "other": 10, "F": 30, "I": 20, "W": 25}, 20),
+    (1, 5, "ProfilerStep#3", {**NO_TIME, "F": 20, "F+B": 20}, 60),
+]
+
+
+def test_pp_bubble_per_rank_and_step(tmp_path):
+    source = write_json(tmp_path / "pp_merged.json", PP_TRACE)
+    converted = tmp_path / "pp_merged.perfetto-trace"
+    convert_file(source, converted)
+    report = report_json(converted)
+    got = [(r["pp_rank"], r["global_rank"], r["step"], {k: v // US for k, v in r["time_ns"].items()},
+            r["idle_ns"] // US) for r in report["pipeline"]]
+    assert got == PP_EXPECTED
+    assert [r["bubble_fraction"] for r in report["pipeline"]] == [0.25, 0.2, 0.6]
+    assert [(g["gpu"], g["pp_rank"], g["global_rank"], g["steps"], g["window_ns"] // US) for g in report["gpus"]] == [
+        ("PP rank 0 (global rank 0) | GPU 0", 0, 0, 2, 200), ("PP rank 1 (global rank 5) | GPU 1", 1, 5, 1, 100)]
+
+
+def test_text_and_html(single_gpu, tmp_path):
+    _, converted, _ = single_gpu
+    text = run_report(converted)
+    assert re.search(r"GPU 0\s+Compute\s+0\.033\s+36\.7%\s+4\s+3", text)   # 3 tracks: streams 7, 8, overlap
+    page = tmp_path / "report.html"
+    run_report(converted, "--format", "html", "-o", str(page))
+    html = page.read_text()
+    assert html.startswith("<!doctype html>") and html.count("<svg") == 3 and "gemm_a" in html
+    assert not re.search(r"https?:|src=|<script|<link", html)   # self-contained
+    assert main(["report", str(converted), "--format", "html", "-o", str(page)]) == 2   # no --overwrite
+
+
+def test_missing_trace(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "nope.perfetto-trace")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "nope.perfetto-trace: no such file" in err
+
+
+def test_merged_pipeline_matches_each_rank_alone(tmp_path):
+    """`cgtrace merge` puts each rank's lanes under a track named after its GPU, outside any
+    process; every figure must still equal that rank's own trace read alone."""
+    ranks = write_pp_run(tmp_path / "ranks", pp_size=2, microbatches=2, steps=2, kernels_per_replay=4)
+    merged = tmp_path / "merged.perfetto-trace"
+    assert main(["merge", str(tmp_path / "ranks"), "-o", str(merged), "-q"]) == 0
+    report = report_json(merged)
+    assert len(report["gpus"]) == 2 and {row["pp_rank"] for row in report["pipeline"]} == {0, 1}
+    for gpu in report["gpus"]:
+        alone = report_json(next(p for p in ranks if p.name == f"rank{gpu['global_rank']}_trace.json"))
+        assert figures(gpu) == figures(alone["gpus"][0])
+        assert [without(row, "pp_rank", "global_rank") for row in report["pipeline"]
+                if row["global_rank"] == gpu["global_rank"]] == [
+            without(row, "pp_rank", "global_rank") for row in alone["pipeline"]]
+
+
+def without(row: dict, *keys) -> dict:
+    return {k: v for k, v in row.items() if k not in keys}
+
+
+def figures(gpu: dict) -> dict:
+    """What must not depend on how the trace is laid out (lanes vs streams, merged or not)."""
+    return {"window_ns": gpu["window_ns"], "busy_ns": gpu["busy_ns"], "exposed_comm_ns": gpu["exposed_comm_ns"],
+            "lane_groups": [without(group, "tracks") for group in gpu["lane_groups"]]}
