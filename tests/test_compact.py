@@ -223,3 +223,26 @@ def test_json_format_loads_losslessly(tmp_path):
     assert {"Compute", "Compute annotations"} <= lane_threads
     flows = rows(output, "select count(*) n from flow")[0]["n"]
     assert flows == summary["flows"]
+
+
+@pytest.mark.parametrize("fault", ["changed_duration", "overlapping_lane"])
+def test_self_check_refuses_to_write_a_wrong_trace(tmp_path, monkeypatch, fault):
+    import converter.compaction as compaction
+    from converter.errors import CgtraceError
+
+    honest = compaction.partition_intervals
+
+    def faulty(slices):
+        lanes = honest(slices)
+        if fault == "changed_duration":
+            lanes[0][0].dur += 1
+            return lanes
+        return [[s for lane in lanes for s in lane]]
+
+    monkeypatch.setattr(compaction, "partition_intervals", faulty)
+    source = write_trace(GeneratorConfig(seed=1, steps=1, graphs_per_step=4, kernels_per_replay=16,
+                                         parallel_branch_fraction=0.6), tmp_path / "trace.json")
+    output = tmp_path / "out.perfetto-trace"
+    with pytest.raises(CgtraceError, match="self-check failed"):
+        compact_file(source, output)
+    assert not output.exists() and list(tmp_path.iterdir()) == [source]
