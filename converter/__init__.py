@@ -2,6 +2,14 @@
 
 __version__ = "0.1.0"
 
-from .tp import open_trace  # noqa: E402  (the public Python API)
-
 __all__ = ["open_trace", "__version__"]
+
+
+def __getattr__(name: str):
+    """`converter.open_trace`, imported on first use: trace_processor brings in perfetto and
+    wasmtime, which every CLI command would otherwise pay for at start-up (0.25 s, 10+ MB)."""
+    if name == "open_trace":
+        from .tp import open_trace
+
+        return open_trace
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -15,7 +15,6 @@ from .errors import CgtraceError
 from .lanes import DEFAULT_LANES_TOML
 from .merge import merge_ranks
 from .pipeline import compact_file, convert_file, default_output_path
-from .verify import verify_output
 from .window import parse_steps, parse_window
 
 EXIT_USAGE = 2
@@ -193,7 +192,7 @@ def _run_convert(args) -> int:
     summary = convert_file(args.input, output, overwrite=args.overwrite, strict=args.strict,
                            window=args.window or args.steps, split_steps=args.split_steps)
     if args.verify:
-        summary["verified"] = verify_output(output, summary, tp_bin=args.tp_bin)
+        summary["verified"] = _verify(output, summary, args.tp_bin)
     _report(summary, args.quiet, f"{summary['slices']} slices, {summary['flows']} flows, "
                                  f"{summary['tracks']} tracks -> {output}")
     return 0
@@ -211,7 +210,7 @@ def _run_compact(args) -> int:
                            lanes_file=args.lanes, window=args.window or args.steps, split_steps=args.split_steps,
                            output_format=args.format)
     if args.verify and args.format == "perfetto":
-        summary["verified"] = verify_output(output, summary, tp_bin=args.tp_bin)
+        summary["verified"] = _verify(output, summary, args.tp_bin)
     per_gpu = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
                         for gpu in summary["per_gpu"]) or "no GPU slices"
     _report(summary, args.quiet, f"{per_gpu} -> {output}")
@@ -236,7 +235,7 @@ def _run_merge(args) -> int:
     merged = summary.get("pipelines", [summary])
     if args.verify:
         for result in merged:
-            result["verified"] = verify_output(Path(result["output"]), None, tp_bin=args.tp_bin)
+            result["verified"] = _verify(Path(result["output"]), None, args.tp_bin)
     lines = [f"{len(r['pp_ranks'])} ranks ({r['pp_order_source']}), {r['pp_send_recv_pairs']} send/recv arrows, "
              f"{r['pp_send_recv_unmatched']} unmatched -> {r['output']}" for r in merged]
     _report(summary, args.quiet, "; ".join(lines))
@@ -297,6 +296,13 @@ def _run_view(args) -> int:
 
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
     return serve(args.trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+
+
+def _verify(path: Path, summary, tp_bin):
+    """The self-check loads trace_processor, so it is imported only when asked for."""
+    from .verify import verify_output as verify
+
+    return verify(path, summary, tp_bin=tp_bin)
 
 
 def _report(summary: dict, quiet: bool, human: str) -> None:
