@@ -3,7 +3,7 @@
 
     python benchmarks/profile_convert.py IN.json                 # stage wall times + RSS
     python benchmarks/profile_convert.py IN.json --cprofile      # plus cProfile (slower, top functions)
-    python benchmarks/profile_convert.py --events 1M             # generate the input (cached like run.py)
+    python benchmarks/profile_convert.py --size 1M               # input from run.py's cache (generated if absent)
 
 Runs convert_file in-process (cyclic GC off, as the CLI does) with thin timers around the
 pipeline's stage functions, looked up by name at run time; a stage whose function no longer
@@ -103,17 +103,17 @@ def install_timers() -> list[str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("input", nargs="?", type=Path)
-    parser.add_argument("--events", help="generate this many events (e.g. 1M) instead of IN")
+    parser.add_argument("--size", help="use run.py's cached input of this size (1M events, 100MB, ...), generating it if absent")
     parser.add_argument("--cprofile", action="store_true", help="also run under cProfile and print the top")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime", help="pstats sort key for the top list (tottime, cumulative)")
     parser.add_argument("--dump", type=Path, help="write the cProfile stats here (for snakeviz etc.)")
     args = parser.parse_args()
-    if args.input is None and not args.events:
-        parser.error("pass IN or --events")
-    if args.events:
+    if args.input is None and not args.size:
+        parser.error("pass IN or --size")
+    if args.size:
         from run import DEFAULT_OUT, InputCache, parse_size
-        meta = InputCache(DEFAULT_OUT, 0).get(parse_size(args.events), 0)
+        meta = InputCache(DEFAULT_OUT, 0).get(parse_size(args.size), 0)
         args.input = Path(meta["paths"][0])
 
     missing = install_timers()

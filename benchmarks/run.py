@@ -5,11 +5,14 @@
     python benchmarks/run.py --sizes 1M,100MB,1GB,2GB --jobs convert,compact,merge --keep
 
 Each size is generated once with the seeded generator (streamed straight to disk, never held
-in memory) and cached under OUT/inputs/<config hash>/. Each job is run as its own `cgtrace`
-subprocess, started from a small helper process that reports the child's peak RSS through
-getrusage(RUSAGE_CHILDREN): a child started directly from this (larger) process would
-inherit this process's high-water mark through fork/exec. A Markdown table goes to stdout,
-the full results (every run, machine, load, job summaries) to OUT/results/.
+in memory; `--generate-only` shows this process's peak RSS) and cached under
+OUT/inputs/<config + generator-source hash>/ (kept with --keep, else deleted at the end).
+Each job runs as its own `cgtrace` subprocess, started from a small fresh helper process that
+reports the job's peak RSS through getrusage(RUSAGE_CHILDREN): a child forked straight from
+this process would start with this process's high-water mark (Linux carries it over fork and
+exec). Jobs with worker processes (merge) also get their process tree's summed RSS, sampled
+every 0.1 s. A Markdown table goes to stdout; every run, the machine, the load average and
+each job's JSON summary go to OUT/results/bench-<time>.json (and latest.json).
 
 Sizes: `1M`, `250K` = events; `100MB`, `1GB`, `512MiB` = bytes of uncompressed JSON (MB =
 10**6). For multi-rank jobs (merge) a size is the total over all ranks.
@@ -57,7 +60,6 @@ class Job:
     argv: tuple[str, ...]
     ranks: tuple[int, ...] = ()
     output_suffix: str = ".perfetto-trace"
-    note: str = ""
 
 
 JOBS: dict[str, Job] = {
@@ -93,7 +95,7 @@ def tree_rss_kb(root):
             pass
     return total, len(pids)
 
-argv = json.loads(sys.argv[1])
+argv, timeout = json.loads(sys.argv[1]), float(sys.argv[2])
 t0 = time.perf_counter()
 proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 import threading
@@ -104,9 +106,15 @@ readers = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", proc
 for r in readers:
     r.start()
 tree_peak = procs_peak = 0
+timed_out = False
 while proc.poll() is None:
     rss, n = tree_rss_kb(proc.pid)
     tree_peak, procs_peak = max(tree_peak, rss), max(procs_peak, n)
+    if timeout and time.perf_counter() - t0 > timeout:
+        proc.kill()
+        proc.wait()
+        timed_out = True
+        break
     time.sleep(0.1)
 wall = time.perf_counter() - t0
 for r in readers:
@@ -114,7 +122,7 @@ for r in readers:
 child = resource.getrusage(resource.RUSAGE_CHILDREN)
 me = resource.getrusage(resource.RUSAGE_SELF)
 sys.stdout.write(json.dumps({
-    "rc": proc.returncode, "wall_s": wall,
+    "rc": proc.returncode, "wall_s": wall, "timed_out": timed_out,
     "peak_rss_kb": child.ru_maxrss, "tree_rss_sampled_kb": tree_peak, "max_processes": procs_peak,
     "helper_rss_kb": me.ru_maxrss, "user_s": child.ru_utime, "sys_s": child.ru_stime,
     "stdout": chunks.get("out", b"").decode("utf-8", "replace")[-20000:],
@@ -291,8 +299,8 @@ def expand(job: Job, inputs: list[str], output: str) -> list[str]:
 
 def measure(argv: list[str], timeout: Optional[float]) -> dict:
     load = os.getloadavg()
-    proc = subprocess.run([sys.executable, "-c", _HELPER, json.dumps(argv)],
-                          capture_output=True, timeout=timeout, cwd=REPO)
+    proc = subprocess.run([sys.executable, "-c", _HELPER, json.dumps(argv), str(timeout or 0)],
+                          capture_output=True, cwd=REPO)
     if proc.returncode != 0:
         raise RuntimeError(f"measuring helper failed: {proc.stderr.decode(errors='replace')[-2000:]}")
     result = json.loads(proc.stdout)
@@ -352,8 +360,9 @@ def run_row(cgtrace: list[str], name: str, job: Job, meta: dict, work: Path, rep
         summary_text = result.pop("stdout")
         row.runs.append(result)
         if result["rc"] != 0:
-            row.error = result["stderr"].strip().splitlines()[-1:] or [f"rc {result['rc']}"]
-            row.error = row.error[0]
+            lines = result["stderr"].strip().splitlines()
+            row.error = f"timed out after {timeout} s" if result["timed_out"] else \
+                (lines[-1] if lines else f"exit code {result['rc']}")
             _log(f"  failed: {row.error}")
             break
         _log(f"  {result['wall_s']:.2f} s, peak RSS {result['peak_rss_kb'] / 1024:.0f} MiB, "
@@ -412,7 +421,7 @@ def markdown(rows: list[Row], machine: dict, notes: list[str], repeat: int) -> s
         d = row.derived()
         head = f"| {row.job} | {row.size} | {row.ranks} | {row.input_bytes / MB:.0f} | {row.events:,} |"
         if not d:
-            lines.append(head + f" failed: {row.error} |" + " |" * 9)
+            lines.append(head + f" failed: {row.error} |" + " |" * 8)
             continue
         out = f"{row.output_bytes / MB:.0f}" if row.output_bytes else "-"
         tree_mark = ""
@@ -447,7 +456,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; best wall time is reported")
     parser.add_argument("--seed", type=int, default=0, help="generator seed")
     parser.add_argument("--cgtrace", help="cgtrace executable (default: the one beside this Python)")
-    parser.add_argument("--timeout", type=float, default=None, help="seconds per run (default none)")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help="seconds per run; the job is killed and reported failed (default: none)")
+    parser.add_argument("--generate-only", action="store_true",
+                        help="only generate (and cache, with --keep) the inputs; print their sizes and "
+                             "this process's peak RSS, which shows generation streams")
     args = parser.parse_args(argv)
 
     sizes = [parse_size(s) for s in args.sizes.split(",") if s.strip()]
@@ -479,11 +492,19 @@ def main(argv: Optional[list[str]] = None) -> int:
                 for ranks in (job.ranks or (0,)):
                     meta = cache.get(size, ranks)
                     inputs_used.append(meta)
+                    if args.generate_only:
+                        print(f"{name} {size.label} ranks={ranks or 1}: {meta['bytes'] / MB:.0f} MB, "
+                              f"{meta['events']:,} events, generated in {meta['generate_s']} s"
+                              f"{' (cached)' if meta['cached'] else ''}; benchmark peak RSS so far "
+                              f"{_self_peak_rss_kb() / 1024:.0f} MiB")
+                        continue
                     rows.append(run_row(cgtrace, name, job, meta, work, args.repeat, args.keep, args.timeout))
     finally:
         if not args.keep:
             cache.cleanup()
 
+    if args.generate_only:
+        return 0
     machine["loadavg_end"] = list(os.getloadavg())
     machine["bench_peak_rss_mb"] = round(_self_peak_rss_kb() / 1024, 1)
     table = markdown(rows, machine, notes, args.repeat)
