@@ -10,12 +10,16 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Optional
 
 from .model import Flow, Slice, Track
 
 
-@dataclass
+_BY_TS = attrgetter("ts")
+
+
+@dataclass(slots=True)  # ~430k of them per 1M events: no __dict__ each
 class FlowEvent:
     key: tuple
     phase: str
@@ -37,7 +41,7 @@ def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> tuple[list[Flow]
     flows: list[Flow] = []
     unbound = 0
     for key, chain in chains.items():
-        chain.sort(key=lambda event: event.ts)
+        chain.sort(key=_BY_TS)
         source: Optional[Slice] = None
         for event in chain:
             if event.phase == "s":
@@ -79,7 +83,7 @@ def _bind_to_slices(events: list[FlowEvent], slices: list[Slice]) -> None:
 
 def _bind_enclosing(events: list[FlowEvent], candidates: list[Slice]) -> None:
     """Sweep in time: a stack of started slices; the deepest one still running encloses ts."""
-    events.sort(key=lambda event: event.ts)
+    events.sort(key=_BY_TS)
     stack: list[Slice] = []
     position = 0
     for event in events:
