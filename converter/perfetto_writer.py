@@ -13,8 +13,8 @@ from typing import BinaryIO
 from .annotations import ArgsEncoder
 from .layout import nesting_order
 from .model import Slice, Trace, Track
-from .wire import (WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, double_field, fixed64,
-                   length_prefixed, string_field, tag, varint, varint_field)
+from .wire import (SMALL_VARINT_LIMIT, SMALL_VARINTS, WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field,
+                   double_field, fixed64, length_prefixed, string_field, tag, varint, varint_field)
 
 _FLUSH_BYTES = 1 << 22
 
@@ -79,6 +79,7 @@ class PerfettoWriter:
         self.categories = _Interner(_INTERNED_CATEGORIES, _CATEGORY_IIDS, self.pending_interned)
         annotation_names = _Interner(_INTERNED_ANNOTATION_NAMES, _ANNOTATION_NAME_IID, self.pending_interned)
         self.args = ArgsEncoder(annotation_names.field)
+        self._heads: dict[tuple, bytes] = {}
         self.next_uuid = uuid_base + 1
         self.next_flow_id = flow_id_base + 1
         self._emit(self.sequence + _STATE_CLEARED + _FIRST_ON_SEQUENCE)
@@ -178,7 +179,12 @@ class PerfettoWriter:
         instant_head = _TYPE_INSTANT + track_field
         end_event = _TYPE_END + track_field
         end_tail = self.sequence + _TRACK_EVENT + length_prefixed(end_event)
+        needs_state = self.sequence + _NEEDS_STATE
+        needs_state_event = needs_state + _TRACK_EVENT
         name_field, category_field, encode_args = self.names.field, self.categories.field, self.args.encode
+        heads = self._heads  # (name, cat) -> their interned fields, looked up once per slice
+        begin_flows, end_flows = flows_at_begin.get, flows_at_end.get
+        small, limit = SMALL_VARINTS, SMALL_VARINT_LIMIT
         pending = self.pending_interned
         buffer = self.buffer
         open_ends: list[tuple[int, bytes]] = []  # (end ts, END packet tail) of open slices
@@ -186,26 +192,39 @@ class PerfettoWriter:
             start = slice_.ts
             while open_ends and open_ends[-1][0] <= start:
                 end, tail = open_ends.pop()
-                buffer += _TRACE_PACKET + length_prefixed(_TIMESTAMP + varint(end) + tail)
-            event = (instant_head if slice_.is_instant else begin_head) + name_field(slice_.name)
-            if slice_.cat:
-                event += category_field(slice_.cat)
-            if slice_.args is not None:
-                event += encode_args(slice_.args)
+                packet = _TIMESTAMP + varint(end) + tail
+                size = len(packet)
+                buffer += _TRACE_PACKET + (small[size] if size < limit else varint(size)) + packet
+            name, cat = slice_.name, slice_.cat
+            fields = heads.get((name, cat))
+            if fields is None:
+                fields = heads[(name, cat)] = name_field(name) + (category_field(cat) if cat else b"")
+            event = (instant_head if slice_.is_instant else begin_head) + fields
+            args = slice_.args
+            if args is not None:
+                event += encode_args(args)
             key = id(slice_)
-            if key in flows_at_begin:
-                event += flows_at_begin[key]
-            packet = _TIMESTAMP + varint(start) + self.sequence + _NEEDS_STATE
+            flows = begin_flows(key)
+            if flows is not None:
+                event += flows
+            size = len(event)
             if pending:
-                packet += _INTERNED_DATA + length_prefixed(b"".join(pending))
+                packet = _TIMESTAMP + varint(start) + needs_state + _INTERNED_DATA + \
+                    length_prefixed(b"".join(pending)) + _TRACK_EVENT + \
+                    (small[size] if size < limit else varint(size)) + event
                 pending.clear()
-            buffer += _TRACE_PACKET + length_prefixed(packet + _TRACK_EVENT + length_prefixed(event))
+            else:
+                packet = _TIMESTAMP + varint(start) + needs_state_event + \
+                    (small[size] if size < limit else varint(size)) + event
+            size = len(packet)
+            buffer += _TRACE_PACKET + (small[size] if size < limit else varint(size)) + packet
             if not slice_.is_instant:
-                tail = end_tail
-                if key in flows_at_end:
-                    end_with_flows = end_event + flows_at_end[key]
-                    tail = self.sequence + _TRACK_EVENT + length_prefixed(end_with_flows)
-                open_ends.append((start + slice_.dur, tail))
+                flows = end_flows(key)
+                if flows is None:
+                    open_ends.append((start + slice_.dur, end_tail))
+                else:
+                    open_ends.append((start + slice_.dur,
+                                      self.sequence + _TRACK_EVENT + length_prefixed(end_event + flows)))
             if len(buffer) >= _FLUSH_BYTES:
                 self._flush()
         while open_ends:
