@@ -15,7 +15,7 @@ Two encodings, chosen per slice for speed without losing a bit:
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Callable, Optional
 
 import msgspec
 
@@ -46,8 +46,9 @@ _decode_lenient = msgspec.json.Decoder(float_hook=float).decode  # 1e400 -> inf,
 _encode = msgspec.json.Encoder().encode
 
 
-def encode_value(value) -> bytes:
-    """The value fields of a DebugAnnotation; None gives no value (trace_processor skips it)."""
+def encode_value(value, name_ref: Optional[Callable[[str], bytes]] = None) -> bytes:
+    """The value fields of a DebugAnnotation; None gives no value (trace_processor skips it).
+    `name_ref` interns dict keys (name_iid) instead of writing them inline."""
     kind = type(value)
     if kind is int:
         if _INT64_MIN <= value <= _INT64_MAX:
@@ -62,9 +63,9 @@ def encode_value(value) -> bytes:
     if kind is bool:
         return _BOOL + (b"\x01" if value else b"\x00")
     if kind is dict:
-        return b"".join(_entry(key, item) for key, item in value.items() if item is not None)
+        return b"".join(_entry(key, item, name_ref) for key, item in value.items() if item is not None)
     if kind is list:
-        return b"".join(_ARRAY_VALUES + length_prefixed(encode_value(item) or _placeholder(item))
+        return b"".join(_ARRAY_VALUES + length_prefixed(encode_value(item, name_ref) or _placeholder(item))
                         for item in value)
     return b""
 
@@ -75,8 +76,9 @@ def _placeholder(item) -> bytes:
     return string_field(_STRING, "null" if item is None else "[]" if type(item) is list else "{}")
 
 
-def _entry(key: str, value) -> bytes:
-    return _DICT_ENTRIES + length_prefixed(string_field(_NAME, key) + encode_value(value))
+def _entry(key: str, value, name_ref: Optional[Callable[[str], bytes]] = None) -> bytes:
+    name = string_field(_NAME, key) if name_ref is None else name_ref(key)
+    return _DICT_ENTRIES + length_prefixed(name + encode_value(value, name_ref))
 
 
 class ArgsEncoder:
@@ -117,11 +119,11 @@ class ArgsEncoder:
             try:
                 encoded = cache[cache_key]
             except KeyError:
-                encoded = _entry(key, value) if value is not None else b""
+                encoded = _entry(key, value, self._name_reference) if value is not None else b""
                 if len(cache) >= _CACHE_LIMIT:
                     cache.clear()
                 cache[cache_key] = encoded
             except TypeError:  # unhashable: a dict, or a list holding lists or dicts
-                encoded = _entry(key, value)
+                encoded = _entry(key, value, self._name_reference)
             parts.append(encoded)
         return b"".join(parts)
