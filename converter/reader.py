@@ -401,16 +401,25 @@ class _TraceBuilder:
         return None if added else "counter_without_values"
 
     def _flow(self, event: _Event):
-        ts, _, problem = self._times(event, need_dur=False)
-        if problem:
-            return problem
+        ts = event.ts
+        if type(ts) is float:  # the common case, inline (as in _complete)
+            ts = round(ts * 1000) + self.base_ns
+            if not 0 <= ts <= _MAX_NS:
+                return "ts_out_of_range"
+        else:
+            ts, _, problem = self._times(event, need_dur=False)
+            if problem:
+                return problem
         flow_id = event.id if event.id is not None else event.id2
         if flow_id is None:
             return "flow_without_id"
-        bind_to_enclosing = event.ph != "f" or event.bp == "e"
+        if type(flow_id) is not int:
+            flow_id = _hashable(flow_id)
+        ph = event.ph
+        key = (event.pid, event.tid)
         self.flow_events.append(FlowEvent(
-            key=(event.cat, _hashable(flow_id)), phase=event.ph, ts=ts,
-            track=self.thread_track(event.pid, event.tid), bind_to_enclosing=bind_to_enclosing))
+            (event.cat, flow_id), ph, ts, self.thread_tracks.get(key) or self.thread_track(*key),
+            ph != "f" or event.bp == "e"))
         return None
 
     def _async_key(self, event: _Event):
