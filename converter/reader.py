@@ -6,6 +6,7 @@ traces, and it keeps `args` as raw JSON text (no dicts built for millions of eve
 
 from __future__ import annotations
 
+import mmap
 import re
 from decimal import Decimal
 from pathlib import Path
@@ -83,6 +84,11 @@ def parse_trace_text(text: bytes | bytearray, strict: bool = False) -> Trace:
         raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
     trace = Trace(metadata=header)
     builder = _TraceBuilder(trace, base_ns=_base_time(header))
+    if isinstance(text, mmap.mmap):
+        # Both passes above touched every page: let them go (a page read again refaults from
+        # the page cache), then add_events drops each stretch it has finished.
+        text.madvise(mmap.MADV_DONTNEED)
+        builder.mapped_text = text
     builder.add_events(raw_events)
     del raw_events
     builder.finish()
@@ -193,6 +199,7 @@ class _TraceBuilder:
         self.flow_events: list[FlowEvent] = []
         self.strings: dict[str, str] = {}
         self.metadata_events: list[_Event] = []
+        self.mapped_text: Optional[mmap.mmap] = None
 
     # -- identities ---------------------------------------------------------------------
     def process(self, source_pid) -> Process:
@@ -246,7 +253,13 @@ class _TraceBuilder:
         }
         self.trace.events_read += len(raw_events)
         total = len(raw_events)
+        text = self.mapped_text
+        consumed = 0  # bytes of finished event text: a lower bound on the offset reached
         for index in range(total):
+            if text is not None:
+                consumed += len(raw_events[index])
+                if not index & 0x3FFF and consumed > 1 << 24:
+                    text.madvise(mmap.MADV_DONTNEED, 0, consumed & ~(mmap.PAGESIZE - 1))
             event = decode_event(raw_events[index])
             raw_events[index] = None
             if not index & 0xFFFF:
@@ -308,7 +321,7 @@ class _TraceBuilder:
     def _args(event: _Event):
         """Raw JSON args text, or None when absent or empty; decoded only when written."""
         raw = event.args
-        return raw if len(raw) > 2 else None
+        return bytes(raw) if len(raw) > 2 else None  # a copy: the input text is let go
 
     def _complete(self, event: _Event):
         ts, dur = event.ts, event.dur
@@ -326,7 +339,7 @@ class _TraceBuilder:
         name, cat = event.name, event.cat
         self.trace.slices.append(Slice(
             ts, dur, strings.get(name) or self.intern(name), strings.get(cat) or self.intern(cat),
-            event.args if len(event.args) > 2 else None, track))
+            bytes(event.args) if len(event.args) > 2 else None, track))
         return None
 
     def _begin(self, event: _Event):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import zlib
 from pathlib import Path
@@ -39,8 +40,13 @@ def read_input_bytes(path: Path) -> bytes | bytearray:
         raise CgtraceError(f"{path}: cannot read ({error.strerror or error}); check the file and try again") from None
 
 
-def _read_plain(handle, path: Path) -> bytearray:
+def _read_plain(handle, path: Path):
     size = os.fstat(handle.fileno()).st_size
+    if size and hasattr(mmap.mmap, "madvise"):
+        # Mapped, not copied: the pages are clean page cache the kernel can always reclaim,
+        # and the reader drops the ones it has finished with (madvise), so the text never
+        # pins `size` bytes of anonymous memory for the whole run.
+        return mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     text = bytearray(size)
     view = memoryview(text)
     done = 0
