@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
+import json
+
 import msgspec
 
 from .wire import (WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, length_prefixed, string_field, tag, varint)
@@ -44,6 +46,24 @@ _pack_double = __import__("struct").Struct("<d").pack
 _decode = msgspec.json.Decoder().decode
 _decode_lenient = msgspec.json.Decoder(float_hook=float).decode  # 1e400 -> inf, not "Number out of range"
 _encode = msgspec.json.Encoder().encode
+# 19 digits in a row may be an int beyond int64, which trace_processor's JSON parser wraps around.
+_LONG_NUMBER = b"D" * 19
+
+
+def decode_json(text: bytes):
+    """Any JSON value: numbers beyond double range become +-inf, ints of thousands of digits
+    (more than int() takes) stay text."""
+    try:
+        return _decode(text)
+    except msgspec.ValidationError:
+        try:
+            return _decode_lenient(text)
+        except msgspec.ValidationError:  # "Integer value out of range"
+            return json.loads(bytes(text), parse_int=_int_or_text)
+
+
+def _int_or_text(digits: str):
+    return int(digits) if len(digits) <= 4000 else digits
 
 
 def encode_value(value, name_ref: Optional[Callable[[str], bytes]] = None) -> bytes:
@@ -53,7 +73,7 @@ def encode_value(value, name_ref: Optional[Callable[[str], bytes]] = None) -> by
     if kind is int:
         if _INT64_MIN <= value <= _INT64_MAX:
             return _INT + varint(value)
-        if value <= _UINT64_MAX:
+        if 0 <= value <= _UINT64_MAX:
             return _UINT + varint(value)
         return string_field(_STRING, str(value))
     if kind is float:
@@ -96,13 +116,14 @@ class ArgsEncoder:
             text = bytes(args)
             if text[:1] != b"{":
                 return b""  # args that are not an object (null, a list, ...) carry no named values
+            # trace_processor's JSON parser keeps escapes (\n, \\, \u00e9) as literal text and wraps
+            # ints beyond int64 around: such args take the typed path.
             if b"." not in text and b"null" not in text and b"[]" not in text and b"{}" not in text \
-                    and b"De" not in text.translate(_EXPONENT_MARKS):
-                return _DEBUG_ANNOTATIONS + length_prefixed(self._name + _LEGACY_JSON_VALUE + length_prefixed(text))
-            try:
-                args = _decode(text)
-            except msgspec.ValidationError:
-                args = _decode_lenient(text)
+                    and b"\\" not in text:
+                marks = text.translate(_EXPONENT_MARKS)
+                if b"De" not in marks and _LONG_NUMBER not in marks:
+                    return _DEBUG_ANNOTATIONS + length_prefixed(self._name + _LEGACY_JSON_VALUE + length_prefixed(text))
+            args = decode_json(text)
         try:
             value = self._typed_entries(args)
         except RecursionError:  # nested hundreds of levels deep: keep it whole, as JSON text
@@ -114,8 +135,15 @@ class ArgsEncoder:
         parts = []
         for key, value in args.items():
             kind = type(value)
-            # The type is part of the key: 1, 1.0 and True are equal as dict keys.
-            cache_key = (key, kind, tuple(value) if kind is list else value)
+            # Equal is not identical: 1, 1.0 and True are equal dict keys, and so are 0.0 and
+            # -0.0. The type is part of the key, floats are keyed by their bits, and only lists
+            # of ints are cached.
+            if kind is float:
+                cache_key = (key, kind, value.hex())
+            elif kind is list:
+                cache_key = (key, kind, tuple(value)) if all(type(item) is int for item in value) else [None]
+            else:
+                cache_key = (key, kind, value)
             try:
                 encoded = cache[cache_key]
             except KeyError:
@@ -123,7 +151,7 @@ class ArgsEncoder:
                 if len(cache) >= _CACHE_LIMIT:
                     cache.clear()
                 cache[cache_key] = encoded
-            except TypeError:  # unhashable: a dict, or a list holding lists or dicts
+            except TypeError:  # unhashable: a dict, or a list that is not all ints
                 encoded = _entry(key, value, self._name_reference)
             parts.append(encoded)
         return b"".join(parts)

@@ -17,13 +17,13 @@ from typing import Optional
 import msgspec
 
 from .errors import CgtraceError
+from .annotations import decode_json
 from .lanes import LaneRules
 from .layout import fits_nested, nesting_order
 from .model import Process, Slice, Trace, Track
 
 LANE_CONTAINER_NAME = "GPU lanes"
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
-_decode = msgspec.json.Decoder().decode
 
 
 @dataclass
@@ -104,7 +104,7 @@ def _pack_lanes(trace: Trace, process: Process, slices: list[Slice], rules: Lane
         for lane_index, lane_members in enumerate(partition_intervals(members)):
             label = rules.label(group)
             lane = trace.add_track(Track(name=label if lane_index == 0 else f"{label} {lane_index + 1}",
-                                         process=process, parent=container))
+                                         process=process, parent=container, flat=True))
             lanes.append(lane)
             for slice_ in lane_members:
                 slice_.track = lane
@@ -242,8 +242,8 @@ def _kernel_label(slice_: Slice) -> Optional[str]:
         text = bytes(args)
         if b'"name"' not in text:
             return None
-        args = _decode(text)
-    label = args.get("name")
+        args = decode_json(text)
+    label = args.get("name") if type(args) is dict else None
     return label if isinstance(label, str) and label else None
 
 

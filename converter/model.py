@@ -66,6 +66,8 @@ class Track:
     order: int = 0
     is_counter: bool = False
     orders_children: bool = False
+    # A compacted lane: its slices never overlap, so they are written flat, in (ts, dur) order.
+    flat: bool = False
     # Fixed uuid for a track shared by several writers into one file (a merge's root track).
     uuid: Optional[int] = None
 

@@ -45,6 +45,10 @@ _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
 
 
+def _flat_order(slice_: Slice) -> tuple[int, int]:
+    return slice_.ts, slice_.dur
+
+
 class _Interner:
     """Iids for one kind of interned string. `field(text)` gives the ready-encoded reference;
     a new string's InternedData entry waits in the shared `pending` list for the next packet."""
@@ -93,7 +97,9 @@ class PerfettoWriter:
         for track in trace.tracks:
             slices = by_track.get(id(track))
             if slices:
-                self._write_track_slices(uuids[id(track)], slices, flows_at_begin, flows_at_end)
+                # A zero-duration slice at another's start would nest under it in nesting order.
+                ordered = sorted(slices, key=_flat_order) if track.flat else nesting_order(slices)
+                self._write_track_slices(uuids[id(track)], ordered, flows_at_begin, flows_at_end)
         for sample in trace.counters:
             event = _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(sample.track)]) + \
                 double_field(_DOUBLE_COUNTER_VALUE, sample.value)
@@ -173,7 +179,7 @@ class PerfettoWriter:
         return at_begin, at_end
 
     def _write_track_slices(self, uuid: int, slices: list[Slice], flows_at_begin, flows_at_end) -> None:
-        """BEGIN/INSTANT packets in nesting order, each END as soon as its slice is over."""
+        """BEGIN/INSTANT packets in the given (nesting) order, each END as soon as its slice is over."""
         track_field = varint_field(_TRACK_UUID, uuid)
         begin_head = _TYPE_BEGIN + track_field
         instant_head = _TYPE_INSTANT + track_field
@@ -188,7 +194,7 @@ class PerfettoWriter:
         pending = self.pending_interned
         buffer = self.buffer
         open_ends: list[tuple[int, bytes]] = []  # (end ts, END packet tail) of open slices
-        for slice_ in nesting_order(slices):
+        for slice_ in slices:
             start = slice_.ts
             while open_ends and open_ends[-1][0] <= start:
                 end, tail = open_ends.pop()

@@ -18,7 +18,7 @@ from .lanes import LaneRules
 from .model import Flow, Slice, Trace
 
 PP_FLOW_CATEGORY = "pp_dependency"
-_STEP = re.compile(r"^ProfilerStep#(\d+)$")
+_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # more digits are no step number int() takes
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
 # A receive feeds, and a send follows, the compute of the same stage and microbatch.
 _COMPUTE_OF = {"RECV_F": ("F",), "SEND_F": ("F",), "RECV_B": ("B", "I"), "SEND_B": ("B", "I")}
@@ -85,9 +85,10 @@ def find_blocks(trace: Trace, rules: LaneRules) -> dict[BlockKey, Block]:
             step = cpu_occurrences[fragment.name][max(index, 0)][1]
         else:
             step = step_at(fragment.ts)
-        microbatch = match.group("microbatch")
-        key = BlockKey(step, int(match.group("stage")), match.group("action"),
-                       int(microbatch) if microbatch else None)
+        stage, microbatch = match.group("stage"), match.group("microbatch")
+        if len(stage) > 18 or len(microbatch or "") > 18:
+            continue  # not a stage or microbatch number (user patterns may allow any digits)
+        key = BlockKey(step, int(stage), match.group("action"), int(microbatch) if microbatch else None)
         blocks.setdefault(key, Block(key)).fragments.append(fragment)
     return blocks
 

@@ -6,6 +6,7 @@ traces, and it keeps `args` as raw JSON text (no dicts built for millions of eve
 
 from __future__ import annotations
 
+import codecs
 import mmap
 import re
 from decimal import Decimal
@@ -15,6 +16,7 @@ from typing import Any, Optional
 import msgspec
 
 from . import progress
+from .annotations import decode_json
 from .errors import CgtraceError
 from .flows import FlowEvent, bind_flows
 from .model import CounterSample, Process, Slice, Thread, Trace, Track
@@ -50,10 +52,16 @@ class _ExactEvent(_Event, gc=False):
     dur: Optional[Decimal] = None
 
 
+class _ExactTs(msgspec.Struct, gc=False):
+    ts: Optional[Decimal] = None
+
+
 _HEADER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENT = msgspec.json.Decoder(_Event)
 _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
+_EXACT_TS = msgspec.json.Decoder(_ExactTs)
+_UTF8_CHUNK = 1 << 24
 _ANY = msgspec.json.Decoder()
 # msgspec rejects numbers beyond double range (1e400) as "Number out of range"; JSON allows them.
 _ANY_LENIENT = msgspec.json.Decoder(float_hook=float)  # -> +-inf
@@ -75,6 +83,7 @@ def read_trace(path: Path, strict: bool = False) -> Trace:
 
 def parse_trace_text(text: bytes | bytearray, strict: bool = False) -> Trace:
     header, events_text = _split_document(text)
+    _check_utf8(text)
     try:
         raw_events = _RAW_LIST.decode(events_text)
     except msgspec.ValidationError:
@@ -96,6 +105,25 @@ def parse_trace_text(text: bytes | bytearray, strict: bool = False) -> Trace:
         reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(trace.skipped.items()))
         raise CgtraceError(f"unusable events ({reasons}); fix the trace or run without --strict to skip them")
     return trace
+
+
+def _check_utf8(text) -> None:
+    """msgspec checks UTF-8 only in the strings it decodes, and args stay raw JSON until written.
+
+    Checked in chunks (the text may be a memory-mapped file); ASCII chunks, nearly all of a
+    Kineto trace, skip the decoder."""
+    decoder, view, start = codecs.getincrementaldecoder("utf-8")(), memoryview(text), 0
+    try:
+        for start in range(0, len(view), _UTF8_CHUNK):
+            chunk = bytes(view[start:start + _UTF8_CHUNK])
+            if not (chunk.isascii() and not decoder.getstate()[0]):
+                decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as error:
+        raise CgtraceError(f"not valid JSON (invalid UTF-8 at byte {start + error.start}); the file is corrupt: "
+                           "re-export the trace") from None
+    finally:
+        view.release()
 
 
 def _split_document(text) -> tuple[dict, msgspec.Raw]:
@@ -133,7 +161,10 @@ def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
         raise CgtraceError(f"not valid JSON ({error}); the file is corrupt: re-export the trace") from None
     ts = event.ts
     if type(ts) is float and not -_FLOAT_EXACT_LIMIT_US < ts < _FLOAT_EXACT_LIMIT_US:
-        event = _EXACT_EVENT.decode(raw)
+        try:
+            event = _EXACT_EVENT.decode(raw)
+        except msgspec.ValidationError:  # e.g. "dur": [1]: keep the event (bad_dur says why), ts exact
+            event.ts = _EXACT_TS.decode(raw).ts
     return event
 
 
@@ -141,7 +172,7 @@ def _base_time(header: dict) -> int:
     base = header.get("baseTimeNanoseconds")
     if isinstance(base, int) and not isinstance(base, bool):
         return base
-    if isinstance(base, str) and base.strip().isdigit():
+    if isinstance(base, str) and base.strip().isascii() and base.strip().isdigit() and len(base.strip()) <= 20:
         return int(base)
     return 0
 
@@ -400,8 +431,8 @@ class _TraceBuilder:
         series_name = event.name if event.id is None else f"{event.name} {event.id}"
         added = False
         for key, value in values.items():
-            if type(value) not in (int, float) or value != value:
-                continue
+            if type(value) not in (int, float) or value != value or type(value) is int and abs(value) >= 1 << 1000:
+                continue  # not a number, NaN, or an int beyond double range
             track_key = (event.pid, series_name, key)
             track = self.counter_tracks.get(track_key)
             if track is None:
@@ -548,10 +579,7 @@ def _decoded_args(event: _Event) -> dict:
 
 
 def _decode_any(raw):
-    try:
-        return _ANY.decode(raw)
-    except msgspec.ValidationError:
-        return _ANY_LENIENT.decode(raw)
+    return decode_json(raw)
 
 
 def _hashable(value):

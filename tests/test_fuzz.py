@@ -1,0 +1,426 @@
+"""Fuzzing the command line with mutated and truncated traces: never a traceback, a hang or a partial file.
+
+Inputs: a small generated CUDA-graph trace and, when ../shared/traces is present, two small real
+ones. Each case applies 1-3 seeded mutations -- truncation, byte flips / inserts / deletes, numbers
+replaced by strings, NaN or huge values, duplicate and deleted keys, swapped types, deep nesting,
+invalid UTF-8, lone surrogates, absurd header values, long digit runs in names -- and sometimes
+gzips the result (and truncates or corrupts the gzip). `cgtrace convert` and `cgtrace compact`
+then run in a subprocess with a timeout, and must either
+
+  * exit 0 with a complete output file (whole Perfetto packets to the last byte, the size the
+    summary reports) and no temp file; a sample of these is loaded in trace_processor, which
+    must report no error/data_loss stats; or
+  * exit 2 with exactly one stderr line `cgtrace: error: ...`, no output file and no temp file;
+
+and in both cases leave the input untouched. Anything else (a traceback, another exit code, a
+timeout, a partial or leftover file) is a failure, reported with the case's seed and mutations;
+`FUZZ_KEEP=DIR` keeps every failing input there.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import random
+import re
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from converter.generator import GeneratorConfig, write_trace
+
+from .helpers import SHARED_TRACES, problem_stats, shared_trace_paths
+
+REPO = Path(__file__).resolve().parents[1]
+TIMEOUT_S = 30
+WORKERS = 3            # the CLI spends much of its time starting up; 3 keep 2 cores busy
+CASES = {"generated": 40, "hta_triton_small": 28, "dlrm_rank0": 20}
+TP_SAMPLE_EVERY = 5    # load every 5th successful output in trace_processor
+REAL_INPUTS = {"hta_triton_small": "hta_triton_small.json.gz", "dlrm_rank0": "dlrm_8ranks/rank0_trace.json.gz"}
+
+
+# -- inputs ---------------------------------------------------------------------------------------------
+def _plain(path: Path) -> bytes:
+    data = path.read_bytes()
+    return gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data
+
+
+class Inputs(dict):
+    """Input name -> uncompressed JSON text; a short repr keeps failure reports readable."""
+
+    def __repr__(self) -> str:
+        return "Inputs(" + ", ".join(f"{key}: {len(text)} bytes" for key, text in self.items()) + ")"
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Inputs:
+    generated = write_trace(GeneratorConfig(seed=1, steps=1, graphs_per_step=2, kernels_per_replay=6),
+                            tmp_path_factory.mktemp("fuzz_input") / "generated.json")
+    texts = Inputs(generated=generated.read_bytes())
+    available = {str(p.relative_to(SHARED_TRACES)) for p in shared_trace_paths()}
+    for key, relative in REAL_INPUTS.items():
+        if relative in available:
+            texts[key] = _plain(SHARED_TRACES / relative)
+    return texts
+
+
+# -- mutations: each takes (rng, text) and returns (text, what it did) ----------------------------------------
+# Raw JSON literals the json module cannot write (out of double range, or more digits than int() takes).
+RAW_LITERALS = {"@@1e400@@": b"1e400", "@@-1e400@@": b"-1e400", "@@1e-400@@": b"1e-400", "@@9x400@@": b"9" * 400,
+                "@@-9x400@@": b"-" + b"9" * 400, "@@9x5000@@": b"9" * 5000, "@@NaN@@": b"NaN"}
+_RAW = re.compile(rb'"(@@[^"@]+@@)"')
+WEIRD_VALUES = [None, [], {}, "", "x", "12.5", True, False, -1, 0, 2**63, 2**64 + 7, 10**30, -(10**30), 1e308,
+                -0.0, 5e-324, [1, [2, [3]]], {"a": {"b": None}}, "\ud800", "ProfilerStep#" + "9" * 5000,
+                ["name", {"name": "graph_0"}], "name", "\u00b2"]
+NUMBER_REPLACEMENTS = [b'"12"', b'"1.5"', b'""', b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400",
+                       b"123456789012345678901234567890", b"-99999999999999999999", b"1e-400", b"-0", b"0.0",
+                       b"18446744073709551615", b"9223372036854775808", b"null", b"true", b"[]", b"{}",
+                       b"1" * 5000, b"9" * 400]
+KEYS = [b"ph", b"ts", b"dur", b"pid", b"tid", b"name", b"cat", b"args", b"id", b"bp", b"s", b"traceEvents",
+        b"baseTimeNanoseconds"]
+TOKENS = [b"{", b"}", b"[", b"]", b",", b":", b'"', b"\\", b"null", b"-", b"e", b".", b"\x00", b"\n", b"\\u",
+          b"0", b"9", b"\xff"]
+_NUMBER = re.compile(rb"(?<=[:\[,])\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_STRING_START = re.compile(rb'"(?:name|cat|ph)":\s*"')
+_NAME_START = re.compile(rb'"name":\s*"')
+_ANNOTATION_NAME_START = re.compile(rb'"cat":\s*"gpu_user_annotation",\s*"name":\s*"')
+_ANY_STRING_START = re.compile(rb'":\s*"')
+_EVENT_START = re.compile(rb'\{\s*"ph"')
+_OBJECT_START = re.compile(rb'\{\s*"')
+_ARGS_START = re.compile(rb'"args":\s*\{')
+_KEY_VALUE = re.compile(rb'"(?:ph|ts|dur|pid|tid|name|cat|args|id|bp|s)":\s*(?:"[^"\\]*"|-?[\d.eE+-]+|null|true|false)\s*,?')
+
+
+def _matches(pattern: re.Pattern, text: bytes, rng: random.Random, count: int) -> list[re.Match]:
+    found = list(pattern.finditer(text))
+    return sorted(rng.sample(found, min(count, len(found))), key=lambda m: m.start())
+
+
+def _splice(text: bytes, edits: list[tuple[int, int, bytes]]) -> bytes:
+    """Replace text[start:end] by new bytes, for non-overlapping (start, end, new) edits."""
+    out, position = [], 0
+    for start, end, new in sorted(edits):
+        if start < position:
+            continue
+        out += [text[position:start], new]
+        position = end
+    return b"".join(out + [text[position:]])
+
+
+def truncate(rng, text):
+    at = rng.randrange(len(text))
+    return text[:at], f"truncate at byte {at} of {len(text)}"
+
+
+def flip_bytes(rng, text):
+    data, spots = bytearray(text), sorted(rng.sample(range(len(text)), min(len(text), rng.randint(1, 8))))
+    for spot in spots:
+        data[spot] ^= rng.randrange(1, 256)
+    return bytes(data), f"flip bytes at {spots}"
+
+
+def insert_bytes(rng, text):
+    at = rng.randrange(len(text) + 1)
+    junk = rng.choice(TOKENS) if rng.random() < 0.6 else rng.randbytes(rng.randint(1, 6))
+    return text[:at] + junk + text[at:], f"insert {junk!r} at {at}"
+
+
+def delete_bytes(rng, text):
+    at = rng.randrange(len(text))
+    count = rng.choice([1, 1, 2, 7, 50, 400])
+    return text[:at] + text[at + count:], f"delete {count} bytes at {at}"
+
+
+def replace_numbers(rng, text):
+    edits = [(m.start(), m.end(), rng.choice(NUMBER_REPLACEMENTS)) for m in _matches(_NUMBER, text, rng, rng.randint(1, 6))]
+    return _splice(text, edits), "replace numbers: " + ", ".join(f"@{s}->{_short(n)}" for s, _, n in edits)
+
+
+def _short(literal: bytes) -> str:
+    return repr(literal) if len(literal) <= 24 else f"{literal[:12]!r}...({len(literal)} bytes)"
+
+
+def poison_event(rng, text):
+    """Every number in one event (and a little beyond) becomes the same odd literal."""
+    new = rng.choice(NUMBER_REPLACEMENTS)
+    starts = _matches(_EVENT_START, text, rng, 1)
+    start = starts[0].start() if starts else rng.randrange(len(text))
+    end = start + rng.randint(100, 1000)
+    edits = [(start + m.start(), start + m.end(), new) for m in _NUMBER.finditer(text[start:end])]
+    return _splice(text, edits), f"{len(edits)} numbers from {start} -> {_short(new)}"
+
+
+def duplicate_key(rng, text):
+    edits = []
+    for match in _matches(_OBJECT_START, text, rng, rng.randint(1, 4)):
+        key = rng.choice(KEYS)
+        value = json.dumps(rng.choice(WEIRD_VALUES[:16])).encode()
+        edits.append((match.start() + 1, match.start() + 1, b'"%s":%s,' % (key, value)))
+    return _splice(text, edits), "duplicate keys: " + ", ".join(f"@{s} {n!r}" for s, _, n in edits)
+
+
+def delete_key(rng, text):
+    edits = [(m.start(), m.end(), b"") for m in _matches(_KEY_VALUE, text, rng, rng.randint(1, 8))]
+    return _splice(text, edits), "delete key/values at " + ", ".join(str(s) for s, _, _ in edits)
+
+
+def invalid_utf8(rng, text):
+    junk = rng.choice([b"\xff", b"\xfe\xff", b"\xc3", b"\xe2\x82", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80",
+                       b"\xc0\xaf"])
+    matches = _matches(_ANY_STRING_START, text, rng, 1)  # any string: a name, an arg, a header value
+    at = matches[0].end() if matches else rng.randrange(len(text) + 1)
+    return text[:at] + junk + text[at:], f"invalid UTF-8 {junk!r} at {at}"
+
+
+def lone_surrogate(rng, text):
+    junk = rng.choice([b"\\ud800", b"\\udfff", b"\\ud83d", b"\\u0000", b"\\uZZZZ"])
+    matches = _matches(_STRING_START, text, rng, 1)
+    at = matches[0].end() if matches else rng.randrange(len(text) + 1)
+    return text[:at] + junk + text[at:], f"escape {junk!r} at {at}"
+
+
+def deep_nesting(rng, text):
+    depth = rng.choice([64, 200, 1_000, 3_000, 20_000, 200_000])
+    kind = rng.choice([b"[]", b"{}"])
+    nested = (b'{"a":' * depth + b"1" + b"}" * depth) if kind == b"{}" else (b"[" * depth + b"]" * depth)
+    matches = _matches(_ARGS_START, text, rng, 1) or _matches(_OBJECT_START, text, rng, 1)
+    if not matches:
+        return nested, f"document replaced by {kind.decode()} nested {depth} deep"
+    at = matches[0].end() - (0 if matches[0].re is _ARGS_START else 1)
+    return text[:at] + b'"deep":' + nested + b"," + text[at:], f"{kind.decode()} nested {depth} deep at {at}"
+
+
+def long_digits(rng, text):
+    """Names whose digits overflow int(): step numbers, PP stages and microbatches."""
+    name = rng.choice([b"ProfilerStep#" + b"7" * 5000, b"PP:" + b"1" * 5000 + b"F0", b"PP:0F" + b"3" * 5000,
+                       b"ProfilerStep#" + b"9" * 40])
+    pattern = _ANNOTATION_NAME_START if name.startswith(b"PP") and _ANNOTATION_NAME_START.search(text) else _NAME_START
+    edits = [(m.end(), m.end(), name) for m in _matches(pattern, text, rng, rng.randint(1, 3))]
+    edits = [(start, _skip_string(text, start), new) for start, _, new in edits]
+    return _splice(text, edits), f"names -> {_short(name)} at " + ", ".join(str(s) for s, _, _ in edits)
+
+
+def _skip_string(text: bytes, start: int) -> int:
+    """The index of the closing quote of the JSON string whose content starts at `start`."""
+    end = start
+    while end < len(text) and text[end:end + 1] != b'"':
+        end += 2 if text[end:end + 1] == b"\\" else 1
+    return end
+
+
+def structural(rng, text):
+    """Swap types and drop keys on parsed events and the header, then re-serialize (NaN allowed)."""
+    try:
+        document = json.loads(text)
+    except (ValueError, RecursionError):
+        return text, "structural: skipped (not JSON)"
+    events = document.get("traceEvents") if isinstance(document, dict) else document
+    notes = []
+    if isinstance(events, list) and events:
+        events = list(events)
+        for index in rng.sample(range(len(events)), min(len(events), rng.randint(1, 12))):
+            events[index], note = _mutate_event(rng, events[index])
+            notes.append(f"event {index}: {note}")
+    if isinstance(document, dict):
+        document = dict(document, traceEvents=events)
+        if rng.random() < 0.3:
+            key = rng.choice(["baseTimeNanoseconds", "traceEvents", "distributedInfo", "displayTimeUnit"])
+            value = rng.choice([weird_value(rng), -1, 2**70, " 42", "@@9x5000@@",
+                                {"rank": 1, "pg_config": [{"pg_desc": "mesh_pp", "ranks": {"1": 2}}]}])
+            document[key] = value
+            notes.append(f"header {key} = {json.dumps(value)[:40]}")
+    else:
+        document = events
+    return dumps(document), "structural: " + "; ".join(notes)
+
+
+def dumps(document) -> bytes:
+    text = json.dumps(document).encode()
+    return _RAW.sub(lambda m: RAW_LITERALS[m.group(1).decode()], text)
+
+
+def weird_value(rng):
+    return rng.choice(WEIRD_VALUES + list(RAW_LITERALS) + [float("inf")])
+
+
+def _mutate_event(rng, event):
+    choice = rng.random()
+    if choice < 0.1 or not isinstance(event, dict):
+        new = rng.choice([None, "event", 42, [event], list(event.values()) if isinstance(event, dict) else {}])
+        return new, f"whole event -> {type(new).__name__}"
+    event = dict(event)
+    key = rng.choice(list(event) + ["ts", "dur", "args", "id", "bp", "s", "pid", "tid"])
+    if choice < 0.4 and key in event:
+        del event[key]
+        return event, f"del {key}"
+    if choice < 0.7:
+        value = weird_value(rng)
+        event[key] = value
+        return event, f"{key} = {json.dumps(value)[:40]}"
+    # Poison the args, maybe under another phase: counters, metadata, kernels with a graph label.
+    phase = rng.choice([event.get("ph"), "C", "M", "X", "B", "i", "s", "b", "n"])
+    args = dict(event["args"]) if isinstance(event.get("args"), dict) else {}
+    for _ in range(rng.randint(1, 3)):
+        args[rng.choice(list(args) + ["name", "value", "sort_index", "labels", "stream", "a.b"])] = weird_value(rng)
+    if rng.random() < 0.3:
+        event["cat"], args["name"] = "kernel", "graph_0"
+    event.update(ph=phase, args=args)
+    if phase == "M":
+        event["name"] = rng.choice(["process_name", "thread_name", "process_sort_index", "thread_sort_index",
+                                    "process_labels"])
+    return event, f"ph={phase} args={json.dumps(args)[:80]}"
+
+
+# Semantic mutations mostly keep the JSON valid, so the trace is read; destructive ones mostly do not.
+SEMANTIC = [replace_numbers, poison_event, duplicate_key, delete_key, long_digits, structural, structural,
+            structural]
+DESTRUCTIVE = [truncate, flip_bytes, insert_bytes, delete_bytes, invalid_utf8, lone_surrogate, deep_nesting]
+
+
+@dataclass
+class Case:
+    label: str
+    data: bytes
+    name: str
+    notes: list[str] = field(default_factory=list)
+
+
+def make_case(source: str, text: bytes, index: int) -> Case:
+    rng = random.Random(f"{source}:{index}")
+    notes = []
+    mutations = [rng.choice(SEMANTIC) for _ in range(rng.choice([1, 1, 2, 3]))]
+    if rng.random() < 0.4:
+        mutations.append(rng.choice(DESTRUCTIVE))
+    for mutation in mutations:
+        if not text:
+            break
+        text, note = mutation(rng, text)
+        notes.append(f"{mutation.__name__}: {note}")
+    name = "trace.json"
+    if rng.random() < 0.3:
+        text, name = gzip.compress(text, mtime=0), "trace.json.gz"
+        notes.append("gzip")
+        if rng.random() < 0.3:
+            text, note = (truncate if rng.random() < 0.6 else flip_bytes)(rng, text)
+            notes.append(f"then {note}")
+    return Case(f"{source}#{index}", text, name, notes)
+
+
+# -- running the CLI and judging the result -----------------------------------------------------------------
+def complete_perfetto_file(data: bytes) -> bool:
+    """Whole TracePackets (Trace field 1, length-delimited) up to the last byte."""
+    position = 0
+    while position < len(data):
+        if data[position] != 0x0A:
+            return False
+        position, length, shift = position + 1, 0, 0
+        while True:
+            if position >= len(data) or shift > 63:
+                return False
+            byte = data[position]
+            position += 1
+            length |= (byte & 0x7F) << shift
+            shift += 7
+            if not byte & 0x80:
+                break
+        position += length
+    return position == len(data) and len(data) > 0
+
+
+def run_case(case: Case, workdir: Path) -> tuple[list[str], list[Path]]:
+    """Both commands on one case; (problems, successful outputs)."""
+    directory = workdir / case.label.replace("#", "_")
+    directory.mkdir()
+    source = directory / case.name
+    source.write_bytes(case.data)
+    before = (source.read_bytes(), source.stat().st_mtime_ns)
+    problems, outputs = [], []
+    for command in ("convert", "compact"):
+        output = directory / f"{command}.perfetto-trace"
+        try:
+            run = subprocess.run([sys.executable, "-m", "converter.cli", command, str(source), "-o", str(output)],
+                                 cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+                                 env={**os.environ, "PYTHONWARNINGS": "default"})
+        except subprocess.TimeoutExpired:
+            problems.append(f"{command}: no result after {TIMEOUT_S} s (a hang)")
+            continue
+        problem = judge(run, output)
+        if problem:
+            problems.append(f"{command}: {problem}")
+        elif run.returncode == 0:
+            outputs.append(output)
+        leftovers = sorted(p.name for p in directory.iterdir() if p.name.startswith(f".{output.name}."))
+        if leftovers:
+            problems.append(f"{command}: temp files left behind: {leftovers}")
+    if (source.read_bytes(), source.stat().st_mtime_ns) != before:
+        problems.append("the input file was changed")
+    return problems, outputs
+
+
+def judge(run: subprocess.CompletedProcess, output: Path) -> str | None:
+    """None when the run is one of the two allowed outcomes, else what is wrong."""
+    stderr_tail = run.stderr[-2000:]
+    if "Traceback" in run.stderr:
+        return f"traceback (exit {run.returncode}):\n{stderr_tail}"
+    if run.returncode == 2:
+        lines = run.stderr.splitlines()
+        if len(lines) != 1 or not lines[0].startswith("cgtrace: error: "):
+            return f"exit 2 without exactly one 'cgtrace: error:' line:\n{stderr_tail}"
+        if output.exists():
+            return f"exit 2 but the output exists ({output.stat().st_size} bytes)"
+        if run.stdout:
+            return f"exit 2 but stdout has {run.stdout[:200]!r}"
+        return None
+    if run.returncode != 0:
+        return f"exit {run.returncode}:\n{stderr_tail}"
+    if not output.is_file():
+        return "exit 0 but no output file"
+    data = output.read_bytes()
+    if not complete_perfetto_file(data):
+        return f"exit 0 but the output is not whole Perfetto packets ({len(data)} bytes)"
+    try:
+        summary = json.loads(run.stdout)
+    except ValueError:
+        return f"exit 0 but stdout is not a JSON summary: {run.stdout[:300]!r}"
+    if summary.get("output") != str(output) or summary.get("output_bytes") != len(data):
+        return f"summary names {summary.get('output')!r}, {summary.get('output_bytes')} bytes; file has {len(data)}"
+    return None
+
+
+@pytest.mark.parametrize("source", list(CASES))
+def test_mutated_traces_fail_cleanly_or_convert_completely(inputs, tmp_path, source):
+    if source not in inputs:
+        pytest.skip(f"../shared/traces/{REAL_INPUTS[source]} is not present")
+    cases = [make_case(source, inputs[source], index) for index in range(CASES[source])]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results = list(pool.map(lambda case: run_case(case, tmp_path), cases))
+
+    failures = []
+    successful = []
+    for case, (problems, outputs) in zip(cases, results):
+        successful += [(case, output) for output in outputs]
+        if problems:
+            failures.append((case, problems))
+    for number, (case, output) in enumerate(successful):
+        if number % TP_SAMPLE_EVERY == 0:
+            try:
+                stats = problem_stats(output)
+            except Exception as error:  # noqa: BLE001 - any load failure is a finding
+                stats = f"cannot load: {error}"
+            if stats:
+                failures.append((case, [f"{output.name}: trace_processor problem stats {stats}"]))
+    keep = os.environ.get("FUZZ_KEEP")
+    if keep:
+        for case, _ in failures:
+            Path(keep).mkdir(parents=True, exist_ok=True)
+            (Path(keep) / f"{case.label.replace('#', '_')}_{case.name}").write_bytes(case.data)
+    assert not failures, "\n\n".join(
+        f"{case.label} ({case.name}, {len(case.data)} bytes; {' | '.join(case.notes)[:600]}):\n  "
+        + "\n  ".join(problems) for case, problems in failures)
+    # The fuzzing must reach both outcomes, or it tests little.
+    assert successful and len(successful) < 2 * len(cases)
