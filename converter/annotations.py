@@ -136,12 +136,12 @@ class ArgsEncoder:
         for key, value in args.items():
             kind = type(value)
             # Equal is not identical: 1, 1.0 and True are equal dict keys, and so are 0.0 and
-            # -0.0. The type is part of the key, floats are keyed by their bits, and only lists
-            # of ints are cached.
+            # -0.0. The type is part of the key (for lists, each element's), floats are keyed by
+            # their bits.
             if kind is float:
-                cache_key = (key, kind, value.hex())
+                cache_key = (key, kind, _pack_double(value))
             elif kind is list:
-                cache_key = (key, kind, tuple(value)) if all(type(item) is int for item in value) else [None]
+                cache_key = (key, tuple(map(type, value)), tuple(value))
             else:
                 cache_key = (key, kind, value)
             try:
@@ -151,7 +151,7 @@ class ArgsEncoder:
                 if len(cache) >= _CACHE_LIMIT:
                     cache.clear()
                 cache[cache_key] = encoded
-            except TypeError:  # unhashable: a dict, or a list that is not all ints
+            except TypeError:  # unhashable: a dict, or a list holding lists or dicts
                 encoded = _entry(key, value, self._name_reference)
             parts.append(encoded)
         return b"".join(parts)
