@@ -19,7 +19,7 @@ import msgspec
 from .errors import CgtraceError
 from .annotations import decode_json
 from .lanes import LaneRules
-from .layout import fits_nested, nesting_order
+from .layout import nested_layers
 from .model import Process, Slice, Trace, Track
 
 LANE_CONTAINER_NAME = "GPU lanes"
@@ -256,18 +256,12 @@ def _layer_annotation_rows(trace: Trace, gpu: GpuLanes) -> None:
             by_row[id(slice_.track)].append(slice_)
     for row_key, members in by_row.items():
         _, rows = first_rows[row_key]
-        stacks: list[list[Slice]] = [[]]
-        for annotation in nesting_order(members):
-            for depth, stack in enumerate(stacks):
-                if fits_nested(stack, annotation):
-                    break
-            else:
-                depth = len(stacks)
-                stacks.append([])
+        for depth, layer in enumerate(nested_layers(members)):
+            if depth:
                 rows.append(trace.add_track(Track(name=f"{rows[0].name} {depth + 1}", process=gpu.process,
                                                   parent=gpu.container)))
-            stacks[depth].append(annotation)
-            annotation.track = rows[depth]
+            for annotation in layer:
+                annotation.track = rows[depth]
     _order_children(gpu)
 
 

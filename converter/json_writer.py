@@ -58,7 +58,7 @@ from typing import BinaryIO, Optional
 import msgspec
 
 from .errors import CgtraceError
-from .layout import fits_nested, nesting_order
+from .layout import fits_nested, nested_layers
 from .model import Process, Slice, Trace, Track
 
 GLOBAL_PROCESS_NAME = "Global tracks"
@@ -176,7 +176,7 @@ class ChromeJsonWriter:
             track = tracks[key]
             pid = pids[id(_process_of(track))]
             name = _row_name(track)
-            for layer, slices in enumerate(_nested_layers(by_track[key])):
+            for layer, slices in enumerate(nested_layers(by_track[key])):
                 row = _Row(track, layer, name if layer == 0 else f"{name} (overlap {layer})", pid)
                 row.slices = slices
                 thread = track.thread
@@ -362,25 +362,6 @@ def _process_of(track: Track) -> Optional[Process]:
 
 def _row_name(track: Track) -> str:
     return track.thread.display_name if track.thread is not None else track.name
-
-
-def _nested_layers(slices: list[Slice]) -> list[list[Slice]]:
-    """The track's slices in nesting order, split into layers that each nest properly
-    (one layer unless the track holds partial overlaps)."""
-    layers: list[list[Slice]] = [[]]
-    stacks: list[list[Slice]] = [[]]
-    for slice_ in nesting_order(slices):
-        for layer, stack in enumerate(stacks):
-            if fits_nested(stack, slice_):
-                break
-        else:
-            layer = len(stacks)
-            stacks.append([])
-            layers.append([])
-        if not slice_.is_instant:
-            stacks[layer].append(slice_)
-        layers[layer].append(slice_)
-    return layers
 
 
 def _endpoints(trace: Trace, rows: list[_Row]) -> dict[int, _Endpoint]:

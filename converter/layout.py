@@ -36,25 +36,33 @@ def separate_overlaps(trace: Trace) -> int:
     return moved
 
 
-def _split_track(trace: Trace, slices: list[Slice]) -> int:
-    home = slices[0].track
+def nested_layers(slices: list[Slice]) -> list[list[Slice]]:
+    """The slices in nesting order, split first-fit into layers that each nest properly
+    (a single layer unless some slices partially overlap)."""
     layers: list[list[Slice]] = [[]]
-    tracks: list[Track] = [home]
-    moved = 0
+    stacks: list[list[Slice]] = [[]]
     for slice_ in nesting_order(slices):
-        for layer, stack in enumerate(layers):
+        for layer, stack in enumerate(stacks):
             if fits_nested(stack, slice_):
                 break
         else:
-            layer = len(layers)
+            layer = len(stacks)
+            stacks.append([])
             layers.append([])
-            tracks.append(trace.add_track(_overlap_track(home, layer)))
         if not slice_.is_instant:
-            layers[layer].append(slice_)
-        if layer:
-            slice_.track = tracks[layer]
-            moved += 1
-    return moved
+            stacks[layer].append(slice_)
+        layers[layer].append(slice_)
+    return layers
+
+
+def _split_track(trace: Trace, slices: list[Slice]) -> int:
+    home = slices[0].track
+    layers = nested_layers(slices)
+    for index, layer in enumerate(layers[1:], start=1):
+        track = trace.add_track(_overlap_track(home, index))
+        for slice_ in layer:
+            slice_.track = track
+    return sum(len(layer) for layer in layers[1:])
 
 
 def _overlap_track(home: Track, layer: int) -> Track:
