@@ -219,6 +219,18 @@ class Region:
                     "tid": stream, "ts": c[0] - 1, "dur": c[1] - c[0] + 2,
                     "args": {"External id": self.ext}})
 
+    def cover(self, stream: int, start: int, end: int, gap: int, out: list, dev: int) -> None:
+        """Extend this region's span on `stream` over [start, end]; a gap wider than `gap`
+        closes the current fragment and starts a new one."""
+        span = self.d.get(stream)
+        if span is None:
+            self.d[stream] = [start, end]
+        elif start - span[1] > gap:
+            self.emit(stream, span, out, dev)
+            self.d[stream] = [start, end]
+        elif end > span[1]:
+            span[1] = end
+
     def close(self, out: list, dev: int) -> None:
         for stream, c in self.d.items():
             self.emit(stream, c, out, dev)
@@ -452,7 +464,6 @@ class TraceGenerator:
         tb = self.tbase
         append = out.append
         r0, r1 = regions
-        d0, d1 = r0.d, r1.d
         for (code, cat, name, stream, tail, nbytes, head, mid, tailb, fmid), rs, re_ in zip(
                 tm.nodes, starts, ends):
             s = g0 + (off + rs) * W // NN
@@ -472,22 +483,8 @@ class TraceGenerator:
                 append({"ph": "X", "cat": cat, "name": name, "pid": dev, "tid": stream,
                         "ts": s, "dur": e - s, "args": args})
             append(b'{"ph":"f","id":%d%s%d.%03d%s' % (corr, fmid, q, r, _FLOW_END))
-            c = d0.get(stream)
-            if c is None:
-                d0[stream] = [s, e]
-            elif s - c[1] > gap:
-                r0.emit(stream, c, out, dev)
-                d0[stream] = [s, e]
-            elif e > c[1]:
-                c[1] = e
-            c = d1.get(stream)
-            if c is None:
-                d1[stream] = [s, e]
-            elif s - c[1] > gap:
-                r1.emit(stream, c, out, dev)
-                d1[stream] = [s, e]
-            elif e > c[1]:
-                c[1] = e
+            r0.cover(stream, s, e, gap, out, dev)
+            r1.cover(stream, s, e, gap, out, dev)
 
     # --- operations --------------------------------------------------------------
     def _op_compute(self, op, out: list, step_region: Region) -> None:
