@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import shutil
 import tempfile
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
