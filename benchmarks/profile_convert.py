@@ -31,11 +31,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 # (label, module, attribute path, depth). Wrapped where the caller looks the name up.
 STAGES = [
     ("read file (bytes)", "converter.reader", "read_input_bytes", 1),
-    ("decode header + find traceEvents", "converter.reader", "_split_document", 1),
-    ("decode event list -> Raw", "converter.reader", "_RAW_LIST.decode", 1),
-    ("build model (decode events + handlers)", "converter.reader", "_TraceBuilder.add_events", 1),
-    ("finish (metadata + flows)", "converter.reader", "_TraceBuilder.finish", 1),
-    ("bind flows", "converter.reader", "bind_flows", 2),
+    ("find traceEvents (locate_events)", "converter.reader", "locate_events", 1),
+    ("read events piece by piece", "converter.reader", "_parse_in_pieces", 1),
+    ("build model (decode events + handlers)", "converter.reader", "_TraceBuilder.add_events", 2),
+    ("finish (metadata + flows)", "converter.reader", "_TraceBuilder.finish", 2),
+    ("bind flows", "converter.reader", "bind_flows", 3),
     ("layout (separate_overlaps)", "converter.pipeline", "separate_overlaps", 1),
     ("write (PerfettoWriter.write)", "converter.perfetto_writer", "PerfettoWriter.write", 1),
     ("descriptors", "converter.perfetto_writer", "PerfettoWriter._write_descriptors", 2),

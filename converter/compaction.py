@@ -165,7 +165,7 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[int, list[Sl
         summary["annotations_mapped"] += 1
     merged_away: set[int] = set()
     for lane_key, members in placed.items():
-        kept = coalesce(members)
+        kept = coalesce(members, trace.args_of)
         summary["annotations_coalesced"] += len(members) - len(kept)
         merged_away.update({id(s) for s in members} - {id(s) for s in kept})
         row = _annotation_row(trace, gpu, lane_of_track[lane_key])
@@ -182,12 +182,12 @@ def _lane_rank(gpu: GpuLanes, lane: Track) -> int:
     return 0
 
 
-def coalesce(annotations: list[Slice]) -> list[Slice]:
+def coalesce(annotations: list[Slice], args_of) -> list[Slice]:
     """Identical annotations (name, category, args) that overlap or touch become their union."""
     kept: list[Slice] = []
     groups: dict[tuple, list[Slice]] = defaultdict(list)
     for annotation in annotations:
-        groups[(annotation.name, annotation.cat, _args_key(annotation.args))].append(annotation)
+        groups[(annotation.name, annotation.cat, _args_key(args_of(annotation)))].append(annotation)
     for members in groups.values():
         members.sort(key=lambda s: s.ts)
         current = members[0]
@@ -221,7 +221,7 @@ def _label_kernel_runs(trace: Trace, gpu: GpuLanes, summary: Counter) -> None:
         for lane in lanes:
             run_label, run_first, run_last = None, None, None
             for slice_ in gpu.lane_slices[id(lane)] + [None]:
-                label = _kernel_label(slice_) if slice_ is not None else None
+                label = _kernel_label(slice_, trace.args_of) if slice_ is not None else None
                 if label is not None:
                     summary["kernels_labelled"] += 1
                 if label == run_label and label is not None:
@@ -234,8 +234,8 @@ def _label_kernel_runs(trace: Trace, gpu: GpuLanes, summary: Counter) -> None:
                 run_label, run_first, run_last = label, slice_, slice_
 
 
-def _kernel_label(slice_: Slice) -> Optional[str]:
-    args = slice_.args
+def _kernel_label(slice_: Slice, args_of) -> Optional[str]:
+    args = args_of(slice_)
     if args is None:
         return None
     if type(args) is not dict:

@@ -137,7 +137,7 @@ class ChromeJsonWriter:
         self._header(trace)
         self._metadata(rows, processes, pids)
         for row in rows:
-            self._slices(row, v2_fields)
+            self._slices(row, v2_fields, trace.args_of)
         self._counters(trace, pids)
         self._flows(v1_flows, endpoints)
         self.buffer += b"\n]}\n"
@@ -223,7 +223,7 @@ class ChromeJsonWriter:
             self._event(b'{"ph":"M","name":"process_sort_index","pid":%d,"tid":%d,"args":{"sort_index":%d}}'
                         % (pid, pid, sort_index))
 
-    def _slices(self, row: _Row, v2_fields: dict) -> None:
+    def _slices(self, row: _Row, v2_fields: dict, args_of) -> None:
         # Every row's thread_name event came first, so each slice follows another event.
         instant_head = b',\n{"pid":%d,"tid":%d,"ph":"i","s":"t","ts":%%d.%%03d,"name":' % (row.pid, row.tid)
         complete_head = b',\n{"pid":%d,"tid":%d,"ph":"X","ts":%%d.%%03d,"dur":%%d.%%03d,"name":' % (row.pid, row.tid)
@@ -238,7 +238,7 @@ class ChromeJsonWriter:
             cat = slice_.cat
             if cat:
                 event += b',"cat":' + (strings.get(cat) or string(cat))
-            args = slice_.args
+            args = args_of(slice_)
             if args is not None:
                 if type(args) is dict:
                     if args:

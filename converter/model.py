@@ -10,6 +10,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .args_store import ArgsStore
+
 
 @dataclass(eq=False)
 class Process:
@@ -74,11 +76,14 @@ class Track:
 
 class Slice:
     """A span (or, with `is_instant`, a point) on a track. Name, ts, dur, cat and args are measured
-    data and never change; only `track` may be reassigned for display."""
+    data and never change; only `track` may be reassigned for display.
+
+    `args` is None, raw JSON text (bytes), a dict, or an int: a reference into the trace's
+    ArgsStore. Read it through `Trace.args_of`."""
 
     __slots__ = ("ts", "dur", "name", "cat", "args", "track", "is_instant")
 
-    def __init__(self, ts: int, dur: int, name: str, cat: str, args: Optional[dict], track: Track,
+    def __init__(self, ts: int, dur: int, name: str, cat: str, args: Any, track: Track,
                  is_instant: bool = False):
         self.ts = ts
         self.dur = dur
@@ -139,6 +144,13 @@ class Trace:
     skipped: Counter = field(default_factory=Counter)
     unbound_flows: int = 0
     events_read: int = 0
+    # Where args referenced by an int live (see args_store.py); None when all args are inline.
+    args_store: Optional[ArgsStore] = None
+
+    def args_of(self, slice_: Slice):
+        """A slice's args as raw JSON text, a dict, or None."""
+        args = slice_.args
+        return self.args_store.text(args) if type(args) is int else args
 
     def add_track(self, track: Track) -> Track:
         self.tracks.append(track)

@@ -16,8 +16,10 @@ from typing import Any, Optional
 import msgspec
 
 from . import progress
+from .args_store import ArgsStore
 from .annotations import decode_json
 from .errors import CgtraceError
+from .event_pieces import EventsLayout, PiecesFailed, iter_pieces, locate_events
 from .flows import FlowEvent, bind_flows
 from .model import CounterSample, Process, Slice, Thread, Trace, Track
 from .source import read_input_bytes
@@ -81,9 +83,47 @@ def read_trace(path: Path, strict: bool = False) -> Trace:
                            "re-export the trace without such deeply nested args") from None
 
 
-def parse_trace_text(text: bytes | bytearray, strict: bool = False) -> Trace:
+def parse_trace_text(text: bytes | bytearray | mmap.mmap, strict: bool = False) -> Trace:
+    layout = locate_events(text)
+    trace = None
+    if layout is not None:
+        try:
+            trace = _parse_in_pieces(text, layout)
+        except PiecesFailed:
+            trace = None  # not cut cleanly: read whole below, which also names any JSON error
+    if trace is None:
+        trace = _parse_whole(text)
+    if strict and trace.skipped:
+        reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(trace.skipped.items()))
+        raise CgtraceError(f"unusable events ({reasons}); fix the trace or run without --strict to skip them")
+    return trace
+
+
+def _parse_in_pieces(text, layout: EventsLayout) -> Trace:
+    """The usual path: the events array a piece at a time, releasing the input behind it."""
+    _check_utf8(text, 0, layout.start)
+    header = {key: _decode_any(raw) for key, raw in layout.header.items()}
+    trace = Trace(metadata=header)
+    builder = _TraceBuilder(trace, base_ns=_base_time(header))
+    start, total = layout.start, len(text)
+    for events, end in iter_pieces(text, layout):
+        _check_utf8(text, start, end)
+        builder.add_events(events)
+        del events
+        if isinstance(text, mmap.mmap):
+            # Finished pages go (read again, they refault from the page cache).
+            text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))
+        progress.report(f"parsing events: {end * 100 // total}%")
+        start = end
+    _check_utf8(text, layout.end, total)
+    builder.finish()
+    return trace
+
+
+def _parse_whole(text) -> Trace:
+    """Any other valid document (or the precise error for an invalid one), decoded at once."""
     header, events_text = _split_document(text)
-    _check_utf8(text)
+    _check_utf8(text, 0, len(text))
     try:
         raw_events = _RAW_LIST.decode(events_text)
     except msgspec.ValidationError:
@@ -93,34 +133,27 @@ def parse_trace_text(text: bytes | bytearray, strict: bool = False) -> Trace:
         raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
     trace = Trace(metadata=header)
     builder = _TraceBuilder(trace, base_ns=_base_time(header))
-    if isinstance(text, mmap.mmap):
-        # Both passes above touched every page: let them go (a page read again refaults from
-        # the page cache), then add_events drops each stretch it has finished.
-        text.madvise(mmap.MADV_DONTNEED)
-        builder.mapped_text = text
     builder.add_events(raw_events)
     del raw_events
     builder.finish()
-    if strict and trace.skipped:
-        reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(trace.skipped.items()))
-        raise CgtraceError(f"unusable events ({reasons}); fix the trace or run without --strict to skip them")
     return trace
 
 
-def _check_utf8(text) -> None:
+def _check_utf8(text, start: int, end: int) -> None:
     """msgspec checks UTF-8 only in the strings it decodes, and args stay raw JSON until written.
 
     Checked in chunks (the text may be a memory-mapped file); ASCII chunks, nearly all of a
     Kineto trace, skip the decoder."""
-    decoder, view, start = codecs.getincrementaldecoder("utf-8")(), memoryview(text), 0
+    decoder, view = codecs.getincrementaldecoder("utf-8")(), memoryview(text)
+    offset = start
     try:
-        for start in range(0, len(view), _UTF8_CHUNK):
-            chunk = bytes(view[start:start + _UTF8_CHUNK])
+        for offset in range(start, end, _UTF8_CHUNK):
+            chunk = bytes(view[offset:min(offset + _UTF8_CHUNK, end)])
             if not (chunk.isascii() and not decoder.getstate()[0]):
                 decoder.decode(chunk)
         decoder.decode(b"", final=True)
     except UnicodeDecodeError as error:
-        raise CgtraceError(f"not valid JSON (invalid UTF-8 at byte {start + error.start}); the file is corrupt: "
+        raise CgtraceError(f"not valid JSON (invalid UTF-8 at byte {offset + error.start}); the file is corrupt: "
                            "re-export the trace") from None
     finally:
         view.release()
@@ -230,7 +263,7 @@ class _TraceBuilder:
         self.flow_events: list[FlowEvent] = []
         self.strings: dict[str, str] = {}
         self.metadata_events: list[_Event] = []
-        self.mapped_text: Optional[mmap.mmap] = None
+        self.args_store = trace.args_store = ArgsStore()
 
     # -- identities ---------------------------------------------------------------------
     def process(self, source_pid) -> Process:
@@ -283,18 +316,9 @@ class _TraceBuilder:
             "b": self._async_begin, "e": self._async_end, "n": self._async_instant,
         }
         self.trace.events_read += len(raw_events)
-        total = len(raw_events)
-        text = self.mapped_text
-        consumed = 0  # bytes of finished event text: a lower bound on the offset reached
-        for index in range(total):
-            if text is not None:
-                consumed += len(raw_events[index])
-                if not index & 0x3FFF and consumed > 1 << 24:
-                    text.madvise(mmap.MADV_DONTNEED, 0, consumed & ~(mmap.PAGESIZE - 1))
+        for index in range(len(raw_events)):
             event = decode_event(raw_events[index])
             raw_events[index] = None
-            if not index & 0xFFFF:
-                progress.report(f"parsing events: {index * 100 // total}%")
             if event is None:
                 skipped["event_not_an_object"] += 1
                 continue
@@ -348,11 +372,10 @@ class _TraceBuilder:
             return None, None, "ts_out_of_range"
         return ts, dur, None
 
-    @staticmethod
-    def _args(event: _Event):
-        """Raw JSON args text, or None when absent or empty; decoded only when written."""
+    def _args(self, event: _Event):
+        """A reference to the raw JSON args text, or None when absent or empty ("{}")."""
         raw = event.args
-        return bytes(raw) if len(raw) > 2 else None  # a copy: the input text is let go
+        return self.args_store.add(raw) if len(raw) > 2 else None
 
     def _complete(self, event: _Event):
         ts, dur = event.ts, event.dur
@@ -370,7 +393,7 @@ class _TraceBuilder:
         name, cat = event.name, event.cat
         self.trace.slices.append(Slice(
             ts, dur, strings.get(name) or self.intern(name), strings.get(cat) or self.intern(cat),
-            bytes(event.args) if len(event.args) > 2 else None, track))
+            self.args_store.add(event.args) if len(event.args) > 2 else None, track))
         return None
 
     def _begin(self, event: _Event):
@@ -398,11 +421,10 @@ class _TraceBuilder:
 
     def _merged_args(self, begin: _Event, end: _Event):
         """Chrome merges an E event's args into its B slice."""
-        begin_args, end_args = self._args(begin), self._args(end)
-        if end_args is None:
-            return begin_args
-        if begin_args is None:
-            return end_args
+        if len(end.args) <= 2:
+            return self._args(begin)
+        if len(begin.args) <= 2:
+            return self._args(end)
         return {**_decoded_args(begin), **_decoded_args(end)}
 
     def _instant(self, event: _Event):

@@ -125,8 +125,8 @@ def tp_flat(value, prefix: str, out: dict) -> dict:
     return out
 
 
-def expected_args(slice_: Slice) -> dict:
-    args = slice_.args
+def expected_args(slice_: Slice, trace: Trace) -> dict:
+    args = trace.args_of(slice_)
     if args is None:
         return {}
     if type(args) is not dict:
@@ -151,7 +151,7 @@ def assert_all_args(loaded: Loaded, trace: Trace) -> None:
     """Every slice's args, as a multiset per (name, ts, dur)."""
     expected = defaultdict(list)
     for slice_ in trace.slices:
-        expected[(slice_.name, slice_.ts, slice_.dur)].append(expected_args(slice_))
+        expected[(slice_.name, slice_.ts, slice_.dur)].append(expected_args(slice_, trace))
     by_id = defaultdict(dict)
     for row in loaded.args:
         by_id[row["id"]][row["key"]] = next(
@@ -286,7 +286,7 @@ def test_hand_built_args(built):
     trace, s, loaded = built
     got = loaded.args_by_slice()
     for name, slice_ in s.items():
-        assert args_equal(got[name], expected_args(slice_) if name != "ov_b" else {}), (name, got[name])
+        assert args_equal(got[name], expected_args(slice_, trace) if name != "ov_b" else {}), (name, got[name])
     assert got["step"]["args.dot.key"] == 1 and got["step"]["args.nested.a[3]"] == 2
     assert got["launch1"] == {"args.correlation": 11}
 
