@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
+import tempfile
 import zlib
 from pathlib import Path
 
@@ -18,7 +20,7 @@ GZIP_RATIO_FLOOR = 1 << 28
 NO_GZIP_LIMIT_ENV = "CGTRACE_NO_GZIP_LIMIT"
 
 
-def read_input_bytes(path: Path) -> bytes | bytearray:
+def read_input_bytes(path: Path) -> bytes | bytearray | mmap.mmap:
     """The file's uncompressed bytes; every failure becomes a CgtraceError naming the file."""
     try:
         with open(path, "rb") as handle:
@@ -61,36 +63,48 @@ def _read_plain(handle, path: Path):
     return text
 
 
-def _gunzip(handle, path: Path) -> bytearray:
-    """Decompress into one growing buffer, so the text is never held twice.
+def _gunzip(handle, path: Path):
+    """Decompress into an unlinked temporary file and map it: the JSON text then lives in the
+    page cache like a plain input's, instead of pinning its whole size in this process.
 
     Output is produced in bounded pieces and checked against the compressed size read so
-    far, so a gzip bomb is refused before it fills memory.
+    far, so a gzip bomb is refused before it fills the disk.
     """
     decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-    text = bytearray()
     limit_ratio = 0 if os.environ.get(NO_GZIP_LIMIT_ENV) else GZIP_RATIO_LIMIT
-    try:
-        while True:
-            chunk = handle.read(_CHUNK)
-            if not chunk:
-                break
-            while chunk:
-                text += decompressor.decompress(chunk, _CHUNK * 8)
-                chunk = decompressor.unconsumed_tail
-                if decompressor.eof and decompressor.unused_data:
-                    # Concatenated gzip members (e.g. `cat a.gz b.gz`) are one stream to gzip(1).
-                    chunk = decompressor.unused_data + chunk
-                    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-                compressed = handle.tell()
-                if limit_ratio and len(text) > GZIP_RATIO_FLOOR and len(text) > limit_ratio * compressed:
-                    raise CgtraceError(
-                        f"{path}: decompresses more than {limit_ratio}x (a gzip bomb?); if the trace is genuine, "
-                        f"set {NO_GZIP_LIMIT_ENV}=1 and run again")
-            progress.report(f"reading {path.name}: {handle.tell() >> 20} MB compressed, {len(text) >> 20} MB of JSON")
-        text += decompressor.flush()
-    except zlib.error as error:
-        raise CgtraceError(f"{path}: corrupt gzip data ({error}); re-copy or re-export the trace") from None
-    if not decompressor.eof:
-        raise CgtraceError(f"{path}: gzip stream is truncated; re-copy the file or re-export the trace")
-    return text
+    size = 0
+    with tempfile.TemporaryFile(prefix="cgtrace-gunzip-") as text:
+        try:
+            while True:
+                chunk = handle.read(_CHUNK)
+                if not chunk:
+                    break
+                while chunk:
+                    piece = decompressor.decompress(chunk, _CHUNK * 8)
+                    text.write(piece)
+                    size += len(piece)
+                    chunk = decompressor.unconsumed_tail
+                    if decompressor.eof and decompressor.unused_data:
+                        # Concatenated gzip members (e.g. `cat a.gz b.gz`) are one stream to gzip(1).
+                        chunk = decompressor.unused_data + chunk
+                        decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+                    compressed = handle.tell()
+                    if limit_ratio and size > GZIP_RATIO_FLOOR and size > limit_ratio * compressed:
+                        raise CgtraceError(
+                            f"{path}: decompresses more than {limit_ratio}x (a gzip bomb?); if the trace is genuine, "
+                            f"set {NO_GZIP_LIMIT_ENV}=1 and run again")
+                progress.report(f"reading {path.name}: {handle.tell() >> 20} MB compressed, {size >> 20} MB of JSON")
+            text.write(decompressor.flush())
+        except zlib.error as error:
+            raise CgtraceError(f"{path}: corrupt gzip data ({error}); re-copy or re-export the trace") from None
+        except OSError as error:
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise CgtraceError(f"{path}: cannot decompress into {tempfile.gettempdir()} ({error.strerror or error}); "
+                               "free some space there or point TMPDIR at a disk with room for the JSON") from None
+        if not decompressor.eof:
+            raise CgtraceError(f"{path}: gzip stream is truncated; re-copy the file or re-export the trace")
+        text.flush()
+        if not text.tell():
+            return b""
+        return mmap.mmap(text.fileno(), 0, access=mmap.ACCESS_READ)  # the map keeps the unlinked file
