@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 
 import msgspec
 
-PIECE_BYTES = 1 << 24
+PIECE_BYTES = 1 << 22
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
@@ -84,7 +84,7 @@ def _last_piece_decodes(text, start: int, end: int) -> bool:
         cuts.insert(0, start)
     for cut in reversed(cuts):
         try:
-            _RAW_LIST.decode(b"[" + text[cut:end] + b"]")
+            _RAW_LIST.decode(_bracketed(text, cut, end))
             return True
         except _DECODE_ERRORS:
             continue
@@ -100,7 +100,7 @@ def iter_pieces(text, layout: EventsLayout) -> Iterator[tuple[list[msgspec.Raw],
             match = _BOUNDARY.search(text, search_from, end) if search_from < end else None
             cut, next_start = (match.start() + 1, match.end() - 1) if match else (end, end)
             try:
-                events = _RAW_LIST.decode(b"[" + text[start:cut] + b"]")
+                events = _RAW_LIST.decode(_bracketed(text, start, cut))
             except _DECODE_ERRORS:
                 if match is None:
                     raise PiecesFailed() from None
@@ -109,3 +109,9 @@ def iter_pieces(text, layout: EventsLayout) -> Iterator[tuple[list[msgspec.Raw],
             yield events, cut
             start = next_start
             break
+
+
+def _bracketed(text, start: int, end: int) -> bytes:
+    """`[` + text[start:end] + `]` in one copy (the text may be a memory map)."""
+    with memoryview(text) as view:
+        return b"".join((b"[", view[start:end], b"]"))
