@@ -16,9 +16,9 @@ from typing import Optional
 
 from .lanes import LaneRules
 from .model import Flow, Slice, Trace
+from .window import profiler_step
 
 PP_FLOW_CATEGORY = "pp_dependency"
-_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # more digits are no step number int() takes
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
 # A receive feeds, and a send follows, the compute of the same stage and microbatch.
 _COMPUTE_OF = {"RECV_F": ("F",), "SEND_F": ("F",), "RECV_B": ("B", "I"), "SEND_B": ("B", "I")}
@@ -53,9 +53,9 @@ def find_blocks(trace: Trace, rules: LaneRules) -> dict[BlockKey, Block]:
     cpu_occurrences: dict[str, list[tuple[int, int]]] = defaultdict(list)  # name -> [(start, step)]
     fragments: list[tuple[Slice, re.Match]] = []
     for slice_ in trace.slices:
-        step_match = _STEP.match(slice_.name)
-        if step_match:
-            steps.append((slice_.ts, slice_.ts + slice_.dur, int(step_match.group(1))))
+        step = profiler_step(slice_.name)
+        if step is not None:
+            steps.append((slice_.ts, slice_.ts + slice_.dur, step))
             continue
         match = pattern.match(slice_.name)
         if match is None:

@@ -55,13 +55,19 @@ def parse_steps(text: str) -> Window:
     return Window(first_step=first, last_step=last)
 
 
+def profiler_step(name: str) -> Optional[int]:
+    """The step number of a `ProfilerStep#N` slice name, else None."""
+    match = _STEP.match(name)
+    return int(match.group(1)) if match else None
+
+
 def step_ranges(trace: Trace) -> dict[int, tuple[int, int]]:
     """ProfilerStep number -> (start, end) in ns."""
     ranges = {}
     for slice_ in trace.slices:
-        match = _STEP.match(slice_.name)
-        if match:
-            ranges[int(match.group(1))] = (slice_.ts, slice_.ts + slice_.dur)
+        step = profiler_step(slice_.name)
+        if step is not None:
+            ranges[step] = (slice_.ts, slice_.ts + slice_.dur)
     return ranges
 
 
