@@ -420,14 +420,7 @@ class TraceGenerator:
         self.streams_used.add(stream)
         gap = self.gap
         for reg in regions:
-            c = reg.d.get(stream)
-            if c is None:
-                reg.d[stream] = [s, e]
-            elif s - c[1] > gap:
-                reg.emit(stream, c, out, dev)
-                reg.d[stream] = [s, e]
-            elif e > c[1]:
-                c[1] = e
+            reg.cover(stream, s, e, gap, out, dev)
 
     # --- graphs ----------------------------------------------------------------
     def _template(self, key: int, kind: str, layer_base: int) -> Template:
