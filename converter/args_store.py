@@ -51,11 +51,6 @@ class ArgsStore:
             self._flush()
         return os.pread(self._fd, reference & _LENGTH_MASK, reference >> _LENGTH_BITS)
 
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
     def _open(self):
         try:
             return tempfile.TemporaryFile(prefix="cgtrace-args-", dir=self._directory, buffering=_WRITE_BUFFER)
@@ -75,7 +70,4 @@ class ArgsStore:
         return CgtraceError(f"{where}: cannot keep the trace's args in a temporary file ({error.strerror or error}); "
                             "free some space there or point TMPDIR at a disk with room for about half the "
                             "input's size")
-
-    def __del__(self):
-        self.close()
 

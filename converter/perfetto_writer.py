@@ -8,10 +8,9 @@ slice it belongs to; flows get one id per arrow.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import BinaryIO, Optional
+from typing import BinaryIO
 
 from .annotations import ArgsEncoder
-from .args_store import ArgsStore
 from .layout import nesting_order
 from .model import Slice, Trace, Track
 from .wire import (SMALL_VARINT_LIMIT, SMALL_VARINTS, WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field,
@@ -100,7 +99,7 @@ class PerfettoWriter:
             if slices:
                 # A zero-duration slice at another's start would nest under it in nesting order.
                 ordered = sorted(slices, key=_flat_order) if track.flat else nesting_order(slices)
-                self._write_track_slices(uuids[id(track)], ordered, flows_at_begin, flows_at_end, trace.args_store)
+                self._write_track_slices(uuids[id(track)], ordered, flows_at_begin, flows_at_end, trace.args_of)
         for sample in trace.counters:
             event = _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(sample.track)]) + \
                 double_field(_DOUBLE_COUNTER_VALUE, sample.value)
@@ -179,8 +178,7 @@ class PerfettoWriter:
             at_begin[id(end.slice)] += field + fixed64(end.flow_id)
         return at_begin, at_end
 
-    def _write_track_slices(self, uuid: int, slices: list[Slice], flows_at_begin, flows_at_end,
-                            args_store: Optional[ArgsStore]) -> None:
+    def _write_track_slices(self, uuid: int, slices: list[Slice], flows_at_begin, flows_at_end, args_of) -> None:
         """BEGIN/INSTANT packets in the given (nesting) order, each END as soon as its slice is over."""
         track_field = varint_field(_TRACK_UUID, uuid)
         begin_head = _TYPE_BEGIN + track_field
@@ -208,9 +206,8 @@ class PerfettoWriter:
             if fields is None:
                 fields = heads[(name, cat)] = name_field(name) + (category_field(cat) if cat else b"")
             event = (instant_head if slice_.is_instant else begin_head) + fields
-            args = slice_.args
-            if args is not None:
-                event += encode_args(args_store.text(args) if type(args) is int else args)
+            if slice_.args is not None:
+                event += encode_args(args_of(slice_))
             key = id(slice_)
             flows = begin_flows(key)
             if flows is not None:

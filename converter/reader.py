@@ -84,13 +84,12 @@ def read_trace(path: Path, strict: bool = False) -> Trace:
 
 
 def parse_trace_text(text: bytes | bytearray | mmap.mmap, strict: bool = False) -> Trace:
-    layout = locate_events(text)
-    trace = None
+    layout, trace = locate_events(text), None
     if layout is not None:
         try:
             trace = _parse_in_pieces(text, layout)
         except PiecesFailed:
-            trace = None  # not cut cleanly: read whole below, which also names any JSON error
+            pass  # not cut cleanly: read whole below, which also names any JSON error
     if trace is None:
         trace = _parse_whole(text)
     if strict and trace.skipped:
