@@ -19,51 +19,48 @@ from .errors import CgtraceError
 
 _LENGTH_BITS = 32
 _LENGTH_MASK = (1 << _LENGTH_BITS) - 1
-_WRITE_BUFFER = 1 << 20
+_SPILL_BYTES = 1 << 20
 
 
 class ArgsStore:
-    """Append-only store of raw JSON args; `add` gives a reference, `text` gives the bytes back."""
+    """Append-only store of raw JSON args; `add` gives a reference, `text` gives the bytes back.
+
+    New text collects in `_pending` and goes to the file a megabyte at a time: `add` runs
+    once per slice, and a buffered file's write cost several times a bytearray append."""
 
     def __init__(self, directory: Optional[str] = None):
         """`directory`: where the temporary file lives (default: TMPDIR, else the system's)."""
         self._directory = directory
         self._file = None
-        self._size = 0
-        self._flushed = False
+        self._written = 0   # bytes in the file; `_pending` follows them
+        self._pending = bytearray()
 
     def add(self, text) -> int:
         """Store bytes-like `text` (bytes, msgspec.Raw, ...); the reference is an int."""
-        if self._file is None:
-            self._file = self._open()
-        size = len(text)
-        reference = self._size << _LENGTH_BITS | size
-        try:
-            self._file.write(text)
-        except OSError as error:
-            raise self._disk_error(error) from None
-        self._size += size
-        self._flushed = False
+        pending = self._pending
+        reference = (self._written + len(pending)) << _LENGTH_BITS | len(text)
+        pending += text
+        if len(pending) >= _SPILL_BYTES:
+            self._spill()
         return reference
 
     def text(self, reference: int) -> bytes:
-        if not self._flushed:
-            self._flush()
-        return os.pread(self._fd, reference & _LENGTH_MASK, reference >> _LENGTH_BITS)
+        if self._pending:
+            self._spill()
+        return os.pread(self._file.fileno(), reference & _LENGTH_MASK, reference >> _LENGTH_BITS)
 
-    def _open(self):
+    def _spill(self) -> None:
         try:
-            return tempfile.TemporaryFile(prefix="cgtrace-args-", dir=self._directory, buffering=_WRITE_BUFFER)
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="cgtrace-args-", dir=self._directory, buffering=0)
+            done = 0
+            with memoryview(self._pending) as view:
+                while done < len(view):
+                    done += self._file.write(view[done:])  # a nearly full disk can write short
         except OSError as error:
             raise self._disk_error(error) from None
-
-    def _flush(self) -> None:
-        try:
-            self._file.flush()
-        except OSError as error:
-            raise self._disk_error(error) from None
-        self._fd = self._file.fileno()
-        self._flushed = True
+        self._written += len(self._pending)
+        self._pending.clear()
 
     def _disk_error(self, error: OSError) -> CgtraceError:
         where = self._directory or tempfile.gettempdir()
