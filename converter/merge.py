@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import re
 import shutil
 import tempfile
 from collections import Counter
@@ -34,6 +35,7 @@ _ROOT_UUID = 1 << 62
 _RANK_ID_STRIDE = 1 << 20          # pids and tids of merge position k: (k + 1) << 20 ...
 _CROSS_RANK_FLOW_BASE = 1 << 61
 _TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK_TRACE_NAME = re.compile(r"^(rank.*_trace|.*\.pt\.trace)\.json(\.gz)?$")
 # The compute a receive feeds, for an arrow that cannot end on the receive itself.
 _CONSUMER = {"RECV_F": ("F",), "RECV_B": ("B", "I")}
 
@@ -65,14 +67,17 @@ class RankPlan:
 
 
 def find_rank_files(inputs: list[Path]) -> list[Path]:
-    """Explicit files, or the trace files of one directory."""
+    """Explicit files, or the trace files of one directory: those named like rank traces
+    (`rank*_trace.json`, `*.pt.trace.json`) when there are any, so a config or results JSON
+    beside them is left alone; otherwise every JSON file there."""
     if len(inputs) == 1 and inputs[0].is_dir():
         directory = inputs[0]
         files = sorted(p for p in directory.iterdir()
                        if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith("."))
         if not files:
             raise CgtraceError(f"{directory}: no trace files (*.json, *.json.gz); pass a directory of rank traces")
-        return files
+        named = [p for p in files if _RANK_TRACE_NAME.match(p.name)]
+        return named or files
     for path in inputs:
         if not path.is_file():
             raise CgtraceError(f"{path}: no such file; pass rank trace files or one directory")

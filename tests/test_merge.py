@@ -121,6 +121,17 @@ def test_truncated_capture_reports_the_missing_receive(tmp_path):
     assert drawn == summary["pp_send_recv_pairs"] - summary["pp_send_recv_not_drawn"]
 
 
+def test_directory_merge_leaves_other_json_files_alone(tmp_path):
+    """`cgtrace merge DIR` takes the files named like rank traces; a config beside them is no trace."""
+    files = write_pp_run(tmp_path / "run", pp_size=2, microbatches=2, steps=1, seed=3,
+                         graphs_per_step=2, kernels_per_replay=4)
+    (tmp_path / "run" / "config.json").write_text('{"lr": 0.1}')
+    output, summary = merge(tmp_path, [tmp_path / "run"])
+    assert sorted(r["file"] for r in summary["pp_ranks"]) == sorted(map(str, files))
+    assert problem_stats(output) == []
+    assert classify_arrows(output)["send_recv"] == summary["pp_send_recv_pairs"] > 0
+
+
 def test_real_dlrm_ranks_merge_in_global_order(tmp_path):
     require_shared_traces()
     output, summary = merge(tmp_path, [SHARED_TRACES / "dlrm_8ranks"])
