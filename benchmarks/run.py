@@ -71,12 +71,14 @@ JOBS: dict[str, Job] = {
 # Runs in a fresh, small interpreter: starts the job, waits, reports the job's own rusage.
 # ru_maxrss of RUSAGE_CHILDREN is the peak of the largest single descendant; jobs with worker
 # processes (merge --jobs) hold several at once, so the whole process tree's RSS is also
-# sampled from /proc every 0.1 s (a sum, and a lower bound on its true peak).
+# sampled from /proc every 0.1 s (a sum, and a lower bound on its true peak). The sum of RSS
+# counts pages the forked workers share with their parent once per process; the sum of PSS
+# (proportional set size) splits them, so it is the tree's real footprint.
 _HELPER = r"""
 import json, os, resource, subprocess, sys, time
 
 def tree_rss_kb(root):
-    pids, total, todo = set(), 0, [root]
+    pids, total, pss, todo = set(), 0, 0, [root]
     while todo:
         pid = todo.pop()
         if pid in pids:
@@ -88,12 +90,14 @@ def tree_rss_kb(root):
                     if line.startswith("VmRSS:"):
                         total += int(line.split()[1])
                         break
+            with open(f"/proc/{pid}/smaps_rollup") as f:
+                pss += next((int(line.split()[1]) for line in f if line.startswith("Pss:")), 0)
             for task in os.listdir(f"/proc/{pid}/task"):
                 with open(f"/proc/{pid}/task/{task}/children") as f:
                     todo.extend(int(c) for c in f.read().split())
         except (OSError, ValueError):
             pass
-    return total, len(pids)
+    return total, pss, len(pids)
 
 argv, timeout = json.loads(sys.argv[1]), float(sys.argv[2])
 t0 = time.perf_counter()
@@ -105,11 +109,11 @@ def drain(name, stream):
 readers = [threading.Thread(target=drain, args=(n, s)) for n, s in (("out", proc.stdout), ("err", proc.stderr))]
 for r in readers:
     r.start()
-tree_peak = procs_peak = 0
+tree_peak = pss_peak = procs_peak = 0
 timed_out = False
 while proc.poll() is None:
-    rss, n = tree_rss_kb(proc.pid)
-    tree_peak, procs_peak = max(tree_peak, rss), max(procs_peak, n)
+    rss, pss, n = tree_rss_kb(proc.pid)
+    tree_peak, pss_peak, procs_peak = max(tree_peak, rss), max(pss_peak, pss), max(procs_peak, n)
     if timeout and time.perf_counter() - t0 > timeout:
         proc.kill()
         proc.wait()
@@ -123,7 +127,7 @@ child = resource.getrusage(resource.RUSAGE_CHILDREN)
 me = resource.getrusage(resource.RUSAGE_SELF)
 sys.stdout.write(json.dumps({
     "rc": proc.returncode, "wall_s": wall, "timed_out": timed_out,
-    "peak_rss_kb": child.ru_maxrss, "tree_rss_sampled_kb": tree_peak, "max_processes": procs_peak,
+    "peak_rss_kb": child.ru_maxrss, "tree_rss_sampled_kb": tree_peak, "tree_pss_sampled_kb": pss_peak, "max_processes": procs_peak,
     "helper_rss_kb": me.ru_maxrss, "user_s": child.ru_utime, "sys_s": child.ru_stime,
     "stdout": chunks.get("out", b"").decode("utf-8", "replace")[-20000:],
     "stderr": chunks.get("err", b"").decode("utf-8", "replace")[-4000:],
@@ -333,6 +337,7 @@ class Row:
         ok = [r for r in self.runs if r["rc"] == 0]
         single_kb = max(r["peak_rss_kb"] for r in ok)
         tree_kb = max(r.get("tree_rss_sampled_kb", 0) for r in ok)
+        tree_pss_kb = max(r.get("tree_pss_sampled_kb", 0) for r in ok)
         peak_kb = max(single_kb, tree_kb)
         return {
             "best_wall_s": best["wall_s"],
@@ -341,6 +346,8 @@ class Row:
             "events_per_s": self.events / best["wall_s"],
             "peak_rss_mb": peak_kb * 1024 / MB,
             "peak_rss_source": "process tree, sampled" if tree_kb > single_kb * 1.02 else "getrusage",
+            "tree_pss_mb": tree_pss_kb * 1024 / MB,
+            "tree_pss_over_input": tree_pss_kb * 1024 / self.input_bytes,
             "max_processes": max(r.get("max_processes", 1) for r in ok),
             "peak_rss_over_input": peak_kb * 1024 / self.input_bytes,
             "output_over_input": (self.output_bytes / self.input_bytes) if self.output_bytes else None,
@@ -426,7 +433,7 @@ def markdown(rows: list[Row], machine: dict, notes: list[str], repeat: int) -> s
         out = f"{row.output_bytes / MB:.0f}" if row.output_bytes else "-"
         tree_mark = ""
         if d["peak_rss_source"] != "getrusage":
-            tree_mark = " (tree)"
+            tree_mark = f" (tree; PSS {d['tree_pss_mb']:.0f} = {d['tree_pss_over_input']:.2f}x)"
             tree_note = True
         ratio = f"{d['output_over_input']:.2f}" if d["output_over_input"] else "-"
         lines.append(
@@ -434,7 +441,8 @@ def markdown(rows: list[Row], machine: dict, notes: list[str], repeat: int) -> s
             f"{d['events_per_s'] / 1000:,.0f}k | {d['peak_rss_mb']:.0f}{tree_mark} | {d['peak_rss_over_input']:.2f} | "
             f"{out} | {ratio} | {d['load1'][0]:.1f}-{d['load1'][1]:.1f} |")
     if tree_note:
-        lines.append("\n(tree): several processes at once; the sum of their RSS, sampled every 0.1 s.")
+        lines.append("\n(tree): several processes at once; the sum of their RSS, sampled every 0.1 s, and the sum "
+                     "of their PSS, which counts the pages forked workers share with their parent once.")
     for note in notes:
         lines.append(f"\nNote: {note}")
     return "\n".join(lines)
