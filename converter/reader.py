@@ -64,9 +64,6 @@ _EVENT = msgspec.json.Decoder(_Event)
 _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
 _EXACT_TS = msgspec.json.Decoder(_ExactTs)
 _UTF8_CHUNK = 1 << 24
-_ANY = msgspec.json.Decoder()
-# msgspec rejects numbers beyond double range (1e400) as "Number out of range"; JSON allows them.
-_ANY_LENIENT = msgspec.json.Decoder(float_hook=float)  # -> +-inf
 _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 _MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 nanoseconds: beyond, trace_processor drops or wraps them
 
@@ -101,7 +98,7 @@ def parse_trace_text(text: bytes | bytearray | mmap.mmap, strict: bool = False) 
 def _parse_in_pieces(text, layout: EventsLayout) -> Trace:
     """The usual path: the events array a piece at a time, releasing the input behind it."""
     _check_utf8(text, 0, layout.start)
-    header = {key: _decode_any(raw) for key, raw in layout.header.items()}
+    header = {key: decode_json(raw) for key, raw in layout.header.items()}
     trace = Trace(metadata=header)
     builder = _TraceBuilder(trace, base_ns=_base_time(header))
     start, total = layout.start, len(text)
@@ -176,7 +173,7 @@ def _split_document(text) -> tuple[dict, msgspec.Raw]:
     if events_text is None:
         raise CgtraceError("no 'traceEvents' key, so not a Chrome/Kineto trace; "
                            "pass a PyTorch profiler trace (.json or .json.gz)")
-    header = {key: _decode_any(raw) for key, raw in top.items()}
+    header = {key: decode_json(raw) for key, raw in top.items()}
     return header, events_text
 
 
@@ -392,7 +389,7 @@ class _TraceBuilder:
         name, cat = event.name, event.cat
         self.trace.slices.append(Slice(
             ts, dur, strings.get(name) or self.intern(name), strings.get(cat) or self.intern(cat),
-            self.args_store.add(event.args) if len(event.args) > 2 else None, track))
+            self._args(event), track))
         return None
 
     def _begin(self, event: _Event):
@@ -595,12 +592,8 @@ class _TraceBuilder:
 
 def _decoded_args(event: _Event) -> dict:
     raw = event.args
-    value = _decode_any(raw) if len(raw) > 2 else None
+    value = decode_json(raw) if len(raw) > 2 else None
     return value if isinstance(value, dict) else {}
-
-
-def _decode_any(raw):
-    return decode_json(raw)
 
 
 def _hashable(value):
