@@ -15,7 +15,7 @@ Two encodings, chosen per slice for speed without losing a bit:
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import json
 
@@ -64,6 +64,30 @@ def decode_json(text: bytes):
 
 def _int_or_text(digits: str):
     return int(digits) if len(digits) <= 4000 else digits
+
+
+class _Named(msgspec.Struct):
+    name: Any = None
+
+
+_decode_name = msgspec.json.Decoder(_Named).decode
+
+
+def name_arg(args) -> Optional[str]:
+    """args.name when it is a non-empty string (where CUDA-graph kernels carry their region's
+    label), from a dict or raw JSON text."""
+    if args is None:
+        return None
+    if type(args) is dict:
+        name = args.get("name")
+    elif b'"name"' not in args:
+        return None
+    else:
+        try:
+            name = _decode_name(args).name  # skips the other keys: a third of decoding them all
+        except msgspec.ValidationError:  # not an object, or a number beyond range
+            return None
+    return name if type(name) is str and name else None
 
 
 def encode_value(value, name_ref: Optional[Callable[[str], bytes]] = None) -> bytes:

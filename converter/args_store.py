@@ -3,7 +3,7 @@
 Args text is about half of a Kineto trace (a kernel carries two dozen keys), and it is only
 needed again when the writer encodes it. Held as millions of bytes objects it made the trace
 model bigger than the input; appended to one unlinked temporary file instead, each slice
-keeps a single int (offset and length) and the text sits in the page cache, which the kernel
+keeps a single int (its entry's index) and the text sits in the page cache, which the kernel
 can write back and reclaim. It is read back with pread, not a memory map: the writer reads
 in track order, not file order, and every fault on a map pulls in 64 KB around it, which
 made the map resident faster than madvise could drop it.
@@ -13,13 +13,24 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Optional
+import weakref
+from array import array
+from typing import Any, Iterator, Optional, Protocol
 
 from .errors import CgtraceError
 
-_LENGTH_BITS = 32
-_LENGTH_MASK = (1 << _LENGTH_BITS) - 1
 _SPILL_BYTES = 1 << 20
+_SWEEP_BYTES = 1 << 20
+
+
+class ArgsFollower(Protocol):
+    """Works on the entries as they reach the file (background_args.py encodes them)."""
+
+    def submit(self, bounds: array) -> None:
+        """Entries between consecutive `bounds` (file offsets) have just been written."""
+
+    def result(self) -> Any:
+        """What it made of every entry, once all were submitted; None if it could not."""
 
 
 class ArgsStore:
@@ -34,33 +45,72 @@ class ArgsStore:
         self._file = None
         self._written = 0   # bytes in the file; `_pending` follows them
         self._pending = bytearray()
+        self._bounds = array("Q", [0])  # entry i is bytes _bounds[i]:_bounds[i + 1]
+        self._spilled_entries = 0
+        self._follower: Optional[ArgsFollower] = None
 
     def add(self, text) -> int:
         """Store bytes-like `text` (bytes, msgspec.Raw, ...); the reference is an int."""
         pending = self._pending
-        reference = (self._written + len(pending)) << _LENGTH_BITS | len(text)
         pending += text
+        bounds = self._bounds
+        bounds.append(self._written + len(pending))
         if len(pending) >= _SPILL_BYTES:
             self._spill()
-        return reference
+        return len(bounds) - 2
 
     def text(self, reference: int) -> bytes:
         if self._pending:
             self._spill()
-        return os.pread(self._file.fileno(), reference & _LENGTH_MASK, reference >> _LENGTH_BITS)
+        start = self._bounds[reference]
+        return os.pread(self._file.fileno(), self._bounds[reference + 1] - start, start)
+
+    def sweep(self, references: list[int]) -> Iterator[bytes]:
+        """The texts of ascending `references`, read a block at a time in file order: for
+        hundreds of thousands of entries, a pread each costs several times the reading."""
+        if self._pending:
+            self._spill()
+        bounds, fd = self._bounds, self._file.fileno() if self._file else -1
+        block, block_start, block_end = b"", 0, 0
+        for reference in references:
+            start, end = bounds[reference], bounds[reference + 1]
+            if end > block_end:
+                block = read_all(fd, max(end, min(start + _SWEEP_BYTES, self._written)) - start, start)
+                block_start, block_end = start, start + len(block)
+            yield block[start - block_start:end - block_start]
+
+    def fileno(self) -> int:
+        """The file's descriptor, for a follower that reads what was spilled."""
+        self._open()
+        return self._file.fileno()
+
+    def follow(self, follower: ArgsFollower) -> None:
+        """Submit every run of entries to `follower` as it reaches the file."""
+        self._follower = follower
+
+    def followed(self):
+        """The follower's result over every entry; None without one, or if it failed."""
+        if self._follower is None:
+            return None
+        if self._pending:
+            self._spill()
+        return self._follower.result()
 
     def _spill(self) -> None:
         try:
-            if self._file is None:
-                self._file = tempfile.TemporaryFile(prefix="cgtrace-args-", dir=self._directory, buffering=0)
-            done = 0
-            with memoryview(self._pending) as view:
-                while done < len(view):
-                    done += self._file.write(view[done:])  # a nearly full disk can write short
+            self._open()
+            write_all(self._file.fileno(), self._pending)
         except OSError as error:
             raise self._disk_error(error) from None
-        self._written += len(self._pending)
-        self._pending.clear()
+        self._written = self._bounds[-1]
+        if self._follower is not None:
+            self._follower.submit(self._bounds[self._spilled_entries:])
+        self._spilled_entries = len(self._bounds) - 1
+
+    def _open(self) -> None:
+        if self._file is None:
+            self._file = tempfile.TemporaryFile(prefix="cgtrace-args-", dir=self._directory, buffering=0)
+            weakref.finalize(self, self._file.close)  # also when reading fails half-way
 
     def _disk_error(self, error: OSError) -> CgtraceError:
         where = self._directory or tempfile.gettempdir()
@@ -68,3 +118,24 @@ class ArgsStore:
                             "free some space there or point TMPDIR at a disk with room for about half the "
                             "input's size")
 
+
+def write_all(fd: int, buffer: bytearray) -> None:
+    """Write and empty `buffer`; a nearly full disk can write short."""
+    done = 0
+    with memoryview(buffer) as view:
+        while done < len(view):
+            done += os.write(fd, view[done:])
+    buffer.clear()
+
+
+def read_all(fd: int, size: int, offset: int = 0) -> bytes:
+    """pread exactly `size` bytes: one call returns at most about 2 GB."""
+    parts = []
+    while size > 0:
+        part = os.pread(fd, size, offset)
+        if not part:
+            raise EOFError(f"file ends {size} bytes early")
+        parts.append(part)
+        size -= len(part)
+        offset += len(part)
+    return b"".join(parts) if len(parts) != 1 else parts[0]

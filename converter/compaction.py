@@ -12,12 +12,13 @@ import heapq
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Optional
+from operator import attrgetter
+from typing import Callable, Iterable, Optional
 
 import msgspec
 
+from .annotations import name_arg
 from .errors import CgtraceError
-from .annotations import decode_json
 from .lanes import LaneRules
 from .layout import nested_layers
 from .model import Process, Slice, Trace, Track
@@ -120,7 +121,7 @@ def partition_intervals(slices: list[Slice]) -> list[list[Slice]]:
     lanes: list[list[Slice]] = []
     busy: list[tuple[int, int]] = []   # (end, lane) of lanes still running a slice
     free: list[int] = []               # lanes idle now, lowest first
-    for slice_ in sorted(slices, key=lambda s: (s.ts, s.dur)):
+    for slice_ in sorted(slices, key=attrgetter("ts", "dur")):
         while busy and busy[0][0] <= slice_.ts:
             heapq.heappush(free, heapq.heappop(busy)[1])
         if free:
@@ -145,27 +146,33 @@ def _by_stream(gpu_slices: list[Slice]) -> dict[int, list[Slice]]:
 
 def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[int, list[Slice]],
                        annotations: list[Slice], summary: Counter) -> None:
-    """Each annotation goes above the lane holding most of the slices it covers on its stream."""
+    """Each annotation goes above the lane holding most of the slices it covers on its stream
+    (on a tie, the lane listed first)."""
     starts = {stream: [s.ts for s in members] for stream, members in by_stream.items()}
-    lane_of_track = {id(lane): lane for lanes in gpu.lanes.values() for lane in lanes}
+    lanes_in_order = [lane for lanes in gpu.lanes.values() for lane in lanes]
+    lane_of_track = {id(lane): lane for lane in lanes_in_order}
+    lane_position = {id(lane): position for position, lane in enumerate(lanes_in_order)}
     placed: dict[int, list[Slice]] = defaultdict(list)
     for annotation in annotations:
         stream = id(annotation.track.thread)
         gpu.streams.add(stream)
         members, member_starts = by_stream.get(stream, []), starts.get(stream, [])
-        covered = members[bisect_left(member_starts, annotation.ts):
-                          bisect_right(member_starts, annotation.ts + annotation.dur)]
-        covered = [s for s in covered if s.ts + s.dur <= annotation.ts + annotation.dur]
+        end = annotation.ts + annotation.dur
+        covered = [s.track for s in members[bisect_left(member_starts, annotation.ts):
+                                            bisect_right(member_starts, end)] if s.ts + s.dur <= end]
         if not covered:
             summary["annotations_retained"] += 1
             continue
-        votes = Counter(id(s.track) for s in covered)
-        lane = lane_of_track[max(votes, key=lambda k: (votes[k], -_lane_rank(gpu, lane_of_track[k])))]
-        placed[id(lane)].append(annotation)
+        if covered.count(covered[0]) == len(covered):  # the usual case: all on one lane
+            lane = id(covered[0])
+        else:
+            votes = Counter(map(id, covered))
+            lane = max(votes, key=lambda key: (votes[key], -lane_position[key]))
+        placed[lane].append(annotation)
         summary["annotations_mapped"] += 1
     merged_away: set[int] = set()
     for lane_key, members in placed.items():
-        kept = coalesce(members, trace.args_of)
+        kept = coalesce(members, trace)
         summary["annotations_coalesced"] += len(members) - len(kept)
         merged_away.update({id(s) for s in members} - {id(s) for s in kept})
         row = _annotation_row(trace, gpu, lane_of_track[lane_key])
@@ -175,19 +182,12 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[int, list[Sl
         trace.slices[:] = [s for s in trace.slices if id(s) not in merged_away]
 
 
-def _lane_rank(gpu: GpuLanes, lane: Track) -> int:
-    for rank, lanes in enumerate(gpu.lanes.values()):
-        if lane in lanes:
-            return rank * 10_000 + lanes.index(lane)
-    return 0
-
-
-def coalesce(annotations: list[Slice], args_of) -> list[Slice]:
+def coalesce(annotations: list[Slice], trace: Trace) -> list[Slice]:
     """Identical annotations (name, category, args) that overlap or touch become their union."""
     kept: list[Slice] = []
     groups: dict[tuple, list[Slice]] = defaultdict(list)
-    for annotation in annotations:
-        groups[(annotation.name, annotation.cat, _args_key(args_of(annotation)))].append(annotation)
+    for annotation, args in trace.args_sweep(annotations):
+        groups[(annotation.name, annotation.cat, _args_key(args))].append(annotation)
     for members in groups.values():
         members.sort(key=lambda s: s.ts)
         current = members[0]
@@ -217,34 +217,33 @@ def _annotation_row(trace: Trace, gpu: GpuLanes, lane: Track) -> Track:
 
 def _label_kernel_runs(trace: Trace, gpu: GpuLanes, summary: Counter) -> None:
     """CUDA-graph kernels labelled with args.name: one span per run of the same label on a lane."""
-    for lanes in gpu.lanes.values():
-        for lane in lanes:
-            run_label, run_first, run_last = None, None, None
-            for slice_ in gpu.lane_slices[id(lane)] + [None]:
-                label = _kernel_label(slice_, trace.args_of) if slice_ is not None else None
-                if label is not None:
-                    summary["kernels_labelled"] += 1
-                if label == run_label and label is not None:
+    lanes = [lane for group in gpu.lanes.values() for lane in group]
+    label_of = _labeller(trace, (s for lane in lanes for s in gpu.lane_slices[id(lane)]))
+    for lane in lanes:
+        run_label, run_first, run_last = None, None, None
+        for slice_ in gpu.lane_slices[id(lane)] + [None]:
+            label = label_of(slice_) if slice_ is not None else None
+            if label is not None:
+                summary["kernels_labelled"] += 1
+                if label == run_label:
                     run_last = slice_
                     continue
-                if run_label is not None:
-                    trace.slices.append(Slice(run_first.ts, run_last.ts + run_last.dur - run_first.ts, run_label,
-                                              KERNEL_LABEL_CATEGORY, None, _annotation_row(trace, gpu, lane)))
-                    summary["label_blocks"] += 1
-                run_label, run_first, run_last = label, slice_, slice_
+            if run_label is not None:
+                trace.slices.append(Slice(run_first.ts, run_last.ts + run_last.dur - run_first.ts, run_label,
+                                          KERNEL_LABEL_CATEGORY, None, _annotation_row(trace, gpu, lane)))
+                summary["label_blocks"] += 1
+            run_label, run_first, run_last = label, slice_, slice_
 
 
-def _kernel_label(slice_: Slice, args_of) -> Optional[str]:
-    args = args_of(slice_)
-    if args is None:
-        return None
-    if type(args) is not dict:
-        text = bytes(args)
-        if b'"name"' not in text:
-            return None
-        args = decode_json(text)
-    label = args.get("name") if type(args) is dict else None
-    return label if isinstance(label, str) and label else None
+def _labeller(trace: Trace, slices: Iterable[Slice]) -> Callable[[Slice], Optional[str]]:
+    """slice -> its args.name label. The helper that encoded the args has usually picked the
+    labels out too (background_args.py); otherwise the stored args are read in one sweep."""
+    encoded = trace.args_store.followed() if trace.args_store is not None else None
+    if encoded is not None:
+        label_of = encoded.label_of
+        return lambda s: label_of(s.args) if type(s.args) is int else name_arg(s.args)
+    labels = {id(s): label for s, args in trace.args_sweep(slices) if (label := name_arg(args)) is not None}
+    return lambda s: labels.get(id(s))
 
 
 def _layer_annotation_rows(trace: Trace, gpu: GpuLanes) -> None:

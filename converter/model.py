@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from operator import attrgetter
+from typing import Any, Iterable, Iterator, Optional
 
 from .args_store import ArgsStore
 
@@ -151,6 +152,19 @@ class Trace:
         """A slice's args as raw JSON text, a dict, or None."""
         args = slice_.args
         return self.args_store.text(args) if type(args) is int else args
+
+    def args_sweep(self, slices: Iterable[Slice]) -> Iterator[tuple[Slice, Any]]:
+        """(slice, args) for many slices, the stored args read in one pass over the store
+        (in file order, not in the order given)."""
+        stored = []
+        for slice_ in slices:
+            if type(slice_.args) is int:
+                stored.append(slice_)
+            else:
+                yield slice_, slice_.args
+        if stored:
+            stored.sort(key=attrgetter("args"))
+            yield from zip(stored, self.args_store.sweep([s.args for s in stored]))
 
     def add_track(self, track: Track) -> Track:
         self.tracks.append(track)

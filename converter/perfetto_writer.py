@@ -68,6 +68,11 @@ class _Interner:
         return reference
 
 
+def annotation_name_interner(pending: list[bytes]) -> _Interner:
+    """Iids for debug annotation names; background_args.py interns them ahead of the writer."""
+    return _Interner(_INTERNED_ANNOTATION_NAMES, _ANNOTATION_NAME_IID, pending)
+
+
 class PerfettoWriter:
     """Writes traces to a binary stream; uuids and flow ids keep counting across `write` calls,
     so several traces can share one file without collisions."""
@@ -81,8 +86,8 @@ class PerfettoWriter:
         self.pending_interned: list[bytes] = []
         self.names = _Interner(_INTERNED_NAMES, _NAME_IID, self.pending_interned)
         self.categories = _Interner(_INTERNED_CATEGORIES, _CATEGORY_IIDS, self.pending_interned)
-        annotation_names = _Interner(_INTERNED_ANNOTATION_NAMES, _ANNOTATION_NAME_IID, self.pending_interned)
-        self.args = ArgsEncoder(annotation_names.field)
+        self.annotation_names = annotation_name_interner(self.pending_interned)
+        self.args = ArgsEncoder(self.annotation_names.field)
         self._heads: dict[tuple, bytes] = {}
         self.next_uuid = uuid_base + 1
         self.next_flow_id = flow_id_base + 1
@@ -91,6 +96,7 @@ class PerfettoWriter:
     def write(self, trace: Trace) -> None:
         uuids = self._write_descriptors(trace)
         flows_at_begin, flows_at_end = self._flow_ids(trace)
+        stored_args = self._stored_args_encoder(trace)
         by_track: dict[int, list[Slice]] = defaultdict(list)
         for slice_ in trace.slices:
             by_track[id(slice_.track)].append(slice_)
@@ -99,7 +105,7 @@ class PerfettoWriter:
             if slices:
                 # A zero-duration slice at another's start would nest under it in nesting order.
                 ordered = sorted(slices, key=_flat_order) if track.flat else nesting_order(slices)
-                self._write_track_slices(uuids[id(track)], ordered, flows_at_begin, flows_at_end, trace.args_of)
+                self._write_track_slices(uuids[id(track)], ordered, flows_at_begin, flows_at_end, stored_args)
         for sample in trace.counters:
             event = _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(sample.track)]) + \
                 double_field(_DOUBLE_COUNTER_VALUE, sample.value)
@@ -155,6 +161,21 @@ class PerfettoWriter:
         return uuid
 
     # -- events -----------------------------------------------------------------------------
+    def _stored_args_encoder(self, trace: Trace):
+        """reference -> encoded args, for the args kept in the trace's ArgsStore. A background
+        encoder (background_args.py) has usually done the work; its annotation names are
+        interned first, so its iids are ours. A writer that interned names already encodes."""
+        store = trace.args_store
+        if store is None:
+            return None
+        encoded = store.followed()
+        if encoded is None or self.annotation_names.references:
+            encode, text = self.args.encode, store.text
+            return lambda reference: encode(text(reference))
+        for name in encoded.names:
+            self.annotation_names.field(name)
+        return encoded.of
+
     def _flow_ids(self, trace: Trace):
         """Per slice, the encoded flow ids for its BEGIN (outgoing, incoming) and for its END.
 
@@ -178,7 +199,7 @@ class PerfettoWriter:
             at_begin[id(end.slice)] += field + fixed64(end.flow_id)
         return at_begin, at_end
 
-    def _write_track_slices(self, uuid: int, slices: list[Slice], flows_at_begin, flows_at_end, args_of) -> None:
+    def _write_track_slices(self, uuid: int, slices: list[Slice], flows_at_begin, flows_at_end, stored_args) -> None:
         """BEGIN/INSTANT packets in the given (nesting) order, each END as soon as its slice is over."""
         track_field = varint_field(_TRACK_UUID, uuid)
         begin_head = _TYPE_BEGIN + track_field
@@ -206,8 +227,9 @@ class PerfettoWriter:
             if fields is None:
                 fields = heads[(name, cat)] = name_field(name) + (category_field(cat) if cat else b"")
             event = (instant_head if slice_.is_instant else begin_head) + fields
-            if slice_.args is not None:
-                event += encode_args(args_of(slice_))
+            args = slice_.args
+            if args is not None:
+                event += stored_args(args) if type(args) is int else encode_args(args)
             key = id(slice_)
             flows = begin_flows(key)
             if flows is not None:

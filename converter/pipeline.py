@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 from . import progress
+from .background_args import cores_to_spare
 from .compaction import compact
 from .errors import CgtraceError
 from .lanes import load_lane_rules
@@ -36,7 +37,7 @@ def convert_file(input_path: Path, output_path: Path, overwrite: bool = False, s
                  window: Optional[Window] = None, split_steps: bool = False) -> dict:
     """Convert one Kineto JSON trace losslessly; returns the summary."""
     _check_paths(input_path, output_path, overwrite)
-    trace = read_trace(input_path, strict=strict)
+    trace = read_trace(input_path, strict=strict, encode_args_ahead=cores_to_spare())
     summary = trace_summary(trace)
     trace = _windowed(trace, window, input_path, summary)
     return _write(trace, input_path, output_path, overwrite, summary, split_steps)
@@ -48,7 +49,8 @@ def compact_file(input_path: Path, output_path: Path, overwrite: bool = False, s
     """Convert and repack GPU slices into semantic lanes, with rank-local PP arrows."""
     rules = load_lane_rules(lanes_file)
     _check_paths(input_path, output_path, overwrite)
-    trace = read_trace(input_path, strict=strict)
+    trace = read_trace(input_path, strict=strict,
+                       encode_args_ahead=output_format == "perfetto" and cores_to_spare())
     summary = trace_summary(trace)
     trace = _windowed(trace, window, input_path, summary)
     summary.update(compact(trace, rules))

@@ -17,6 +17,7 @@ import msgspec
 
 from . import progress
 from .args_store import ArgsStore
+from .background_args import BackgroundArgsEncoder
 from .annotations import decode_json
 from .errors import CgtraceError
 from .event_pieces import EventsLayout, PiecesFailed, iter_pieces, locate_events
@@ -68,11 +69,12 @@ _NON_SPACE = re.compile(rb"[^ \t\r\n]")
 _MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 nanoseconds: beyond, trace_processor drops or wraps them
 
 
-def read_trace(path: Path, strict: bool = False) -> Trace:
-    """Parse a Kineto/Chrome JSON trace file; malformed files raise CgtraceError."""
+def read_trace(path: Path, strict: bool = False, encode_args_ahead: bool = False) -> Trace:
+    """Parse a Kineto/Chrome JSON trace file; malformed files raise CgtraceError.
+    `encode_args_ahead`: a helper process encodes args for the Perfetto writer meanwhile."""
     text = read_input_bytes(path)
     try:
-        return parse_trace_text(text, strict=strict)
+        return parse_trace_text(text, strict=strict, encode_args_ahead=encode_args_ahead)
     except CgtraceError as error:
         raise CgtraceError(f"{path}: {error.message}") from None
     except RecursionError:
@@ -80,26 +82,27 @@ def read_trace(path: Path, strict: bool = False) -> Trace:
                            "re-export the trace without such deeply nested args") from None
 
 
-def parse_trace_text(text: bytes | bytearray | mmap.mmap, strict: bool = False) -> Trace:
+def parse_trace_text(text: bytes | bytearray | mmap.mmap, strict: bool = False,
+                     encode_args_ahead: bool = False) -> Trace:
     layout, trace = locate_events(text), None
     if layout is not None:
         try:
-            trace = _parse_in_pieces(text, layout)
+            trace = _parse_in_pieces(text, layout, encode_args_ahead)
         except PiecesFailed:
             pass  # not cut cleanly: read whole below, which also names any JSON error
     if trace is None:
-        trace = _parse_whole(text)
+        trace = _parse_whole(text, encode_args_ahead)
     if strict and trace.skipped:
         reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(trace.skipped.items()))
         raise CgtraceError(f"unusable events ({reasons}); fix the trace or run without --strict to skip them")
     return trace
 
 
-def _parse_in_pieces(text, layout: EventsLayout) -> Trace:
+def _parse_in_pieces(text, layout: EventsLayout, encode_args_ahead: bool) -> Trace:
     """The usual path: the events array a piece at a time, releasing the input behind it."""
     _check_utf8(text, 0, layout.start)
     header = {key: decode_json(raw) for key, raw in layout.header.items()}
-    trace = Trace(metadata=header)
+    trace = Trace(metadata=header, args_store=_args_store(encode_args_ahead))
     builder = _TraceBuilder(trace, base_ns=_base_time(header))
     start, total = layout.start, len(text)
     for events, end in iter_pieces(text, layout):
@@ -116,7 +119,7 @@ def _parse_in_pieces(text, layout: EventsLayout) -> Trace:
     return trace
 
 
-def _parse_whole(text) -> Trace:
+def _parse_whole(text, encode_args_ahead: bool) -> Trace:
     """Any other valid document (or the precise error for an invalid one), decoded at once."""
     header, events_text = _split_document(text)
     _check_utf8(text, 0, len(text))
@@ -127,12 +130,19 @@ def _parse_whole(text) -> Trace:
                            "pass a PyTorch profiler trace (.json or .json.gz)") from None
     except msgspec.DecodeError as error:
         raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
-    trace = Trace(metadata=header)
+    trace = Trace(metadata=header, args_store=_args_store(encode_args_ahead))
     builder = _TraceBuilder(trace, base_ns=_base_time(header))
     builder.add_events(raw_events)
     del raw_events
     builder.finish()
     return trace
+
+
+def _args_store(encode_args_ahead: bool) -> ArgsStore:
+    store = ArgsStore()
+    if encode_args_ahead:
+        store.follow(BackgroundArgsEncoder(store.fileno()))
+    return store
 
 
 def _check_utf8(text, start: int, end: int) -> None:
@@ -259,7 +269,7 @@ class _TraceBuilder:
         self.flow_events: list[FlowEvent] = []
         self.strings: dict[str, str] = {}
         self.metadata_events: list[_Event] = []
-        self.args_store = trace.args_store = ArgsStore()
+        self.args_store = trace.args_store
 
     # -- identities ---------------------------------------------------------------------
     def process(self, source_pid) -> Process:

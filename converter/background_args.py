@@ -1,0 +1,164 @@
+"""Slice args encoded for Perfetto in a helper process while the main process reads the trace.
+
+Encoding args is about half of writing a Kineto trace (a kernel carries a dozen typed
+values), and it depends on nothing but the args text. So on a machine with a core to
+spare, a forked helper follows the ArgsStore as it fills: for each megabyte spilled it is
+sent the entries' bounds, preads their text from the store's file, encodes them in order
+and appends the bytes to a file of its own. The writer then takes entry i's encoded bytes
+by index, with the helper's debug-annotation names interned first on its sequence.
+
+Anything that goes wrong in the helper (a full disk, a kill) only loses the head start:
+`result()` gives None and the writer encodes the args itself.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import os
+import tempfile
+import weakref
+from array import array
+from multiprocessing.connection import Connection, Pipe
+from typing import Optional
+
+import msgspec
+
+from .annotations import ArgsEncoder, name_arg
+from .args_store import read_all, write_all
+from .perfetto_writer import annotation_name_interner
+
+_WRITE_BYTES = 1 << 20
+# Room for a few dozen spills' bounds, so reading does not wait while the helper catches up.
+_PIPE_BYTES = 1 << 20
+
+
+class EncodedArgs:
+    """Every stored entry's TrackEvent.debug_annotations bytes, and the annotation names they
+    reference, in iid order (iid = position + 1). Also each entry's args.name label, which
+    compaction would otherwise read all the args again for."""
+
+    def __init__(self, names: list[str], blob: bytes, bounds: array, labels: list[str], label_ids: array):
+        self.names = names
+        self._blob = blob
+        self._bounds = bounds  # entry i is blob[bounds[i]:bounds[i + 1]]
+        self._labels: list[Optional[str]] = [None, *labels]
+        self._label_ids = label_ids  # entry i's label is _labels[label_ids[i]]
+
+    def of(self, reference: int) -> bytes:
+        bounds = self._bounds
+        return self._blob[bounds[reference]:bounds[reference + 1]]
+
+    def label_of(self, reference: int) -> Optional[str]:
+        return self._labels[self._label_ids[reference]]
+
+
+def cores_to_spare() -> bool:
+    """Whether a helper process would run beside this one rather than take turns with it."""
+    try:
+        return len(os.sched_getaffinity(0)) > 1
+    except AttributeError:  # not Linux
+        return (os.cpu_count() or 1) > 1
+
+
+class BackgroundArgsEncoder:
+    """The main process's handle on the helper: `submit` each spilled run of entries, then
+    `result` once reading is over."""
+
+    def __init__(self, store_fd: int, directory: Optional[str] = None):
+        """`store_fd`: the ArgsStore's file, which the helper reads with pread."""
+        self._output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
+        requests_out, self._requests = Pipe(duplex=False)
+        self._results, results_in = Pipe(duplex=False)
+        pid = os.fork()
+        if pid == 0:  # the helper: it must never return into the caller's code
+            status = 1
+            try:
+                self._requests.close()
+                self._results.close()
+                _serve(requests_out, results_in, store_fd, self._output.fileno())
+                status = 0
+            finally:
+                os._exit(status)
+        requests_out.close()
+        results_in.close()
+        try:
+            fcntl.fcntl(self._requests.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
+        except (AttributeError, OSError):  # not Linux, or above the system's limit: the default will do
+            pass
+        self._pid: Optional[int] = pid
+        self._result: Optional[EncodedArgs] = None
+        self._failed = False
+        self._finalizer = weakref.finalize(self, _stop, pid, self._requests, self._results, self._output)
+
+    def submit(self, bounds: array) -> None:
+        """Encode the entries between consecutive `bounds` (offsets in the store's file)."""
+        if self._failed:
+            return
+        try:
+            self._requests.send_bytes(bounds)
+        except OSError:  # the helper is gone: the writer will encode these args itself
+            self._failed = True
+
+    def result(self) -> Optional[EncodedArgs]:
+        """Wait for the helper to finish; None if it could not."""
+        if self._result is None and not self._failed:
+            try:
+                self._requests.send_bytes(b"")
+                names, labels = msgspec.json.decode(self._results.recv_bytes())
+                bounds, label_ids = array("Q"), array("I")
+                bounds.frombytes(self._results.recv_bytes())
+                label_ids.frombytes(self._results.recv_bytes())
+                blob = read_all(self._output.fileno(), bounds[-1])
+                self._result = EncodedArgs(names, blob, bounds, labels, label_ids)
+            except (OSError, EOFError, msgspec.DecodeError, ValueError, IndexError):
+                self._failed = True
+            self._finalizer()
+        return self._result
+
+
+def _stop(pid: int, requests: Connection, results: Connection, output) -> None:
+    """Close the pipes (the helper exits on end of input), reap it and drop its file."""
+    requests.close()
+    results.close()
+    output.close()
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _serve(requests: Connection, results: Connection, store_fd: int, output_fd: int) -> None:
+    # The helper touches none of the objects it inherited; without a collector walking them,
+    # their pages stay shared with the main process instead of being copied.
+    gc.disable()
+    interner = annotation_name_interner([])
+    encode = ArgsEncoder(interner.field).encode
+    bounds_out = array("Q", [0])
+    label_ids, labels = array("I"), {}
+    buffer = bytearray()
+    written = 0
+    while True:
+        message = requests.recv_bytes()
+        if not message:
+            break
+        bounds = array("Q")
+        bounds.frombytes(message)
+        first = bounds[0]
+        text = read_all(store_fd, bounds[-1] - first, first)
+        start = 0
+        for end in bounds[1:]:
+            end -= first
+            entry = text[start:end]
+            buffer += encode(entry)
+            bounds_out.append(written + len(buffer))
+            label = name_arg(entry)
+            label_ids.append(0 if label is None else labels.setdefault(label, len(labels) + 1))
+            start = end
+        if len(buffer) >= _WRITE_BYTES:
+            written += len(buffer)
+            write_all(output_fd, buffer)
+    write_all(output_fd, buffer)
+    results.send_bytes(msgspec.json.encode((list(interner.references), list(labels))))
+    results.send_bytes(bounds_out)
+    results.send_bytes(label_ids)
