@@ -1,0 +1,144 @@
+"""The args helper process: the same trace as encoding in process, and harmless when it fails."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from converter import args_store, background_args, pipeline
+from converter.args_store import ArgsStore
+from converter.errors import CgtraceError
+from converter.generator import GeneratorConfig, write_trace
+from converter.perfetto_writer import PerfettoWriter
+from converter.reader import read_trace
+
+from .helpers import rows, write_json
+from .test_convert_roundtrip import EDGE_CASES, actual_flows, actual_slices, assert_lossless
+
+# Args that take every encoding path: dotted keys, floats, nulls, escapes, nested values, long ints.
+TRICKY_ARGS = [
+    {"est. achieved occupancy %": 55, "blocks per SM": 2.962963, "grid": [2, 1, 1], "name": "layers.4"},
+    {"none": None, "empty": [], "nested": {"a": [1, None, {"b": "c\n\u00e9"}]}, "big": 2 ** 62 + 1},
+    {"float": 1e-300, "neg": -12, "bool": True, "name": "layers.4"},
+    {"name": "", "path": "a\\b"},
+]
+
+
+def _source(tmp_path: Path) -> Path:
+    """A generated CUDA-graph trace plus every phase and the tricky args above."""
+    generated = json.loads(write_trace(GeneratorConfig(seed=7, steps=1, graphs_per_step=3, kernels_per_replay=12),
+                                       tmp_path / "generated.json").read_text())
+    extra = EDGE_CASES["every_phase"]["traceEvents"] + [
+        {"ph": "X", "cat": "kernel", "name": f"k{i}", "pid": 0, "tid": 7, "ts": 50.0 + i, "dur": 0.5, "args": args}
+        for i, args in enumerate(TRICKY_ARGS)]
+    generated["traceEvents"] += extra
+    return write_json(tmp_path / "source.json", generated)
+
+
+def _run(job, source: Path, output: Path, monkeypatch, ahead: bool) -> dict:
+    monkeypatch.setattr(pipeline, "cores_to_spare", lambda: ahead)
+    return job(source, output)
+
+
+def _record_results(monkeypatch) -> list:
+    """What every helper handed back (None for one that failed)."""
+    results = []
+    original = background_args.BackgroundArgsEncoder.result
+
+    def result(self):
+        results.append(original(self))
+        return results[-1]
+
+    monkeypatch.setattr(background_args.BackgroundArgsEncoder, "result", result)
+    return results
+
+
+def _comparable(summary: dict) -> dict:
+    return {key: value for key, value in summary.items() if key not in ("output", "output_bytes")}
+
+
+@pytest.mark.parametrize("job", [pipeline.convert_file, pipeline.compact_file], ids=["convert", "compact"])
+def test_helper_gives_the_trace_in_process_encoding_gives(tmp_path, monkeypatch, job):
+    monkeypatch.setattr(args_store, "_SPILL_BYTES", 512)  # dozens of runs submitted while reading
+    source = _source(tmp_path)
+    ahead, in_process = tmp_path / "ahead.perfetto-trace", tmp_path / "in_process.perfetto-trace"
+    results = _record_results(monkeypatch)
+    summary = _run(job, source, ahead, monkeypatch, ahead=True)
+    assert results and all(isinstance(result, background_args.EncodedArgs) for result in results)
+    assert _comparable(summary) == _comparable(_run(job, source, in_process, monkeypatch, ahead=False))
+    assert actual_slices(ahead) == actual_slices(in_process)
+    assert actual_flows(ahead) == actual_flows(in_process)
+    if job is pipeline.convert_file:
+        assert_lossless(source, ahead, summary)
+    else:
+        assert summary["kernel_annotations_converted"] > 0
+        labels = rows(ahead, "select name, ts, dur from slice where category = 'cuda_graph_label' order by ts, name")
+        assert labels and labels == rows(in_process, "select name, ts, dur from slice "
+                                                     "where category = 'cuda_graph_label' order by ts, name")
+
+
+def test_a_failed_helper_only_costs_time(tmp_path, monkeypatch):
+    def fail(*_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(background_args, "_serve", fail)  # the forked helper inherits it
+    source = _source(tmp_path)
+    output = tmp_path / "out.perfetto-trace"
+    results = _record_results(monkeypatch)
+    summary = _run(pipeline.convert_file, source, output, monkeypatch, ahead=True)
+    assert results and all(result is None for result in results)
+    assert_lossless(source, output, summary)
+    assert _children() == []
+
+
+def test_a_writer_that_interned_names_already_encodes_itself(tmp_path):
+    """The helpers of two traces numbered their annotation names independently."""
+    first = write_json(tmp_path / "a.json", {"traceEvents": [
+        {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"x. y": 1.5, "z": "one"}}]})
+    second = write_json(tmp_path / "b.json", {"traceEvents": [
+        {"ph": "X", "name": "b", "pid": 2, "tid": 2, "ts": 1, "dur": 1, "args": {"z": "two", "w. v": 2.5}}]})
+    output = tmp_path / "both.perfetto-trace"
+    with output.open("wb") as stream:
+        writer = PerfettoWriter(stream)
+        for source in (first, second):
+            writer.write(read_trace(source, encode_args_ahead=True))
+        writer.close()
+    found = {(r["name"], r["key"], r["display_value"]) for r in rows(output, """
+        select s.name, a.key, a.display_value from slice s join args a using (arg_set_id)
+        where a.key glob 'debug.*'""")}
+    assert found == {("a", "debug.args.x_ y", "1.5"), ("a", "debug.args.z", "one"),
+                     ("b", "debug.args.z", "two"), ("b", "debug.args.w_ v", "2.5")}
+
+
+def test_the_helper_is_gone_when_reading_fails(tmp_path, monkeypatch):
+    text = _source(tmp_path).read_bytes()
+    broken = tmp_path / "broken.json"
+    broken.write_bytes(text[: len(text) * 2 // 3])
+    with pytest.raises(CgtraceError, match="broken.json"):
+        _run(pipeline.convert_file, broken, tmp_path / "out.perfetto-trace", monkeypatch, ahead=True)
+    assert _children() == []
+    assert not (tmp_path / "out.perfetto-trace").exists()
+
+
+def test_sweep_reads_entries_across_blocks(monkeypatch):
+    monkeypatch.setattr(args_store, "_SPILL_BYTES", 300)
+    monkeypatch.setattr(args_store, "_SWEEP_BYTES", 200)
+    generator = random.Random(3)
+    store = ArgsStore()
+    texts = [json.dumps({"k": "x" * generator.randrange(0, 500), "i": i}).encode() for i in range(400)]
+    references = [store.add(text) for text in texts]
+    wanted = sorted(generator.sample(references, 150))
+    assert list(store.sweep(wanted)) == [texts[r] for r in wanted]
+    assert [store.text(r) for r in wanted] == [texts[r] for r in wanted]
+
+
+def _children() -> list[str]:
+    """This process's child processes still running or unreaped (Linux)."""
+    found = []
+    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
+        found += (task / "children").read_text().split()
+    return found
