@@ -53,12 +53,16 @@ class EncodedArgs:
         return self._labels[self._label_ids[reference]]
 
 
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
 def cores_to_spare() -> bool:
     """Whether a helper process would run beside this one rather than take turns with it."""
-    try:
-        return len(os.sched_getaffinity(0)) > 1
-    except AttributeError:  # not Linux
-        return (os.cpu_count() or 1) > 1
+    return available_cores() > 1
 
 
 class BackgroundArgsEncoder:

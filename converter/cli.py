@@ -170,7 +170,8 @@ def _add_split_option(command: argparse.ArgumentParser) -> None:
 def _add_merge_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--ranks", type=_rank_list, metavar="G,G,...",
                          help="merge only these global ranks (e.g. 0,1,4-7)")
-    command.add_argument("--jobs", type=int, metavar="N", help="ranks processed at once (default: cores)")
+    command.add_argument("--jobs", type=int, metavar="N", help="ranks processed at once (default: as many as there are cores while the "
+                              "estimated peak memory stays below the inputs' total size)")
     command.add_argument("--assume-aligned", action="store_true",
                          help="accept ranks without baseTimeNanoseconds as sharing one clock")
     command.add_argument("--pp-group", type=int, metavar="K",

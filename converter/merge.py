@@ -10,7 +10,6 @@ and flow-id ranges, so they concatenate into one valid trace.
 from __future__ import annotations
 
 import multiprocessing
-import os
 import re
 import shutil
 import tempfile
@@ -20,6 +19,7 @@ from pathlib import Path
 from typing import Optional
 
 from .compaction import compact
+from .background_args import available_cores
 from .errors import CgtraceError
 from .lanes import load_lane_rules
 from .layout import separate_overlaps
@@ -28,12 +28,17 @@ from .output import atomic_output
 from .perfetto_writer import PerfettoWriter
 from .pp import Block, BlockKey, find_blocks, link_rank_local, pp_group_of
 from .reader import read_trace
+from .source import json_size
 from .window import Window, cut, window_bounds
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
 _ROOT_UUID = 1 << 62
 _RANK_ID_STRIDE = 1 << 20          # pids and tids of merge position k: (k + 1) << 20 ...
 _CROSS_RANK_FLOW_BASE = 1 << 61
+# For choosing how many ranks to hold at once (measured: see the README's merge table):
+# a rank's model per byte of its JSON, and a process's own interpreter and modules.
+_RANK_BYTES_PER_JSON_BYTE = 1.5
+_PROCESS_BYTES = 24 << 20
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_TRACE_NAME = re.compile(r"^(rank.*_trace|.*\.pt\.trace)\.json(\.gz)?$")
 # The compute a receive feeds, for an arrow that cannot end on the receive itself.
@@ -95,7 +100,7 @@ def merge_ranks(inputs: list[Path], output_for_group, overwrite: bool = False, s
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
     load_lane_rules(lanes_file)  # fail on bad rules before any work
-    jobs = max(1, jobs or os.cpu_count() or 1)
+    jobs = max(1, jobs or default_jobs(files))
     reading = (strict, lanes_file, window)
     infos = _in_workers(_scan_rank, [(str(f), *reading) for f in files], jobs)
     if ranks is not None:
@@ -113,6 +118,18 @@ def merge_ranks(inputs: list[Path], output_for_group, overwrite: bool = False, s
         results.append(_merge_pipeline(groups[index], index, output_for_group(index, len(groups)), overwrite,
                                        reading, jobs, order_source))
     return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
+
+
+def default_jobs(files: list[Path]) -> int:
+    """How many ranks to hold at once: as many as there are cores, while the estimated peak
+    stays below the inputs' total size. A rank in memory takes about 1.5x its JSON, so two
+    equal ranks go one at a time (in this process), and eight go two at a time."""
+    sizes = sorted((json_size(path) for path in files), reverse=True)
+    total, limit = sum(sizes), min(len(files), available_cores())
+    jobs = 1
+    while jobs < limit and _PROCESS_BYTES * (jobs + 2) + _RANK_BYTES_PER_JSON_BYTE * sum(sizes[:jobs + 1]) <= total:
+        jobs += 1
+    return jobs
 
 
 def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, overwrite: bool, reading: tuple,

@@ -42,6 +42,22 @@ def read_input_bytes(path: Path) -> bytes | bytearray | mmap.mmap:
         raise CgtraceError(f"{path}: cannot read ({error.strerror or error}); check the file and try again") from None
 
 
+def json_size(path: Path) -> int:
+    """The file's uncompressed size, without reading it: a gzip file's trailer holds it modulo
+    4 GiB (taken as the smallest such size not below the compressed one). 0 if unreadable."""
+    try:
+        with open(path, "rb") as handle:
+            size = os.fstat(handle.fileno()).st_size
+            if handle.read(2) != GZIP_MAGIC or size < 18:
+                return size
+            handle.seek(-4, os.SEEK_END)
+            stored = int.from_bytes(handle.read(4), "little")
+    except OSError:
+        return 0
+    wraps = max(0, -(-(size - stored) // (1 << 32)))
+    return stored + (wraps << 32)
+
+
 def _read_plain(handle, path: Path):
     size = os.fstat(handle.fileno()).st_size
     if size and hasattr(mmap.mmap, "madvise"):

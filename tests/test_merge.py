@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gzip
+import importlib
 import json
 import re
 import subprocess
@@ -12,6 +14,9 @@ import pytest
 
 from converter.generator import pipeline_schedule, write_pp_run
 from converter.merge import PIPELINE_ROOT_NAME, merge_ranks
+from converter.source import json_size
+
+MERGE_MODULE = importlib.import_module("converter.merge")  # `converter.merge` is also a function
 
 from .helpers import SHARED_TRACES, problem_stats, require_shared_traces, rows
 
@@ -168,3 +173,29 @@ def test_merge_errors(tmp_path, case, expected):
     assert result.returncode == 2
     assert expected in result.stderr and result.stderr.count("\n") == 1
     assert not (tmp_path / "out.perfetto-trace").exists()
+
+
+@pytest.mark.parametrize("rank_mb, ranks, cores, expected", [
+    (100, 2, 8, 1),    # two equal ranks: 1.5x one of them plus a worker's base is over the total
+    (20, 8, 2, 2),     # eight small ranks: two at a time fit, and two cores run them
+    (50, 16, 8, 7),    # more cores: as many as stay below the total
+    (20, 8, 1, 1),
+])
+def test_default_jobs_keep_the_peak_below_the_input(tmp_path, monkeypatch, rank_mb, ranks, cores, expected):
+    monkeypatch.setattr(MERGE_MODULE, "available_cores", lambda: cores)
+    files = []
+    for rank in range(ranks):
+        path = tmp_path / f"rank{rank}_trace.json"
+        with path.open("wb") as handle:
+            handle.truncate(rank_mb * 10**6)  # sparse: only the size matters
+        files.append(path)
+    assert MERGE_MODULE.default_jobs(files) == expected
+
+
+def test_json_size_reads_the_gzip_trailer(tmp_path):
+    text = json.dumps({"traceEvents": [{"ph": "X", "name": "a" * 50, "ts": i} for i in range(5000)]}).encode()
+    path = tmp_path / "rank0_trace.json.gz"
+    path.write_bytes(gzip.compress(text))
+    assert path.stat().st_size < len(text) // 10
+    assert json_size(path) == len(text)
+    assert json_size(tmp_path / "missing.json") == 0
