@@ -39,6 +39,7 @@ _CROSS_RANK_FLOW_BASE = 1 << 61
 # a rank's model per byte of its JSON, and a process's own interpreter and modules.
 _RANK_BYTES_PER_JSON_BYTE = 1.5
 _PROCESS_BYTES = 24 << 20
+_ENCODED_ARGS_PER_JSON_BYTE = 0.25
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_TRACE_NAME = re.compile(r"^(rank.*_trace|.*\.pt\.trace)\.json(\.gz)?$")
 # The compute a receive feeds, for an arrow that cannot end on the receive itself.
@@ -100,7 +101,9 @@ def merge_ranks(inputs: list[Path], output_for_group, overwrite: bool = False, s
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
     load_lane_rules(lanes_file)  # fail on bad rules before any work
-    jobs = max(1, jobs or default_jobs(files))
+    sizes = sorted((json_size(path) for path in files), reverse=True)
+    jobs = max(1, jobs or default_jobs(sizes))
+    encode_args_ahead = helper_fits(sizes, jobs)
     reading = (strict, lanes_file, window)
     infos = _in_workers(_scan_rank, [(str(f), *reading) for f in files], jobs)
     if ranks is not None:
@@ -116,31 +119,43 @@ def merge_ranks(inputs: list[Path], output_for_group, overwrite: bool = False, s
     results = []
     for index in chosen:
         results.append(_merge_pipeline(groups[index], index, output_for_group(index, len(groups)), overwrite,
-                                       reading, jobs, order_source))
+                                       reading, jobs, order_source, encode_args_ahead))
     return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
 
 
-def default_jobs(files: list[Path]) -> int:
-    """How many ranks to hold at once: as many as there are cores, while the estimated peak
-    stays below the inputs' total size. A rank in memory takes about 1.5x its JSON, so two
-    equal ranks go one at a time (in this process), and eight go two at a time."""
-    sizes = sorted((json_size(path) for path in files), reverse=True)
-    total, limit = sum(sizes), min(len(files), available_cores())
+def default_jobs(sizes: list[int]) -> int:
+    """How many ranks to hold at once, given their JSON sizes (largest first): as many as there
+    are cores, while the estimated peak stays below the inputs' total size. A rank in memory
+    takes about 1.5x its JSON, so two equal ranks go one at a time (in this process), and
+    eight go two at a time."""
+    total, limit = sum(sizes), min(len(sizes), available_cores())
     jobs = 1
     while jobs < limit and _PROCESS_BYTES * (jobs + 2) + _RANK_BYTES_PER_JSON_BYTE * sum(sizes[:jobs + 1]) <= total:
         jobs += 1
     return jobs
 
 
+def helper_fits(sizes: list[int], jobs: int) -> bool:
+    """Whether pass two's workers should each have an args helper (background_args.py): only
+    on idle cores, and while the peak, with the encoded args held for writing, stays below
+    the inputs' total size (so not for two ranks of 75 MB, where interpreters dominate)."""
+    if 2 * jobs > available_cores():
+        return False
+    processes = 2 * jobs + (jobs > 1)
+    rank_bytes = (_RANK_BYTES_PER_JSON_BYTE + _ENCODED_ARGS_PER_JSON_BYTE) * sum(sizes[:jobs])
+    return _PROCESS_BYTES * processes + rank_bytes <= sum(sizes)
+
+
 def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, overwrite: bool, reading: tuple,
-                    jobs: int, order_source: str) -> dict:
+                    jobs: int, order_source: str, encode_args_ahead: bool) -> dict:
     plans = [RankPlan(file=info.file, position=k, global_rank=info.global_rank,
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
     arrows = _pair_sends_and_receives(members, plans)
     base = min(info.base_time_ns or 0 for info in members)
     with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent) as scratch:
-        parts = _in_workers(_write_rank_part, [(plan, *reading, scratch) for plan in plans], jobs)
+        parts = _in_workers(_write_rank_part, [(plan, *reading, scratch, encode_args_ahead) for plan in plans],
+                            jobs)
         with atomic_output(output, overwrite) as stream:
             _write_root(stream)
             for part_path, _ in parts:
@@ -179,10 +194,10 @@ def _in_workers(function, tasks: list, jobs: int) -> list:
         return pool.starmap(function, tasks, chunksize=1)
 
 
-def _read_compacted(file: str, strict: bool, lanes_file: Optional[Path],
-                    window: Optional[Window]) -> tuple[Trace, dict, dict]:
+def _read_compacted(file: str, strict: bool, lanes_file: Optional[Path], window: Optional[Window],
+                    encode_args_ahead: bool = False) -> tuple[Trace, dict, dict]:
     rules = load_lane_rules(lanes_file)
-    trace = read_trace(Path(file), strict=strict)
+    trace = read_trace(Path(file), strict=strict, encode_args_ahead=encode_args_ahead)
     cut_summary = {}
     if window is not None:
         trace, cut_summary = cut(trace, *window_bounds(trace, window, file))
@@ -316,8 +331,8 @@ def _pair_sends_and_receives(members: list[RankInfo], plans: list[RankPlan]) -> 
 
 
 def _write_rank_part(plan: RankPlan, strict: bool, lanes_file: Optional[Path], window: Optional[Window],
-                     scratch: str):
-    trace, summary, blocks = _read_compacted(plan.file, strict, lanes_file, window)
+                     scratch: str, encode_args_ahead: bool):
+    trace, summary, blocks = _read_compacted(plan.file, strict, lanes_file, window, encode_args_ahead)
     summary.update(link_rank_local(trace, blocks))
     for key, which, flow_id, outgoing in plan.flow_ends:
         trace.flow_ends.append(FlowEnd(_fragment(blocks[key], which), flow_id, outgoing))

@@ -12,6 +12,7 @@ from collections import Counter
 
 import pytest
 
+from converter.background_args import BackgroundArgsEncoder, EncodedArgs
 from converter.generator import pipeline_schedule, write_pp_run
 from converter.merge import PIPELINE_ROOT_NAME, merge_ranks
 from converter.source import json_size
@@ -19,6 +20,7 @@ from converter.source import json_size
 MERGE_MODULE = importlib.import_module("converter.merge")  # `converter.merge` is also a function
 
 from .helpers import SHARED_TRACES, problem_stats, require_shared_traces, rows
+from .test_convert_roundtrip import actual_slices
 
 RANK = re.compile(r"^PP rank (\d+) \(global rank (\d+)\)")
 ARROWS_SQL = """
@@ -175,21 +177,21 @@ def test_merge_errors(tmp_path, case, expected):
     assert not (tmp_path / "out.perfetto-trace").exists()
 
 
-@pytest.mark.parametrize("rank_mb, ranks, cores, expected", [
-    (100, 2, 8, 1),    # two equal ranks: 1.5x one of them plus a worker's base is over the total
-    (20, 8, 2, 2),     # eight small ranks: two at a time fit, and two cores run them
-    (50, 16, 8, 7),    # more cores: as many as stay below the total
-    (20, 8, 1, 1),
+@pytest.mark.parametrize("rank_mb, ranks, cores, jobs, helper", [
+    (75, 2, 2, 1, False),    # two equal ranks: one at a time; a helper's interpreter would not fit
+    (500, 2, 2, 1, True),    # ... but beside a 500 MB rank it does
+    (500, 2, 8, 1, True),
+    (20, 8, 2, 2, False),    # eight small ranks: two at a time, no idle core left for helpers
+    (50, 16, 8, 7, False),   # more cores: as many ranks as stay below the total
+    (500, 8, 8, 5, False),   # eight large ranks on eight cores: five at a time, too few cores for helpers
+    (500, 4, 8, 2, True),    # four: memory allows two at a time, each with a helper on an idle core
+    (20, 8, 1, 1, False),
 ])
-def test_default_jobs_keep_the_peak_below_the_input(tmp_path, monkeypatch, rank_mb, ranks, cores, expected):
+def test_merge_plans_its_processes_to_stay_below_the_input(monkeypatch, rank_mb, ranks, cores, jobs, helper):
     monkeypatch.setattr(MERGE_MODULE, "available_cores", lambda: cores)
-    files = []
-    for rank in range(ranks):
-        path = tmp_path / f"rank{rank}_trace.json"
-        with path.open("wb") as handle:
-            handle.truncate(rank_mb * 10**6)  # sparse: only the size matters
-        files.append(path)
-    assert MERGE_MODULE.default_jobs(files) == expected
+    sizes = [rank_mb * 10**6] * ranks
+    assert MERGE_MODULE.default_jobs(sizes) == jobs
+    assert MERGE_MODULE.helper_fits(sizes, jobs) == helper
 
 
 def test_json_size_reads_the_gzip_trailer(tmp_path):
@@ -199,3 +201,24 @@ def test_json_size_reads_the_gzip_trailer(tmp_path):
     assert path.stat().st_size < len(text) // 10
     assert json_size(path) == len(text)
     assert json_size(tmp_path / "missing.json") == 0
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_args_helpers_in_pass_two_change_nothing(tmp_path, monkeypatch, jobs):
+    """Large ranks get an args helper each; forced here on small ones, the merge is the same."""
+    files = write_pp_run(tmp_path / "run", pp_size=2, schedule="1f1b", microbatches=2, steps=1,
+                         seed=11, graphs_per_step=3, kernels_per_replay=8)
+    outputs, results = {}, []
+    original = BackgroundArgsEncoder.result
+    monkeypatch.setattr(BackgroundArgsEncoder, "result", lambda self: results.append(original(self)) or results[-1])
+    for helper in (False, True):
+        monkeypatch.setattr(MERGE_MODULE, "helper_fits", lambda sizes, jobs_, helper=helper: helper)
+        outputs[helper] = tmp_path / f"merged_{helper}.perfetto-trace"
+        summary = merge_ranks(files, lambda group, groups: outputs[helper], jobs=jobs)
+        assert summary["pp_send_recv_unmatched"] == 0 and summary["pp_send_recv_pairs"] > 0
+    if jobs == 1:  # in this process, where the helpers' results can be seen
+        assert len({id(result) for result in results}) == 2  # one helper per rank, asked by compaction and writer
+        assert all(isinstance(result, EncodedArgs) for result in results)
+    assert problem_stats(outputs[True]) == []
+    assert actual_slices(outputs[True]) == actual_slices(outputs[False])
+    assert classify_arrows(outputs[True]) == classify_arrows(outputs[False])
