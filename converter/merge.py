@@ -105,7 +105,7 @@ def merge_ranks(inputs: list[Path], output_for_group, overwrite: bool = False, s
     jobs = max(1, jobs or default_jobs(sizes))
     encode_args_ahead = helper_fits(sizes, jobs)
     reading = (strict, lanes_file, window)
-    infos = _in_workers(_scan_rank, [(str(f), *reading) for f in files], jobs)
+    infos = _in_workers(_scan_rank, [(str(f), *reading) for f in files], jobs, fresh_workers=encode_args_ahead)
     if ranks is not None:
         infos = [info for info in infos if info.global_rank in ranks]
         if len(infos) < 2:
@@ -141,7 +141,7 @@ def helper_fits(sizes: list[int], jobs: int) -> bool:
     the inputs' total size (so not for two ranks of 75 MB, where interpreters dominate)."""
     if 2 * jobs > available_cores():
         return False
-    processes = 2 * jobs + (jobs > 1)
+    processes = 2 * jobs + 1  # this one, the workers and their helpers
     rank_bytes = (_RANK_BYTES_PER_JSON_BYTE + _ENCODED_ARGS_PER_JSON_BYTE) * sum(sizes[:jobs])
     return _PROCESS_BYTES * processes + rank_bytes <= sum(sizes)
 
@@ -155,7 +155,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, ove
     base = min(info.base_time_ns or 0 for info in members)
     with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent) as scratch:
         parts = _in_workers(_write_rank_part, [(plan, *reading, scratch, encode_args_ahead) for plan in plans],
-                            jobs)
+                            jobs, fresh_workers=encode_args_ahead)
         with atomic_output(output, overwrite) as stream:
             _write_root(stream)
             for part_path, _ in parts:
@@ -185,9 +185,11 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, ove
     }
 
 
-def _in_workers(function, tasks: list, jobs: int) -> list:
-    """Run tasks in worker processes (one rank in memory each), results in task order."""
-    if jobs == 1 or len(tasks) == 1:
+def _in_workers(function, tasks: list, jobs: int, fresh_workers: bool = False) -> list:
+    """Run tasks in worker processes (one rank in memory each), results in task order. A single
+    job runs in this process unless `fresh_workers`: a process forked from a heap that held
+    earlier ranks (an args helper, a worker) keeps those pages while its parent reuses them."""
+    if not fresh_workers and (jobs == 1 or len(tasks) == 1):
         return [function(*task) for task in tasks]
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
     with context.Pool(min(jobs, len(tasks)), maxtasksperchild=1) as pool:
