@@ -4,8 +4,9 @@ Encoding args is about half of writing a Kineto trace (a kernel carries a dozen 
 values), and it depends on nothing but the args text. So on a machine with a core to
 spare, a forked helper follows the ArgsStore as it fills: for each megabyte spilled it is
 sent the entries' bounds, preads their text from the store's file, encodes them in order
-and appends the bytes to a file of its own. The writer then takes entry i's encoded bytes
-by index, with the helper's debug-annotation names interned first on its sequence.
+and appends the bytes to a file of its own; it also picks out each entry's args.name, which
+compaction labels CUDA-graph kernels with. The writer then takes entry i's encoded bytes by
+index, with the helper's debug-annotation names interned first on its sequence.
 
 Anything that goes wrong in the helper (a full disk, a kill) only loses the head start:
 `result()` gives None and the writer encodes the args itself.
