@@ -10,8 +10,8 @@ OUT/inputs/<config + generator-source hash>/ (kept with --keep, else deleted at 
 Each job runs as its own `cgtrace` subprocess, started from a small fresh helper process that
 reports the job's peak RSS through getrusage(RUSAGE_CHILDREN): a child forked straight from
 this process would start with this process's high-water mark (Linux carries it over fork and
-exec). Jobs with worker processes (merge) also get their process tree's summed RSS, sampled
-every 0.1 s. A Markdown table goes to stdout; every run, the machine, the load average and
+exec). Jobs with more processes (merge workers, the args helper of convert and compact) also
+get their process tree's summed RSS, sampled every 0.1 s. A Markdown table goes to stdout; every run, the machine, the load average and
 each job's JSON summary go to OUT/results/bench-<time>.json (and latest.json).
 
 Sizes: `1M`, `250K` = events; `100MB`, `1GB`, `512MiB` = bytes of uncompressed JSON (MB =
