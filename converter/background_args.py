@@ -18,6 +18,7 @@ import fcntl
 import gc
 import os
 import tempfile
+import threading
 import weakref
 from array import array
 from multiprocessing.connection import Connection, Pipe
@@ -62,8 +63,17 @@ def available_cores() -> int:
 
 
 def cores_to_spare() -> bool:
-    """Whether a helper process would run beside this one rather than take turns with it."""
-    return available_cores() > 1
+    """Whether a helper process would run beside this one rather than take turns with it.
+    Not from a process running other threads: a fork copies only the calling one, and Python
+    3.12 warns that the child may deadlock on a lock another thread held."""
+    return available_cores() > 1 and _threads() == 1
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))  # native threads too, as Python's warning counts
+    except OSError:
+        return threading.active_count()
 
 
 class BackgroundArgsEncoder:

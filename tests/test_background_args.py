@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -142,3 +143,16 @@ def _children() -> list[str]:
     for task in Path(f"/proc/{os.getpid()}/task").iterdir():
         found += (task / "children").read_text().split()
     return found
+
+
+def test_no_helper_is_forked_beside_other_threads(monkeypatch):
+    monkeypatch.setattr(background_args, "available_cores", lambda: 4)
+    assert background_args.cores_to_spare() == (background_args._threads() == 1)
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait)
+    worker.start()
+    try:
+        assert not background_args.cores_to_spare()
+    finally:
+        release.set()
+        worker.join()
