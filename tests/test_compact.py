@@ -11,6 +11,7 @@ import pytest
 
 from converter.generator import GeneratorConfig, pipeline_schedule, write_trace
 from converter.lanes import load_lane_rules
+from converter import pipeline
 from converter.pipeline import compact_file
 
 from .helpers import problem_stats, rows, shared_trace_param, shared_trace_paths
@@ -196,7 +197,8 @@ def test_identical_overlapping_annotations_merge(tmp_path):
 
 
 @pytest.mark.parametrize("source", [shared_trace_param(p) for p in shared_trace_paths()])
-def test_real_traces_compact(tmp_path, source):
+def test_real_traces_compact(tmp_path, monkeypatch, source):
+    monkeypatch.setattr(pipeline, "cores_to_spare", lambda: True)  # with the args helper, as the CLI runs
     output, summary = compact(tmp_path, source)
     assert_compacted_correctly(source, output, summary)
 
