@@ -14,6 +14,7 @@ from . import __version__, progress
 from .errors import CgtraceError
 from .lanes import DEFAULT_LANES_TOML
 from .merge import merge_ranks
+from .background_args import available_cores
 from .pipeline import compact_file, convert_file, default_output_path
 from .window import parse_steps, parse_window
 
@@ -239,6 +240,9 @@ def _run_merge(args) -> int:
             result["verified"] = _verify(Path(result["output"]), None, args.tp_bin)
     lines = [f"{len(r['pp_ranks'])} ranks ({r['pp_order_source']}), {r['pp_send_recv_pairs']} send/recv arrows, "
              f"{r['pp_send_recv_unmatched']} unmatched -> {r['output']}" for r in merged]
+    if merged and merged[0]["ranks_at_once"] == 1 and not args.jobs and available_cores() > 1:
+        lines.append("ranks were read one at a time to keep memory below the inputs' size; "
+                     "--jobs 2 runs two at once, faster, with more memory")
     _report(summary, args.quiet, "; ".join(lines))
     return 0
 

@@ -120,6 +120,8 @@ def merge_ranks(inputs: list[Path], output_for_group, overwrite: bool = False, s
     for index in chosen:
         results.append(_merge_pipeline(groups[index], index, output_for_group(index, len(groups)), overwrite,
                                        reading, jobs, order_source, encode_args_ahead))
+    for result in results:
+        result.update(ranks_at_once=jobs, args_helpers=encode_args_ahead)
     return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
 
 

@@ -228,3 +228,17 @@ def test_args_helpers_in_pass_two_change_nothing(tmp_path, monkeypatch, jobs):
     assert problem_stats(outputs[True]) == []
     assert actual_slices(outputs[True]) == actual_slices(outputs[False])
     assert classify_arrows(outputs[True]) == classify_arrows(outputs[False])
+
+
+def test_the_summary_says_how_many_ranks_were_held_at_once(tmp_path):
+    files = write_pp_run(tmp_path / "run", pp_size=2, schedule="1f1b", microbatches=2, steps=1,
+                         seed=5, graphs_per_step=2, kernels_per_replay=4)
+    output = tmp_path / "out.perfetto-trace"
+    command = [sys.executable, "-m", "converter.cli", "merge", *map(str, files), "-o", str(output)]
+    default = subprocess.run(command, capture_output=True, text=True, check=True)
+    summary = json.loads(default.stdout)
+    assert (summary["ranks_at_once"], summary["args_helpers"]) == (1, False)  # small ranks: the main process
+    one_at_a_time = "ranks were read one at a time to keep memory below the inputs' size; --jobs 2"
+    assert (one_at_a_time in default.stderr) == (MERGE_MODULE.available_cores() > 1)
+    chosen = subprocess.run([*command, "--overwrite", "--jobs", "2"], capture_output=True, text=True, check=True)
+    assert json.loads(chosen.stdout)["ranks_at_once"] == 2 and one_at_a_time not in chosen.stderr
