@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Any, Iterable, Iterator, Optional
 
+import msgspec
+
 from .args_store import ArgsStore
 
 
@@ -75,60 +77,50 @@ class Track:
     uuid: Optional[int] = None
 
 
-class Slice:
+# The per-event classes are msgspec Structs: built in C (three times faster than a Python
+# __init__), 16 bytes smaller than a __slots__ class without the cycle collector's header
+# (gc=False: they never form cycles), compared and hashed by identity like plain objects.
+class Slice(msgspec.Struct, gc=False, eq=False):
     """A span (or, with `is_instant`, a point) on a track. Name, ts, dur, cat and args are measured
     data and never change; only `track` may be reassigned for display.
 
     `args` is None, raw JSON text (bytes), a dict, or an int: a reference into the trace's
     ArgsStore. Read it through `Trace.args_of`."""
 
-    __slots__ = ("ts", "dur", "name", "cat", "args", "track", "is_instant")
-
-    def __init__(self, ts: int, dur: int, name: str, cat: str, args: Any, track: Track,
-                 is_instant: bool = False):
-        self.ts = ts
-        self.dur = dur
-        self.name = name
-        self.cat = cat
-        self.args = args
-        self.track = track
-        self.is_instant = is_instant
+    ts: int
+    dur: int
+    name: str
+    cat: str
+    args: Any
+    track: Track
+    is_instant: bool = False
 
     @property
     def end(self) -> int:
         return self.ts + self.dur
 
 
-class CounterSample:
-    __slots__ = ("ts", "value", "track")
-
-    def __init__(self, ts: int, value: float, track: Track):
-        self.ts = ts
-        self.value = value
-        self.track = track
+class CounterSample(msgspec.Struct, gc=False, eq=False):
+    ts: int
+    value: float
+    track: Track
 
 
-class Flow:
+class Flow(msgspec.Struct, gc=False, eq=False):
     """An arrow from one slice to another; the writer gives every arrow its own id."""
 
-    __slots__ = ("source", "target", "category")
-
-    def __init__(self, source: Slice, target: Slice, category: str):
-        self.source = source
-        self.target = target
-        self.category = category
+    source: Slice
+    target: Slice
+    category: str
 
 
-class FlowEnd:
+class FlowEnd(msgspec.Struct, gc=False, eq=False):
     """One end of an arrow whose other end another writer emits (cross-rank arrows of a
     merge): the flow id is agreed beforehand, and the target starts after the source."""
 
-    __slots__ = ("slice", "flow_id", "outgoing")
-
-    def __init__(self, slice_: Slice, flow_id: int, outgoing: bool):
-        self.slice = slice_
-        self.flow_id = flow_id
-        self.outgoing = outgoing
+    slice: Slice
+    flow_id: int
+    outgoing: bool
 
 
 @dataclass
