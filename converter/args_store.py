@@ -43,9 +43,8 @@ class ArgsStore:
         """`directory`: where the temporary file lives (default: TMPDIR, else the system's)."""
         self._directory = directory
         self._file = None
-        self._written = 0   # bytes in the file; `_pending` follows them
-        self._pending = bytearray()
-        self._bounds = array("Q", [0])  # entry i is bytes _bounds[i]:_bounds[i + 1]
+        self._pending = bytearray()  # the entries after the first `_spilled_entries`, not yet in the file
+        self._bounds = array("Q", [0])  # entry i is bytes _bounds[i]:_bounds[i + 1] of file + pending
         self._spilled_entries = 0
         self._follower: Optional[ArgsFollower] = None
 
@@ -54,7 +53,7 @@ class ArgsStore:
         pending = self._pending
         pending += text
         bounds = self._bounds
-        bounds.append(self._written + len(pending))
+        bounds.append(bounds[-1] + len(text))
         if len(pending) >= _SPILL_BYTES:
             self._spill()
         return len(bounds) - 2
@@ -75,7 +74,7 @@ class ArgsStore:
         for reference in references:
             start, end = bounds[reference], bounds[reference + 1]
             if end > block_end:
-                block = read_all(fd, max(end, min(start + _SWEEP_BYTES, self._written)) - start, start)
+                block = read_all(fd, max(end, min(start + _SWEEP_BYTES, bounds[-1])) - start, start)
                 block_start, block_end = start, start + len(block)
             yield block[start - block_start:end - block_start]
 
@@ -102,7 +101,6 @@ class ArgsStore:
             write_all(self._file.fileno(), self._pending)
         except OSError as error:
             raise self._disk_error(error) from None
-        self._written = self._bounds[-1]
         if self._follower is not None:
             self._follower.submit(self._bounds[self._spilled_entries:])
         self._spilled_entries = len(self._bounds) - 1

@@ -101,7 +101,6 @@ class BackgroundArgsEncoder:
             fcntl.fcntl(self._requests.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
         except (AttributeError, OSError):  # not Linux, or above the system's limit: the default will do
             pass
-        self._pid: Optional[int] = pid
         self._result: Optional[EncodedArgs] = None
         self._failed = False
         self._finalizer = weakref.finalize(self, _stop, pid, self._requests, self._results, self._output)
