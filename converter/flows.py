@@ -65,23 +65,39 @@ def drawable(source: Slice, target: Slice) -> bool:
 
 
 def _bind_to_slices(events: list[FlowEvent], slices: list[Slice]) -> None:
-    by_track: dict[int, list[FlowEvent]] = defaultdict(list)
-    for event in events:
-        by_track[id(event.track)].append(event)
-    track_slices: dict[int, list[Slice]] = defaultdict(list)
+    """Kineto stamps a flow event with the start of its slice, and the deepest slice running
+    at a slice's start is the shortest one starting there (the last read, on a tie): one pass
+    over the slices finds those. The other events (and `f`s binding to the next slice) sweep."""
+    deepest_at: dict[int, dict[int, Slice]] = {key: {} for key in {id(event.track) for event in events}}
     for slice_ in slices:
         if not slice_.is_instant:
-            key = id(slice_.track)
-            if key in by_track:
-                track_slices[key].append(slice_)
-    for key, track_events in by_track.items():
-        candidates = track_slices.get(key, [])
-        candidates.sort(key=lambda s: (s.ts, -s.dur))
-        _bind_enclosing([e for e in track_events if e.bind_to_enclosing], candidates)
+            starts = deepest_at.get(id(slice_.track))
+            if starts is not None:
+                other = starts.get(slice_.ts)
+                if other is None or slice_.dur <= other.dur:
+                    starts[slice_.ts] = slice_
+    rest: dict[int, list[FlowEvent]] = defaultdict(list)
+    for event in events:
+        if event.bind_to_enclosing:
+            event.bound = deepest_at[id(event.track)].get(event.ts)
+            if event.bound is not None:
+                continue
+        rest[id(event.track)].append(event)
+    if not rest:
+        return
+    track_slices: dict[int, list[Slice]] = {key: [] for key in rest}
+    for slice_ in slices:
+        if not slice_.is_instant:
+            candidates = track_slices.get(id(slice_.track))
+            if candidates is not None:
+                candidates.append(slice_)
+    for key, track_events in rest.items():
+        candidates = sorted(track_slices[key], key=lambda s: (s.ts, -s.dur))  # a slice before those it encloses
+        _sweep_enclosing([e for e in track_events if e.bind_to_enclosing], candidates)
         _bind_next([e for e in track_events if not e.bind_to_enclosing], candidates)
 
 
-def _bind_enclosing(events: list[FlowEvent], candidates: list[Slice]) -> None:
+def _sweep_enclosing(events: list[FlowEvent], candidates: list[Slice]) -> None:
     """Sweep in time: a stack of started slices; the deepest one still running encloses ts."""
     events.sort(key=_BY_TS)
     stack: list[Slice] = []
