@@ -1,15 +1,17 @@
 #!/usr/bin/env python3
-"""Where `cgtrace convert` spends its time and memory, stage by stage.
+"""Where `cgtrace convert` (or `compact`) spends its time and memory, stage by stage.
 
     python benchmarks/profile_convert.py IN.json                 # stage wall times + RSS
+    python benchmarks/profile_convert.py IN.json --job compact   # the compact job's stages
     python benchmarks/profile_convert.py IN.json --cprofile      # plus cProfile (slower, top functions)
     python benchmarks/profile_convert.py --size 1M               # input from run.py's cache (generated if absent)
 
-Runs convert_file in-process (cyclic GC off, as the CLI does) with thin timers around the
+Runs convert_file (or compact_file) in-process (cyclic GC off, as the CLI does) with thin timers around the
 pipeline's stage functions, looked up by name at run time; a stage whose function no longer
 exists is reported as missing, not an error. Stage times are inclusive (a nested stage is
 also inside its parent) and the timers cost nothing measurable (one call per stage).
-RSS is read from /proc/self/status after each stage: `rss` now, `hwm` the peak so far.
+RSS is read from /proc/self/status after each stage: `rss` now, `hwm` the peak so far; the
+system CPU time so far shows what page faults cost (on these VMs fresh memory is slow to touch).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import gc
 import io
 import importlib
 import pstats
+import resource
 import sys
 import tempfile
 import time
@@ -36,6 +39,9 @@ STAGES = [
     ("build model (decode events + handlers)", "converter.reader", "_TraceBuilder.add_events", 2),
     ("finish (metadata + flows)", "converter.reader", "_TraceBuilder.finish", 2),
     ("bind flows", "converter.reader", "bind_flows", 3),
+    ("compaction (compact)", "converter.pipeline", "compact", 1),
+    ("find PP blocks", "converter.pipeline", "find_blocks", 1),
+    ("rank-local PP arrows", "converter.pipeline", "link_rank_local", 1),
     ("layout (separate_overlaps)", "converter.pipeline", "separate_overlaps", 1),
     ("write (PerfettoWriter.write)", "converter.perfetto_writer", "PerfettoWriter.write", 1),
     ("descriptors", "converter.perfetto_writer", "PerfettoWriter._write_descriptors", 2),
@@ -44,7 +50,7 @@ STAGES = [
     ("summary", "converter.pipeline", "trace_summary", 1),
 ]
 
-_records: list[tuple[str, float, int, int]] = []
+_records: list[tuple[str, float, int, int, float]] = []
 
 
 def _rss_kb() -> tuple[int, int]:
@@ -67,7 +73,7 @@ def _timed(label, fn):
         finally:
             dt = time.perf_counter() - t0
             rss, hwm = _rss_kb()
-            _records.append((label, dt, rss, hwm))
+            _records.append((label, dt, rss, hwm, resource.getrusage(resource.RUSAGE_SELF).ru_stime))
     return wrapper
 
 
@@ -104,6 +110,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("input", nargs="?", type=Path)
     parser.add_argument("--size", help="use run.py's cached input of this size (1M events, 100MB, ...), generating it if absent")
+    parser.add_argument("--job", choices=("convert", "compact"), default="convert")
     parser.add_argument("--cprofile", action="store_true", help="also run under cProfile and print the top")
     parser.add_argument("--top", type=int, default=30)
     parser.add_argument("--sort", default="tottime", help="pstats sort key for the top list (tottime, cumulative)")
@@ -117,7 +124,8 @@ def main() -> int:
         args.input = Path(meta["paths"][0])
 
     missing = install_timers()
-    from converter.pipeline import convert_file
+    from converter.pipeline import compact_file, convert_file
+    run_job = compact_file if args.job == "compact" else convert_file
 
     size = args.input.stat().st_size
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,7 +135,7 @@ def main() -> int:
         t0 = time.perf_counter()
         if profiler:
             profiler.enable()
-        summary = convert_file(args.input, out, overwrite=True)
+        summary = run_job(args.input, out, overwrite=True)
         if profiler:
             profiler.disable()
         total = time.perf_counter() - t0
@@ -136,10 +144,10 @@ def main() -> int:
 
     print(f"input {args.input} ({size / 1e6:.0f} MB, {summary.get('events_read')} events)"
           f"{' under cProfile' if profiler else ''}")
-    print(f"total convert_file {total:.2f} s = {size / 1e6 / total:.1f} MB/s; peak RSS {hwm / 1024:.0f} MiB "
+    print(f"total {run_job.__name__} {total:.2f} s = {size / 1e6 / total:.1f} MB/s; peak RSS {hwm / 1024:.0f} MiB "
           f"= {hwm * 1024 / size:.2f} x input\n")
-    print("| stage | s | % of total | calls | RSS after MiB | peak so far MiB |")
-    print("|---|--:|--:|--:|--:|--:|")
+    print("| stage | s | % of total | calls | RSS after MiB | peak so far MiB | system CPU s so far |")
+    print("|---|--:|--:|--:|--:|--:|--:|")
     top_level = 0.0
     for label, _, _, depth in STAGES:
         calls = [r for r in _records if r[0] == label]
@@ -150,9 +158,9 @@ def main() -> int:
             top_level += dt
         indent = "&nbsp;&nbsp;" * (depth - 1)
         print(f"| {indent}{label} | {dt:.2f} | {100 * dt / total:.0f}% | {len(calls)} | "
-              f"{calls[-1][2] / 1024:.0f} | {calls[-1][3] / 1024:.0f} |")
+              f"{calls[-1][2] / 1024:.0f} | {calls[-1][3] / 1024:.0f} | {calls[-1][4]:.1f} |")
     print(f"| (outside the stages: path checks, output open, ...) | {total - top_level:.2f} | "
-          f"{100 * (total - top_level) / total:.0f}% | | | |")
+          f"{100 * (total - top_level) / total:.0f}% | | | | |")
     for m in missing:
         print(f"\nmissing stage: {m}")
     if profiler:
