@@ -6,8 +6,9 @@ import contextlib
 import os
 import tempfile
 from pathlib import Path
-from typing import BinaryIO, Iterator
+from typing import Iterator
 
+from .direct_io import DirectWriter
 from .errors import CgtraceError
 
 
@@ -25,8 +26,9 @@ def check_output_path(path: Path, overwrite: bool) -> None:
 
 
 @contextlib.contextmanager
-def atomic_output(path: Path, overwrite: bool) -> Iterator[BinaryIO]:
-    """Yield a temp file beside `path`; it replaces `path` only if the block finishes."""
+def atomic_output(path: Path, overwrite: bool) -> Iterator[DirectWriter]:
+    """Yield a writer to a temp file beside `path`; it replaces `path` only if the block
+    finishes. The file is written past the page cache where it can be (direct_io.py)."""
     check_output_path(path, overwrite)
     parent = path.parent if str(path.parent) else Path(".")
     try:
@@ -34,8 +36,10 @@ def atomic_output(path: Path, overwrite: bool) -> Iterator[BinaryIO]:
     except OSError as error:
         raise CgtraceError(f"{path}: cannot create a file in {parent} ({error.strerror}); choose another path with -o") from None
     try:
-        with os.fdopen(descriptor, "wb") as stream:
+        with os.fdopen(descriptor, "wb") as file:
+            stream = DirectWriter(file.fileno())
             yield stream
+            stream.close()
         os.chmod(temp_name, 0o666 & ~_current_umask())
         if not overwrite and path.exists():
             raise CgtraceError(f"{path}: appeared while converting; pass --overwrite to replace it")
