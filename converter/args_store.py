@@ -3,10 +3,11 @@
 Args text is about half of a Kineto trace (a kernel carries two dozen keys), and it is only
 needed again when the writer encodes it. Held as millions of bytes objects it made the trace
 model bigger than the input; appended to one unlinked temporary file instead, each slice
-keeps a single int (its entry's index) and the text sits in the page cache, which the kernel
-can write back and reclaim. It is read back with pread, not a memory map: the writer reads
-in track order, not file order, and every fault on a map pulls in 64 KB around it, which
-made the map resident faster than madvise could drop it.
+keeps a single int (its entry's index). The file is written past the page cache where the
+file system allows (direct_io.py): the text is read back by the args helper right away, or
+in the rare case of no helper, once more when writing. It is read back with pread, not a
+memory map: the writer reads in track order, not file order, and every fault on a map pulls
+in 64 KB around it, which made the map resident faster than madvise could drop it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import weakref
 from array import array
 from typing import Any, Iterator, Optional, Protocol
 
+from .direct_io import DirectWriter
 from .errors import CgtraceError
 
 _SPILL_BYTES = 1 << 20
@@ -42,7 +44,8 @@ class ArgsStore:
     def __init__(self, directory: Optional[str] = None):
         """`directory`: where the temporary file lives (default: TMPDIR, else the system's)."""
         self._directory = directory
-        self._file = None
+        self._reader = -1  # the file, for pread; the writer has a descriptor of its own (O_DIRECT)
+        self._writer: Optional[DirectWriter] = None
         self._pending = bytearray()  # the entries after the first `_spilled_entries`, not yet in the file
         self._bounds = array("Q", [0])  # entry i is bytes _bounds[i]:_bounds[i + 1] of file + pending
         self._spilled_entries = 0
@@ -62,14 +65,14 @@ class ArgsStore:
         if self._pending:
             self._spill()
         start = self._bounds[reference]
-        return os.pread(self._file.fileno(), self._bounds[reference + 1] - start, start)
+        return os.pread(self._reader, self._bounds[reference + 1] - start, start)
 
     def sweep(self, references: list[int]) -> Iterator[bytes]:
         """The texts of ascending `references`, read a block at a time in file order: for
         hundreds of thousands of entries, a pread each costs several times the reading."""
         if self._pending:
             self._spill()
-        bounds, fd = self._bounds, self._file.fileno() if self._file else -1
+        bounds, fd = self._bounds, self._reader
         block, block_start, block_end = b"", 0, 0
         for reference in references:
             start, end = bounds[reference], bounds[reference + 1]
@@ -81,7 +84,7 @@ class ArgsStore:
     def fileno(self) -> int:
         """The file's descriptor, for a follower that reads what was spilled."""
         self._open()
-        return self._file.fileno()
+        return self._reader
 
     def follow(self, follower: ArgsFollower) -> None:
         """Submit every run of entries to `follower` as it reaches the file."""
@@ -98,7 +101,9 @@ class ArgsStore:
     def _spill(self) -> None:
         try:
             self._open()
-            write_all(self._file.fileno(), self._pending)
+            self._writer.write(self._pending)
+            self._writer.flush()
+            self._pending.clear()
         except OSError as error:
             raise self._disk_error(error) from None
         if self._follower is not None:
@@ -106,15 +111,28 @@ class ArgsStore:
         self._spilled_entries = len(self._bounds) - 1
 
     def _open(self) -> None:
-        if self._file is None:
-            self._file = tempfile.TemporaryFile(prefix="cgtrace-args-", dir=self._directory, buffering=0)
-            weakref.finalize(self, self._file.close)  # also when reading fails half-way
+        if self._writer is None:
+            descriptor, path = tempfile.mkstemp(prefix="cgtrace-args-", dir=self._directory)
+            try:
+                self._reader = os.open(path, os.O_RDONLY)
+            except OSError:
+                os.close(descriptor)
+                raise
+            finally:
+                os.unlink(path)
+            self._writer = DirectWriter(descriptor)
+            weakref.finalize(self, _close, descriptor, self._reader)  # also when reading fails half-way
 
     def _disk_error(self, error: OSError) -> CgtraceError:
         where = self._directory or tempfile.gettempdir()
         return CgtraceError(f"{where}: cannot keep the trace's args in a temporary file ({error.strerror or error}); "
                             "free some space there or point TMPDIR at a disk with room for about half the "
                             "input's size")
+
+
+def _close(*descriptors: int) -> None:
+    for descriptor in descriptors:
+        os.close(descriptor)
 
 
 def write_all(fd: int, buffer: bytearray) -> None:
