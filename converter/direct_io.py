@@ -9,12 +9,13 @@ had at hand) where O_DIRECT took 0.47 s every time.
 O_DIRECT wants buffer addresses, lengths and file offsets in whole blocks. Data collects in
 a page-aligned buffer (an anonymous map); whole blocks go out, and `flush` also writes the
 partial last block, padded, to be written again with what follows. `close` trims the file
-to the bytes written. On a file system that refuses O_DIRECT (tmpfs) the same writes go
-through the page cache.
+to the bytes written. Where the file system refuses O_DIRECT, at open or at the first write
+(alignment rules differ), the same writes go through the page cache.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import mmap
 import os
@@ -91,4 +92,10 @@ class DirectWriter:
     def _write_at(self, data: memoryview, offset: int) -> None:
         done = 0
         while done < len(data):
-            done += os.pwrite(self._fd, data[done:], offset + done)
+            try:
+                done += os.pwrite(self._fd, data[done:], offset + done)
+            except OSError as error:
+                if not (self.direct and error.errno == errno.EINVAL):
+                    raise
+                fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                self.direct = False

@@ -52,3 +52,23 @@ def test_close_without_flush_keeps_a_short_file_exact(tmp_path, mode):
         writer.write(memoryview(b"abc"))
         writer.close()
     assert path.read_bytes() == b"abc"
+
+
+def test_a_file_system_that_rejects_direct_writes_gets_buffered_ones(tmp_path, monkeypatch):
+    path = tmp_path / "picky.bin"
+    real_pwrite, rejected = os.pwrite, []
+
+    def pwrite(fd, data, offset):
+        if writer.direct:
+            rejected.append(offset)
+            raise OSError(22, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    with open(path, "wb") as file:
+        writer = DirectWriter(file.fileno())
+        writer.direct = True  # as if the switch had worked, whatever this file system does
+        monkeypatch.setattr(os, "pwrite", pwrite)
+        writer.write(b"x" * (BLOCK + 10))
+        writer.close()
+    assert rejected == [0] and not writer.direct
+    assert path.read_bytes() == b"x" * (BLOCK + 10)
