@@ -2,9 +2,11 @@
 
 Encoding args is about half of writing a Kineto trace (a kernel carries a dozen typed
 values), and it depends on nothing but the args text. So on a machine with a core to
-spare, a forked helper follows the ArgsStore as it fills: for each megabyte spilled it is
-sent the entries' bounds, preads their text from the store's file, encodes them in order
-and appends the bytes to a file of its own; it also picks out each entry's args.name, which
+spare, a forked helper follows the ArgsStore as it fills: for each megabyte spilled the
+entries' bounds go to a file the two share and the helper is sent their count (a message
+that small never fills the pipe, so reading never waits for the helper, which catches up
+while flows are bound); it preads the text from the store's file, encodes the entries in
+order and appends the bytes to a file of its own; it also picks out each entry's args.name, which
 compaction labels CUDA-graph kernels with. The writer then takes entry i's encoded bytes by
 index, with the helper's debug-annotation names interned first on its sequence.
 
@@ -14,7 +16,6 @@ Anything that goes wrong in the helper (a full disk, a kill) only loses the head
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import mmap
 import os
@@ -32,8 +33,6 @@ from .args_store import read_all, write_all
 from .perfetto_writer import annotation_name_interner
 
 _WRITE_BYTES = 1 << 20
-# Room for a few dozen spills' bounds, so reading does not wait while the helper catches up.
-_PIPE_BYTES = 1 << 20
 
 
 class EncodedArgs:
@@ -84,6 +83,7 @@ class BackgroundArgsEncoder:
     def __init__(self, store_fd: int, directory: Optional[str] = None):
         """`store_fd`: the ArgsStore's file, which the helper reads with pread."""
         self._output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
+        self._ends = tempfile.TemporaryFile(prefix="cgtrace-args-bounds-", dir=directory, buffering=0)
         requests_out, self._requests = Pipe(duplex=False)
         self._results, results_in = Pipe(duplex=False)
         pid = os.fork()
@@ -92,26 +92,23 @@ class BackgroundArgsEncoder:
             try:
                 self._requests.close()
                 self._results.close()
-                _serve(requests_out, results_in, store_fd, self._output.fileno())
+                _serve(requests_out, results_in, store_fd, self._ends.fileno(), self._output.fileno())
                 status = 0
             finally:
                 os._exit(status)
         requests_out.close()
         results_in.close()
-        try:
-            fcntl.fcntl(self._requests.fileno(), fcntl.F_SETPIPE_SZ, _PIPE_BYTES)
-        except (AttributeError, OSError):  # not Linux, or above the system's limit: the default will do
-            pass
         self._result: Optional[EncodedArgs] = None
         self._failed = False
-        self._finalizer = weakref.finalize(self, _stop, pid, self._requests, self._results, self._output)
+        self._finalizer = weakref.finalize(self, _stop, pid, self._requests, self._results, self._output, self._ends)
 
     def submit(self, bounds: array) -> None:
         """Encode the entries between consecutive `bounds` (offsets in the store's file)."""
-        if self._failed:
+        if self._failed or len(bounds) < 2:
             return
         try:
-            self._requests.send_bytes(bounds)
+            write_all(self._ends.fileno(), bytearray(memoryview(bounds)[1:]))  # each entry's end
+            self._requests.send_bytes((len(bounds) - 1).to_bytes(8, "little"))
         except OSError:  # the helper is gone: the writer will encode these args itself
             self._failed = True
 
@@ -141,24 +138,26 @@ def _mapped(file, size: int):
     return mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ)
 
 
-def _stop(pid: int, requests: Connection, results: Connection, output) -> None:
-    """Close the pipes (the helper exits on end of input), reap it and drop its file."""
+def _stop(pid: int, requests: Connection, results: Connection, *files) -> None:
+    """Close the pipes (the helper exits on end of input), reap it and drop the files."""
     requests.close()
     results.close()
-    output.close()
+    for file in files:
+        file.close()
     try:
         os.waitpid(pid, 0)
     except ChildProcessError:
         pass
 
 
-def _serve(requests: Connection, results: Connection, store_fd: int, output_fd: int) -> None:
+def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: int, output_fd: int) -> None:
     # The helper touches none of the objects it inherited; without a collector walking them,
     # their pages stay shared with the main process instead of being copied.
     gc.disable()
     interner = annotation_name_interner([])
     encode = ArgsEncoder(interner.field).encode
-    bounds_out = array("Q", [0])
+    bounds_out = array("Q", [0])  # in the helper's file, entry i is bytes bounds_out[i]:bounds_out[i + 1]
+    stored_end = 0  # in the store's file, where the next entry starts
     label_ids, labels = array("I"), {}
     buffer = bytearray()
     written = 0
@@ -166,12 +165,14 @@ def _serve(requests: Connection, results: Connection, store_fd: int, output_fd: 
         message = requests.recv_bytes()
         if not message:
             break
-        bounds = array("Q")
-        bounds.frombytes(message)
-        first = bounds[0]
-        text = read_all(store_fd, bounds[-1] - first, first)
+        entries = len(bounds_out) - 1
+        ends = array("Q")
+        ends.frombytes(read_all(ends_fd, int.from_bytes(message, "little") * ends.itemsize, entries * ends.itemsize))
+        first = stored_end
+        text = read_all(store_fd, ends[-1] - first, first)
+        stored_end = ends[-1]
         start = 0
-        for end in bounds[1:]:
+        for end in ends:
             end -= first
             entry = text[start:end]
             buffer += encode(entry)
