@@ -24,7 +24,7 @@ BLOCK = 4096
 _BUFFER_BYTES = 1 << 22
 
 
-def direct_io_supported(fd: int) -> bool:
+def switch_to_direct_io(fd: int) -> bool:
     """Switch `fd` to O_DIRECT; False where the system or the file system has no such mode."""
     if not hasattr(os, "O_DIRECT"):
         return False
@@ -40,7 +40,7 @@ class DirectWriter:
 
     def __init__(self, fd: int):
         self._fd = fd
-        self.direct = direct_io_supported(fd)
+        self.direct = switch_to_direct_io(fd)
         self._buffer = mmap.mmap(-1, _BUFFER_BYTES)
         self._view = memoryview(self._buffer)
         self._used = 0     # bytes in the buffer

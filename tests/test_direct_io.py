@@ -15,7 +15,7 @@ from converter.direct_io import BLOCK, DirectWriter
 @pytest.fixture(params=["as the file system allows", "buffered"])
 def mode(request, monkeypatch):
     if request.param == "buffered":
-        monkeypatch.setattr(direct_io, "direct_io_supported", lambda fd: False)
+        monkeypatch.setattr(direct_io, "switch_to_direct_io", lambda fd: False)
     return request.param
 
 
