@@ -21,7 +21,7 @@ from .annotations import name_arg
 from .errors import CgtraceError
 from .lanes import LaneRules
 from .layout import nested_layers
-from .model import Process, Slice, Trace, Track
+from .model import Process, Slice, Thread, Trace, Track
 
 LANE_CONTAINER_NAME = "GPU lanes"
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
@@ -42,25 +42,23 @@ class GpuLanes:
 def compact(trace: Trace, rules: LaneRules) -> dict:
     """Move GPU slices and their annotations onto lanes; returns the summary figures."""
     measured_before = _fingerprint(s for s in trace.slices if s.cat not in rules.annotation_categories)
-    gpu_slices: dict[int, list[Slice]] = defaultdict(list)
-    annotations: dict[int, list[Slice]] = defaultdict(list)
-    processes: dict[int, Process] = {}
+    gpu_slices: dict[Process, list[Slice]] = defaultdict(list)  # model objects hash by identity
+    annotations: dict[Process, list[Slice]] = defaultdict(list)
     for slice_ in trace.slices:
         thread = slice_.track.thread
         if thread is None:
             continue
         if slice_.cat in rules.gpu_categories:
-            gpu_slices[id(thread.process)].append(slice_)
-            processes[id(thread.process)] = thread.process
+            gpu_slices[thread.process].append(slice_)
         elif slice_.cat in rules.annotation_categories:
-            annotations[id(thread.process)].append(slice_)
+            annotations[thread.process].append(slice_)
 
     summary = Counter()
     per_gpu = []
-    for key, slices in gpu_slices.items():
+    for process, slices in gpu_slices.items():
         by_stream = _by_stream(slices)  # before packing moves the slices off their streams
-        gpu = _pack_lanes(trace, processes[key], slices, rules, summary)
-        _place_annotations(trace, gpu, by_stream, annotations.get(key, []), summary)
+        gpu = _pack_lanes(trace, process, slices, rules, summary)
+        _place_annotations(trace, gpu, by_stream, annotations.get(process, []), summary)
         _label_kernel_runs(trace, gpu, summary)
         _layer_annotation_rows(trace, gpu)
         per_gpu.append(gpu)
@@ -96,7 +94,7 @@ def _pack_lanes(trace: Trace, process: Process, slices: list[Slice], rules: Lane
     gpu = GpuLanes(process=process, container=container)
     by_group: dict[str, list[Slice]] = defaultdict(list)
     for slice_ in slices:
-        gpu.streams.add(id(slice_.track.thread))
+        gpu.streams.add(slice_.track.thread)
         by_group[rules.group_of(slice_.name, slice_.cat)].append(slice_)
     for group in sorted(by_group, key=rules.group_order.__getitem__):
         members = by_group[group]
@@ -134,17 +132,17 @@ def partition_intervals(slices: list[Slice]) -> list[list[Slice]]:
     return lanes
 
 
-def _by_stream(gpu_slices: list[Slice]) -> dict[int, list[Slice]]:
+def _by_stream(gpu_slices: list[Slice]) -> dict[Thread, list[Slice]]:
     """GPU slices per original stream, in start order."""
-    by_stream: dict[int, list[Slice]] = defaultdict(list)
+    by_stream: dict[Thread, list[Slice]] = defaultdict(list)
     for slice_ in gpu_slices:
-        by_stream[id(slice_.track.thread)].append(slice_)
+        by_stream[slice_.track.thread].append(slice_)
     for members in by_stream.values():
         members.sort(key=lambda s: s.ts)
     return by_stream
 
 
-def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[int, list[Slice]],
+def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[Thread, list[Slice]],
                        annotations: list[Slice], summary: Counter) -> None:
     """Each annotation goes above the lane holding most of the slices it covers on its stream
     (on a tie, the lane listed first)."""
@@ -154,7 +152,7 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[int, list[Sl
     lane_position = {id(lane): position for position, lane in enumerate(lanes_in_order)}
     placed: dict[int, list[Slice]] = defaultdict(list)
     for annotation in annotations:
-        stream = id(annotation.track.thread)
+        stream = annotation.track.thread
         gpu.streams.add(stream)
         members, member_starts = by_stream.get(stream, []), starts.get(stream, [])
         end = annotation.ts + annotation.dur
@@ -248,13 +246,13 @@ def _labeller(trace: Trace, slices: Iterable[Slice]) -> Callable[[Slice], Option
 
 def _layer_annotation_rows(trace: Trace, gpu: GpuLanes) -> None:
     """Annotations that partially overlap on one row move to further rows above the lane."""
-    by_row: dict[int, list[Slice]] = defaultdict(list)
-    first_rows = {id(rows[0]): (lane_key, rows) for lane_key, rows in gpu.annotation_rows.items()}
+    by_row: dict[Track, list[Slice]] = defaultdict(list)
+    first_rows = {rows[0]: rows for rows in gpu.annotation_rows.values()}
     for slice_ in trace.slices:
-        if id(slice_.track) in first_rows:
-            by_row[id(slice_.track)].append(slice_)
-    for row_key, members in by_row.items():
-        _, rows = first_rows[row_key]
+        if slice_.track in first_rows:
+            by_row[slice_.track].append(slice_)
+    for first_row, members in by_row.items():
+        rows = first_rows[first_row]
         for depth, layer in enumerate(nested_layers(members)):
             if depth:
                 rows.append(trace.add_track(Track(name=f"{rows[0].name} {depth + 1}", process=gpu.process,
@@ -277,8 +275,8 @@ def _order_children(gpu: GpuLanes) -> None:
 
 
 def _flow_endpoints_on_lanes(trace: Trace, per_gpu: list[GpuLanes]) -> int:
-    lanes = {id(lane) for gpu in per_gpu for group in gpu.lanes.values() for lane in group}
-    return sum((id(flow.source.track) in lanes) + (id(flow.target.track) in lanes) for flow in trace.flows)
+    lanes = {lane for gpu in per_gpu for group in gpu.lanes.values() for lane in group}
+    return sum((flow.source.track in lanes) + (flow.target.track in lanes) for flow in trace.flows)
 
 
 def _fingerprint(slices) -> tuple[int, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import defaultdict
 from operator import attrgetter
-from typing import Optional
+from typing import Any, Optional
 
 import msgspec
 
@@ -21,7 +21,8 @@ _BY_TS = attrgetter("ts")
 
 
 class FlowEvent(msgspec.Struct, gc=False, eq=False):  # ~430k of them per 1M events: see model.py
-    key: tuple
+    cat: str
+    flow_id: Any  # with cat, names the arrow chain the event belongs to
     phase: str
     ts: int
     track: Track
@@ -37,7 +38,7 @@ def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> tuple[list[Flow]
     _bind_to_slices(events, slices)
     chains: dict[tuple, list[FlowEvent]] = defaultdict(list)
     for event in events:
-        chains[event.key].append(event)
+        chains[event.cat, event.flow_id].append(event)
     flows: list[Flow] = []
     unbound = 0
     for key, chain in chains.items():
@@ -68,31 +69,31 @@ def _bind_to_slices(events: list[FlowEvent], slices: list[Slice]) -> None:
     """Kineto stamps a flow event with the start of its slice, and the deepest slice running
     at a slice's start is the shortest one starting there (the last read, on a tie): one pass
     over the slices finds those. The other events (and `f`s binding to the next slice) sweep."""
-    deepest_at: dict[int, dict[int, Slice]] = {key: {} for key in {id(event.track) for event in events}}
+    deepest_at: dict[Track, dict[int, Slice]] = {track: {} for track in {event.track for event in events}}
     for slice_ in slices:
         if not slice_.is_instant:
-            starts = deepest_at.get(id(slice_.track))
+            starts = deepest_at.get(slice_.track)
             if starts is not None:
                 other = starts.get(slice_.ts)
                 if other is None or slice_.dur <= other.dur:
                     starts[slice_.ts] = slice_
-    rest: dict[int, list[FlowEvent]] = defaultdict(list)
+    rest: dict[Track, list[FlowEvent]] = defaultdict(list)
     for event in events:
         if event.bind_to_enclosing:
-            event.bound = deepest_at[id(event.track)].get(event.ts)
+            event.bound = deepest_at[event.track].get(event.ts)
             if event.bound is not None:
                 continue
-        rest[id(event.track)].append(event)
+        rest[event.track].append(event)
     if not rest:
         return
-    track_slices: dict[int, list[Slice]] = {key: [] for key in rest}
+    track_slices: dict[Track, list[Slice]] = {track: [] for track in rest}
     for slice_ in slices:
         if not slice_.is_instant:
-            candidates = track_slices.get(id(slice_.track))
+            candidates = track_slices.get(slice_.track)
             if candidates is not None:
                 candidates.append(slice_)
-    for key, track_events in rest.items():
-        candidates = sorted(track_slices[key], key=lambda s: (s.ts, -s.dur))  # a slice before those it encloses
+    for track, track_events in rest.items():
+        candidates = sorted(track_slices[track], key=lambda s: (s.ts, -s.dur))  # a slice before those it encloses
         _sweep_enclosing([e for e in track_events if e.bind_to_enclosing], candidates)
         _bind_next([e for e in track_events if not e.bind_to_enclosing], candidates)
 

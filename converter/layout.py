@@ -28,11 +28,11 @@ def fits_nested(stack: list[Slice], candidate: Slice) -> bool:
 def separate_overlaps(trace: Trace) -> int:
     """Move partially overlapping slices to overlap tracks; returns how many moved. Flat
     tracks (compacted lanes) hold no overlaps: compaction's self-check proved it."""
-    by_track: dict[int, list[Slice]] = defaultdict(list)
+    by_track: dict[Track, list[Slice]] = defaultdict(list)
     for slice_ in trace.slices:
         track = slice_.track
         if not track.flat:
-            by_track[id(track)].append(slice_)
+            by_track[track].append(slice_)
     moved = 0
     for slices in by_track.values():
         moved += _split_track(trace, slices)

@@ -97,11 +97,11 @@ class PerfettoWriter:
         uuids = self._write_descriptors(trace)
         flows_at_begin, flows_at_end = self._flow_ids(trace)
         stored_args = self._stored_args_encoder(trace)
-        by_track: dict[int, list[Slice]] = defaultdict(list)
+        by_track: dict[Track, list[Slice]] = defaultdict(list)  # model objects hash by identity
         for slice_ in trace.slices:
-            by_track[id(slice_.track)].append(slice_)
+            by_track[slice_.track].append(slice_)
         for track in trace.tracks:
-            slices = by_track.get(id(track))
+            slices = by_track.get(track)
             if slices:
                 # A zero-duration slice at another's start would nest under it in nesting order.
                 ordered = sorted(slices, key=_flat_order) if track.flat else nesting_order(slices)
@@ -183,20 +183,20 @@ class PerfettoWriter:
         at the next event listing it in terminating_flow_ids, in time order. An arrow whose
         target began no later than its source therefore terminates at the target's END.
         """
-        at_begin: dict[int, bytes] = defaultdict(bytes)
-        at_end: dict[int, bytes] = defaultdict(bytes)
+        at_begin: dict[Slice, bytes] = defaultdict(bytes)
+        at_end: dict[Slice, bytes] = defaultdict(bytes)
         for flow in trace.flows:
             encoded = fixed64(self.next_flow_id)
             self.next_flow_id += 1
             source, target = flow.source, flow.target
-            at_begin[id(source)] += _FLOW_ID + encoded
+            at_begin[source] += _FLOW_ID + encoded
             if target.ts > source.ts or target.is_instant or not target.dur:
-                at_begin[id(target)] += _TERMINATING_FLOW_ID + encoded
+                at_begin[target] += _TERMINATING_FLOW_ID + encoded
             else:
-                at_end[id(target)] += _TERMINATING_FLOW_ID + encoded
+                at_end[target] += _TERMINATING_FLOW_ID + encoded
         for end in trace.flow_ends:
             field = _FLOW_ID if end.outgoing else _TERMINATING_FLOW_ID
-            at_begin[id(end.slice)] += field + fixed64(end.flow_id)
+            at_begin[end.slice] += field + fixed64(end.flow_id)
         return at_begin, at_end
 
     def _write_track_slices(self, uuid: int, slices: list[Slice], flows_at_begin, flows_at_end, stored_args) -> None:
@@ -230,8 +230,7 @@ class PerfettoWriter:
             args = slice_.args
             if args is not None:
                 event += stored_args(args) if type(args) is int else encode_args(args)
-            key = id(slice_)
-            flows = begin_flows(key)
+            flows = begin_flows(slice_)
             if flows is not None:
                 event += flows
             size = len(event)
@@ -246,7 +245,7 @@ class PerfettoWriter:
             size = len(packet)
             buffer += _TRACE_PACKET + (small[size] if size < limit else varint(size)) + packet
             if not slice_.is_instant:
-                flows = end_flows(key)
+                flows = end_flows(slice_)
                 if flows is None:
                     open_ends.append((start + slice_.dur, end_tail))
                 else:

@@ -490,7 +490,7 @@ class _TraceBuilder:
         ph = event.ph
         key = (event.pid, event.tid)
         self.flow_events.append(FlowEvent(
-            (event.cat, flow_id), ph, ts, self.thread_tracks.get(key) or self.thread_track(*key),
+            event.cat, flow_id, ph, ts, self.thread_tracks.get(key) or self.thread_track(*key),
             ph != "f" or event.bp == "e"))
         return None
 

@@ -43,8 +43,8 @@ def test_every_flow_event_binds_as_the_rule_says(slices, other_slices, events):
     flow_events = []
     for flow_id, (ts, enclosing, on_other) in enumerate(events):
         # A start and a finish per id, so every event is part of a chain bind_flows looks at.
-        flow_events.append(FlowEvent(("cat", flow_id), "s", ts, other if on_other else track, True))
-        flow_events.append(FlowEvent(("cat", flow_id), "f", ts + 1, track, enclosing))
+        flow_events.append(FlowEvent("cat", flow_id, "s", ts, other if on_other else track, True))
+        flow_events.append(FlowEvent("cat", flow_id, "f", ts + 1, track, enclosing))
     bind_flows(flow_events, model)
     for event in flow_events:
         assert event.bound is expected_binding(event, model), (event.phase, event.ts, event.bind_to_enclosing)
@@ -56,6 +56,6 @@ def test_a_flow_at_a_shared_start_binds_to_the_shortest_slice_read_last():
     first = Slice(10, 5, "first", "", None, track)
     second = Slice(10, 5, "second", "", None, track)
     instant = Slice(10, 0, "instant", "", None, track, is_instant=True)
-    event = FlowEvent(("cat", 1), "s", 10, track, True)
+    event = FlowEvent("cat", 1, "s", 10, track, True)
     bind_flows([event], [outer, first, second, instant])
     assert event.bound is second
