@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Sequence
 
 import msgspec
 
@@ -91,24 +91,40 @@ def _last_piece_decodes(text, start: int, end: int) -> bool:
     return False
 
 
-def iter_pieces(text, layout: EventsLayout) -> Iterator[tuple[list[msgspec.Raw], int]]:
-    """(the piece's events, the piece's end offset in `text`), in file order."""
+def iter_pieces(text, layout: EventsLayout, decoders: Sequence[msgspec.json.Decoder] = ()
+                ) -> Iterator[tuple[list, int, int]]:
+    """(the piece's events, its start and end offsets in `text`), in file order. A piece is
+    decoded by the first of `decoders` that takes it whole, else as raw events (one Raw each),
+    which any JSON array gives: only a piece cut inside an event fails that."""
     start, end = layout.start, layout.end
     while start < end:
         search_from = start + PIECE_BYTES
         while True:
             match = _BOUNDARY.search(text, search_from, end) if search_from < end else None
             cut, next_start = (match.start() + 1, match.end() - 1) if match else (end, end)
-            try:
-                events = _RAW_LIST.decode(_bracketed(text, start, cut))
-            except _DECODE_ERRORS:
+            events = _decoded(_bracketed(text, start, cut), decoders)
+            if events is None:
                 if match is None:
-                    raise PiecesFailed() from None
+                    raise PiecesFailed()
                 search_from = match.end()
                 continue
-            yield events, cut
+            yield events, start, cut
             start = next_start
             break
+
+
+def raw_events(text, start: int, end: int) -> list[msgspec.Raw]:
+    """The raw events of the piece `text[start:end]` that iter_pieces gave."""
+    return _RAW_LIST.decode(_bracketed(text, start, end))
+
+
+def _decoded(piece: bytes, decoders: Sequence[msgspec.json.Decoder]) -> Optional[list]:
+    for decoder in (*decoders, _RAW_LIST):
+        try:
+            return decoder.decode(piece)
+        except _DECODE_ERRORS:
+            continue
+    return None
 
 
 def _bracketed(text, start: int, end: int) -> bytes:

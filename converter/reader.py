@@ -11,7 +11,7 @@ import mmap
 import re
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import msgspec
 
@@ -20,7 +20,7 @@ from .args_store import ArgsStore
 from .background_args import BackgroundArgsEncoder
 from .annotations import decode_json
 from .errors import CgtraceError
-from .event_pieces import EventsLayout, PiecesFailed, iter_pieces, locate_events
+from .event_pieces import EventsLayout, PiecesFailed, iter_pieces, locate_events, raw_events
 from .flows import FlowEvent, bind_flows
 from .model import CounterSample, Process, Slice, Thread, Trace, Track
 from .source import read_input_bytes
@@ -62,6 +62,7 @@ class _ExactTs(msgspec.Struct, gc=False):
 _HEADER = msgspec.json.Decoder(dict[str, msgspec.Raw])
 _RAW_LIST = msgspec.json.Decoder(list[msgspec.Raw])
 _EVENT = msgspec.json.Decoder(_Event)
+_EVENT_LIST = msgspec.json.Decoder(list[_Event])
 _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
 _EXACT_TS = msgspec.json.Decoder(_ExactTs)
 _UTF8_CHUNK = 1 << 24
@@ -104,16 +105,17 @@ def _parse_in_pieces(text, layout: EventsLayout, encode_args_ahead: bool) -> Tra
     header = {key: decode_json(raw) for key, raw in layout.header.items()}
     trace = Trace(metadata=header, args_store=_args_store(encode_args_ahead))
     builder = _TraceBuilder(trace, base_ns=_base_time(header))
-    start, total = layout.start, len(text)
-    for events, end in iter_pieces(text, layout):
-        _check_utf8(text, start, end)
-        builder.add_events(events)
+    checked, total = layout.start, len(text)
+    # A piece is decoded whole into events where it can be: one pass over its bytes, not two.
+    for events, start, end in iter_pieces(text, layout, (_EVENT_LIST,)):
+        _check_utf8(text, checked, end)
+        builder.add_events(events, lambda: raw_events(text, start, end))  # noqa: B023 (called at once)
         del events
         if isinstance(text, mmap.mmap):
             # Finished pages go (read again, they refault from the page cache).
             text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))
         progress.report(f"parsing events: {end * 100 // total}%")
-        start = end
+        checked = end
     _check_utf8(text, layout.end, total)
     builder.finish()
     return trace
@@ -312,8 +314,10 @@ class _TraceBuilder:
         return self.strings.setdefault(text, text)
 
     # -- events -------------------------------------------------------------------------
-    def add_events(self, raw_events: list[msgspec.Raw]) -> None:
-        """Decode and convert event by event, releasing each raw event as it is done."""
+    def add_events(self, items: list, raw_piece: Optional[Callable[[], list[msgspec.Raw]]] = None) -> None:
+        """Convert event by event, releasing each as it is done. `items` are decoded events or
+        raw ones (decoded here); a decoded event whose float ts cannot hold its nanoseconds is
+        decoded again, exactly, from `raw_piece()`: the same events, raw."""
         skipped = self.trace.skipped
         handlers = {
             "X": self._complete, "B": self._begin, "E": self._end,
@@ -321,10 +325,26 @@ class _TraceBuilder:
             "s": self._flow, "t": self._flow, "f": self._flow,
             "b": self._async_begin, "e": self._async_end, "n": self._async_instant,
         }
-        self.trace.events_read += len(raw_events)
-        for index in range(len(raw_events)):
-            event = decode_event(raw_events[index])
-            raw_events[index] = None
+        decode, raws = _EVENT.decode, None
+        self.trace.events_read += len(items)
+        for index in range(len(items)):
+            item = items[index]
+            items[index] = None
+            raw = None
+            if type(item) is _Event:
+                event = item
+            else:  # decode_event's usual case, inline (a call per event is measurable)
+                raw = item
+                try:
+                    event = decode(raw)
+                except msgspec.MsgspecError:
+                    event = None
+            if event is None or (type(event.ts) is float
+                                 and not -_FLOAT_EXACT_LIMIT_US < event.ts < _FLOAT_EXACT_LIMIT_US):
+                if raw is None:
+                    raws = raws or raw_piece()
+                    raw = raws[index]
+                event = decode_event(raw)  # not an object, beyond float range, or a ts needing Decimal
             if event is None:
                 skipped["event_not_an_object"] += 1
                 continue
@@ -336,9 +356,11 @@ class _TraceBuilder:
             if handler is None:
                 skipped["unsupported_phase" if isinstance(ph, str) else "missing_phase"] += 1
                 continue
-            problem = self._identity_problem(event)
-            if problem is None:
-                problem = handler(event)
+            if type(event.pid) is int and type(event.tid) is int and type(event.name) is str \
+                    and type(event.cat) is str:
+                problem = handler(event)  # identities all well typed: nothing for _identity_problem to do
+            else:
+                problem = self._identity_problem(event) or handler(event)
             if problem is not None:
                 skipped[problem] += 1
 
@@ -396,10 +418,10 @@ class _TraceBuilder:
         key = (event.pid, event.tid)
         track = self.thread_tracks.get(key) or self.thread_track(*key)
         strings = self.strings
-        name, cat = event.name, event.cat
+        name, cat, args = event.name, event.cat, event.args
         self.trace.slices.append(Slice(
             ts, dur, strings.get(name) or self.intern(name), strings.get(cat) or self.intern(cat),
-            self._args(event), track))
+            self.args_store.add(args) if len(args) > 2 else None, track))  # _args, inline
         return None
 
     def _begin(self, event: _Event):

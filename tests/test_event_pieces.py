@@ -28,8 +28,8 @@ def pieces_seen(monkeypatch):
     seen = []
     original = reader.iter_pieces
 
-    def counting(text, layout):
-        for piece in original(text, layout):
+    def counting(text, layout, decoders=()):
+        for piece in original(text, layout, decoders):
             seen.append(len(piece[0]))
             yield piece
     monkeypatch.setattr(reader, "iter_pieces", counting)
