@@ -13,7 +13,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Callable, Iterable, Optional
+from typing import Callable, Iterable, Iterator, Optional
 
 import msgspec
 
@@ -25,6 +25,7 @@ from .model import Process, Slice, Thread, Trace, Track
 
 LANE_CONTAINER_NAME = "GPU lanes"
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
+_BY_TS = attrgetter("ts")
 
 
 @dataclass
@@ -138,7 +139,7 @@ def _by_stream(gpu_slices: list[Slice]) -> dict[Thread, list[Slice]]:
     for slice_ in gpu_slices:
         by_stream[slice_.track.thread].append(slice_)
     for members in by_stream.values():
-        members.sort(key=lambda s: s.ts)
+        members.sort(key=_BY_TS)
     return by_stream
 
 
@@ -146,48 +147,47 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[Thread, list
                        annotations: list[Slice], summary: Counter) -> None:
     """Each annotation goes above the lane holding most of the slices it covers on its stream
     (on a tie, the lane listed first)."""
-    starts = {stream: [s.ts for s in members] for stream, members in by_stream.items()}
-    lanes_in_order = [lane for lanes in gpu.lanes.values() for lane in lanes]
-    lane_of_track = {id(lane): lane for lane in lanes_in_order}
-    lane_position = {id(lane): position for position, lane in enumerate(lanes_in_order)}
-    placed: dict[int, list[Slice]] = defaultdict(list)
+    streams = {stream: (members, [s.ts for s in members]) for stream, members in by_stream.items()}
+    lane_position = {lane: position for position, lane in enumerate(lane for lanes in gpu.lanes.values()
+                                                                     for lane in lanes)}
+    placed: dict[Track, list[Slice]] = defaultdict(list)
+    no_members = ([], [])
     for annotation in annotations:
-        stream = annotation.track.thread
-        gpu.streams.add(stream)
-        members, member_starts = by_stream.get(stream, []), starts.get(stream, [])
-        end = annotation.ts + annotation.dur
-        covered = [s.track for s in members[bisect_left(member_starts, annotation.ts):
-                                            bisect_right(member_starts, end)] if s.ts + s.dur <= end]
+        members, starts = streams.get(annotation.track.thread, no_members)
+        start, end = annotation.ts, annotation.ts + annotation.dur
+        covered = [s.track for s in members[bisect_left(starts, start):bisect_right(starts, end)]
+                   if s.ts + s.dur <= end]
         if not covered:
-            summary["annotations_retained"] += 1
             continue
-        if covered.count(covered[0]) == len(covered):  # the usual case: all on one lane
-            lane = id(covered[0])
-        else:
-            votes = Counter(map(id, covered))
+        lane = covered[0]
+        if covered.count(lane) != len(covered):  # not the usual case, all on one lane: a vote
+            votes = Counter(covered)
             lane = max(votes, key=lambda key: (votes[key], -lane_position[key]))
         placed[lane].append(annotation)
-        summary["annotations_mapped"] += 1
-    merged_away: set[int] = set()
-    for lane_key, members in placed.items():
+    gpu.streams.update({annotation.track.thread for annotation in annotations})
+    mapped = sum(map(len, placed.values()))
+    summary["annotations_mapped"] += mapped
+    summary["annotations_retained"] += len(annotations) - mapped
+    merged_away: set[Slice] = set()
+    for lane, members in placed.items():
         kept = coalesce(members, trace)
         summary["annotations_coalesced"] += len(members) - len(kept)
-        merged_away.update({id(s) for s in members} - {id(s) for s in kept})
-        row = _annotation_row(trace, gpu, lane_of_track[lane_key])
+        merged_away.update(set(members).difference(kept))
+        row = _annotation_row(trace, gpu, lane)
         for annotation in kept:
             annotation.track = row
     if merged_away:
-        trace.slices[:] = [s for s in trace.slices if id(s) not in merged_away]
+        trace.slices[:] = [s for s in trace.slices if s not in merged_away]
 
 
 def coalesce(annotations: list[Slice], trace: Trace) -> list[Slice]:
     """Identical annotations (name, category, args) that overlap or touch become their union."""
     kept: list[Slice] = []
     groups: dict[tuple, list[Slice]] = defaultdict(list)
-    for annotation, args in trace.args_sweep(annotations):
-        groups[(annotation.name, annotation.cat, _args_key(args))].append(annotation)
+    for annotation, args in _args_keys(trace, annotations):
+        groups[(annotation.name, annotation.cat, args)].append(annotation)
     for members in groups.values():
-        members.sort(key=lambda s: s.ts)
+        members.sort(key=_BY_TS)
         current = members[0]
         for annotation in members[1:]:
             if annotation.ts <= current.ts + current.dur:
@@ -199,10 +199,25 @@ def coalesce(annotations: list[Slice], trace: Trace) -> list[Slice]:
     return kept
 
 
-def _args_key(args):
+def _args_keys(trace: Trace, slices: list[Slice]) -> Iterator[tuple[Slice, Optional[tuple]]]:
+    """(slice, a key equal for equal args). Where the args helper encoded the stored args
+    (background_args.py), their encoding is the key: equal text encodes equally, and reading the
+    text back would take a pass over the store."""
+    encoded = trace.args_store.followed() if trace.args_store is not None else None
+    if encoded is None:
+        for slice_, args in trace.args_sweep(slices):
+            yield slice_, _text_key(args)
+        return
+    of = encoded.of
+    for slice_ in slices:
+        args = slice_.args
+        yield slice_, ("encoded", of(args)) if type(args) is int else _text_key(args)
+
+
+def _text_key(args) -> Optional[tuple]:
     if args is None:
         return None
-    return bytes(args) if type(args) is not dict else msgspec.json.encode(args)
+    return "text", bytes(args) if type(args) is not dict else msgspec.json.encode(args)
 
 
 def _annotation_row(trace: Trace, gpu: GpuLanes, lane: Track) -> Track:
@@ -216,16 +231,16 @@ def _annotation_row(trace: Trace, gpu: GpuLanes, lane: Track) -> Track:
 def _label_kernel_runs(trace: Trace, gpu: GpuLanes, summary: Counter) -> None:
     """CUDA-graph kernels labelled with args.name: one span per run of the same label on a lane."""
     lanes = [lane for group in gpu.lanes.values() for lane in group]
-    label_of = _labeller(trace, (s for lane in lanes for s in gpu.lane_slices[id(lane)]))
+    labels_of = _labeller(trace, (s for lane in lanes for s in gpu.lane_slices[id(lane)]))
     for lane in lanes:
+        members = gpu.lane_slices[id(lane)]
+        labels = labels_of(members)
+        summary["kernels_labelled"] += len(labels) - labels.count(None)
         run_label, run_first, run_last = None, None, None
-        for slice_ in gpu.lane_slices[id(lane)] + [None]:
-            label = label_of(slice_) if slice_ is not None else None
-            if label is not None:
-                summary["kernels_labelled"] += 1
-                if label == run_label:
-                    run_last = slice_
-                    continue
+        for slice_, label in zip(members + [None], labels + [None]):
+            if label is not None and label == run_label:
+                run_last = slice_
+                continue
             if run_label is not None:
                 trace.slices.append(Slice(run_first.ts, run_last.ts + run_last.dur - run_first.ts, run_label,
                                           KERNEL_LABEL_CATEGORY, None, _annotation_row(trace, gpu, lane)))
@@ -233,15 +248,16 @@ def _label_kernel_runs(trace: Trace, gpu: GpuLanes, summary: Counter) -> None:
             run_label, run_first, run_last = label, slice_, slice_
 
 
-def _labeller(trace: Trace, slices: Iterable[Slice]) -> Callable[[Slice], Optional[str]]:
-    """slice -> its args.name label. The helper that encoded the args has usually picked the
-    labels out too (background_args.py); otherwise the stored args are read in one sweep."""
+def _labeller(trace: Trace, slices: Iterable[Slice]) -> Callable[[list[Slice]], list[Optional[str]]]:
+    """slices -> their args.name labels, for any of `slices`. The helper that encoded the args
+    has usually picked the labels out too (background_args.py); otherwise the stored args are
+    read in one sweep."""
     encoded = trace.args_store.followed() if trace.args_store is not None else None
     if encoded is not None:
         label_of = encoded.label_of
-        return lambda s: label_of(s.args) if type(s.args) is int else name_arg(s.args)
-    labels = {id(s): label for s, args in trace.args_sweep(slices) if (label := name_arg(args)) is not None}
-    return lambda s: labels.get(id(s))
+        return lambda members: [label_of(s.args) if type(s.args) is int else name_arg(s.args) for s in members]
+    labels = {s: label for s, args in trace.args_sweep(slices) if (label := name_arg(args)) is not None}
+    return lambda members: [labels.get(s) for s in members]
 
 
 def _layer_annotation_rows(trace: Trace, gpu: GpuLanes) -> None:
@@ -297,7 +313,7 @@ def _self_check(before: tuple[int, int], after: tuple[int, int], per_gpu: list[G
     for gpu in per_gpu:
         for lanes in gpu.lanes.values():
             for lane in lanes:
-                members = sorted(gpu.lane_slices[id(lane)], key=lambda s: s.ts)
+                members = sorted(gpu.lane_slices[id(lane)], key=_BY_TS)
                 for previous, current in zip(members, members[1:]):
                     if current.ts < previous.ts + previous.dur:
                         raise CgtraceError(
