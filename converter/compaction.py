@@ -148,8 +148,8 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[Thread, list
     """Each annotation goes above the lane holding most of the slices it covers on its stream
     (on a tie, the lane listed first)."""
     streams = {stream: (members, [s.ts for s in members]) for stream, members in by_stream.items()}
-    lane_position = {lane: position for position, lane in enumerate(lane for lanes in gpu.lanes.values()
-                                                                     for lane in lanes)}
+    lanes_in_order = [lane for lanes in gpu.lanes.values() for lane in lanes]
+    lane_position = {lane: position for position, lane in enumerate(lanes_in_order)}
     placed: dict[Track, list[Slice]] = defaultdict(list)
     no_members = ([], [])
     for annotation in annotations:
@@ -160,7 +160,7 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[Thread, list
         if not covered:
             continue
         lane = covered[0]
-        if covered.count(lane) != len(covered):  # not the usual case, all on one lane: a vote
+        if covered.count(lane) != len(covered):  # split over lanes (unusual): the most slices win
             votes = Counter(covered)
             lane = max(votes, key=lambda key: (votes[key], -lane_position[key]))
         placed[lane].append(annotation)
