@@ -446,7 +446,7 @@ def markdown(rows: list[Row], machine: dict, notes: list[str], repeat: int) -> s
             f"{out} | {ratio} | {d['load1'][0]:.1f}-{d['load1'][1]:.1f} |")
     if tree_note:
         lines.append("\n(tree): several processes at once; the sum of their RSS, sampled every 0.1 s, and the sum "
-                     "of their PSS, which counts the pages forked workers share with their parent once.")
+                     "of their PSS (every 1 s), which counts the pages forked workers share with their parent once.")
     for note in notes:
         lines.append(f"\nNote: {note}")
     return "\n".join(lines)
