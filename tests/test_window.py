@@ -1,13 +1,15 @@
-"""--window, --steps and --split-steps, checked through trace_processor against the input JSON."""
+"""--window, --steps, --split-steps and merge --ranks, checked through trace_processor against the input JSON."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections import Counter
 
 import pytest
 
-from converter.generator import GeneratorConfig, write_trace
+from converter.generator import GeneratorConfig, write_pp_run, write_trace
+from converter.merge import merge_ranks
 from converter.pipeline import compact_file, convert_file
 from converter.window import parse_steps, parse_window
 
@@ -88,3 +90,24 @@ def test_bad_window_is_a_clear_error(text):
 
     with pytest.raises(CgtraceError, match="--window"):
         parse_window(text)
+
+
+def test_merge_cuts_every_rank_to_the_step_and_keeps_the_chosen_ranks(tmp_path):
+    files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=3, seed=5, graphs_per_step=2,
+                         kernels_per_replay=4)
+    rank_of = {path: json.loads(path.read_text())["distributedInfo"]["rank"] for path in files}
+    chosen = {rank_of[files[0]], rank_of[files[1]], rank_of[files[3]]}
+    output = tmp_path / "merged.perfetto-trace"
+    summary = merge_ranks(files, lambda group, groups: output, window=parse_steps("1"), ranks=chosen)
+    processes = rows(output, "select name from process where name glob 'PP rank *'")
+    assert {int(re.match(r"PP rank \d+ \(global rank (\d+)\)", p["name"]).group(1)) for p in processes} == chosen
+    # Each rank is cut to its own ProfilerStep#1: its measured slices are exactly those overlapping it.
+    expected = Counter()
+    for path in files:
+        if rank_of[path] in chosen:
+            expected += overlapping(path, *step_bounds(path)[1], ANNOTATIONS)
+    assert output_slices(output, ANNOTATIONS) == expected
+    assert sum(rank["flows_dropped_by_window"] for rank in summary["per_rank_compaction"]) > 0
+    assert problem_stats(output) == []
+    dangling = rows(output, "select count(*) n from flow where slice_out is null or slice_in is null")[0]["n"]
+    assert dangling == 0
