@@ -6,10 +6,11 @@
     python benchmarks/profile_convert.py IN.json --cprofile      # plus cProfile (slower, top functions)
     python benchmarks/profile_convert.py --size 1M               # input from run.py's cache (generated if absent)
 
-Runs convert_file (or compact_file) in-process (cyclic GC off, as the CLI does) with thin timers around the
-pipeline's stage functions, looked up by name at run time; a stage whose function no longer
-exists is reported as missing, not an error. Stage times are inclusive (a nested stage is
-also inside its parent) and the timers cost nothing measurable (one call per stage).
+Runs convert_file (or compact_file) in-process (cyclic GC off, as the CLI does) with thin
+timers around the pipeline's stage functions, looked up by name at run time; a stage whose
+function no longer exists is reported as missing, not an error. Stage times are inclusive
+(a nested stage is also inside its parent) and the timers cost nothing measurable (one call
+per stage).
 RSS is read from /proc/self/status after each stage: `rss` now, `hwm` the peak so far; the
 system CPU time so far shows what page faults cost (on these VMs fresh memory is slow to touch).
 """
@@ -36,7 +37,7 @@ STAGES = [
     ("read file (bytes)", "converter.reader", "read_input_bytes", 1),
     ("find traceEvents (locate_events)", "converter.reader", "locate_events", 1),
     ("read events piece by piece", "converter.reader", "_parse_in_pieces", 1),
-    ("build model (decode events + handlers)", "converter.reader", "_TraceBuilder.add_events", 2),
+    ("build model (event handlers; pieces decode before)", "converter.reader", "_TraceBuilder.add_events", 2),
     ("finish (metadata + flows)", "converter.reader", "_TraceBuilder.finish", 2),
     ("bind flows", "converter.reader", "bind_flows", 3),
     ("compaction (compact)", "converter.pipeline", "compact", 1),

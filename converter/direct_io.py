@@ -29,10 +29,15 @@ def switch_to_direct_io(fd: int) -> bool:
     if not hasattr(os, "O_DIRECT"):
         return False
     try:
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_DIRECT)
+        _set_direct(fd, True)
     except OSError:
         return False
     return True
+
+
+def _set_direct(fd: int, direct: bool) -> None:
+    flags = fcntl.fcntl(fd, fcntl.F_GETFL)
+    fcntl.fcntl(fd, fcntl.F_SETFL, flags | os.O_DIRECT if direct else flags & ~os.O_DIRECT)
 
 
 class DirectWriter:
@@ -52,8 +57,7 @@ class DirectWriter:
         return self._offset + self._used
 
     def write(self, data) -> int:
-        with memoryview(data) as source:
-            source = source.cast("B") if source.format != "B" or source.ndim != 1 else source
+        with memoryview(data) as source:  # bytes-like: bytes, bytearray, a map
             done = 0
             while done < len(source):
                 take = min(len(source) - done, _BUFFER_BYTES - self._used)
@@ -97,5 +101,5 @@ class DirectWriter:
             except OSError as error:
                 if not (self.direct and error.errno == errno.EINVAL):
                     raise
-                fcntl.fcntl(self._fd, fcntl.F_SETFL, fcntl.fcntl(self._fd, fcntl.F_GETFL) & ~os.O_DIRECT)
+                _set_direct(self._fd, False)
                 self.direct = False

@@ -14,6 +14,7 @@ from typing import Any, Optional
 
 import msgspec
 
+from .layout import nesting_order
 from .model import Flow, Slice, Track
 
 
@@ -93,9 +94,12 @@ def _bind_to_slices(events: list[FlowEvent], slices: list[Slice]) -> None:
             if candidates is not None:
                 candidates.append(slice_)
     for track, track_events in rest.items():
-        candidates = sorted(track_slices[track], key=lambda s: (s.ts, -s.dur))  # a slice before those it encloses
-        _sweep_enclosing([e for e in track_events if e.bind_to_enclosing], candidates)
-        _bind_next([e for e in track_events if not e.bind_to_enclosing], candidates)
+        candidates = nesting_order(track_slices[track])
+        enclosed = [e for e in track_events if e.bind_to_enclosing]
+        if enclosed:
+            _sweep_enclosing(enclosed, candidates)
+        if len(enclosed) < len(track_events):
+            _bind_next([e for e in track_events if not e.bind_to_enclosing], candidates)
 
 
 def _sweep_enclosing(events: list[FlowEvent], candidates: list[Slice]) -> None:

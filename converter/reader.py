@@ -126,7 +126,7 @@ def _parse_whole(text, encode_args_ahead: bool) -> Trace:
     header, events_text = _split_document(text)
     _check_utf8(text, 0, len(text))
     try:
-        raw_events = _RAW_LIST.decode(events_text)
+        events = _RAW_LIST.decode(events_text)
     except msgspec.ValidationError:
         raise CgtraceError("'traceEvents' is not a list, so not a Chrome/Kineto trace; "
                            "pass a PyTorch profiler trace (.json or .json.gz)") from None
@@ -134,8 +134,8 @@ def _parse_whole(text, encode_args_ahead: bool) -> Trace:
         raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
     trace = Trace(metadata=header, args_store=_args_store(encode_args_ahead))
     builder = _TraceBuilder(trace, base_ns=_base_time(header))
-    builder.add_events(raw_events)
-    del raw_events
+    builder.add_events(events)
+    del events
     builder.finish()
     return trace
 
