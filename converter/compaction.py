@@ -203,7 +203,7 @@ def _args_keys(trace: Trace, slices: list[Slice]) -> Iterator[tuple[Slice, Optio
     """(slice, a key equal for equal args). Where the args helper encoded the stored args
     (background_args.py), their encoding is the key: equal text encodes equally, and reading the
     text back would take a pass over the store."""
-    encoded = trace.args_store.followed() if trace.args_store is not None else None
+    encoded = _encoded_args(trace)
     if encoded is None:
         for slice_, args in trace.args_sweep(slices):
             yield slice_, _text_key(args)
@@ -212,6 +212,11 @@ def _args_keys(trace: Trace, slices: list[Slice]) -> Iterator[tuple[Slice, Optio
     for slice_ in slices:
         args = slice_.args
         yield slice_, ("encoded", of(args)) if type(args) is int else _text_key(args)
+
+
+def _encoded_args(trace: Trace):
+    """What the args helper made of the stored args (background_args.EncodedArgs), or None."""
+    return trace.args_store.followed() if trace.args_store is not None else None
 
 
 def _text_key(args) -> Optional[tuple]:
@@ -252,7 +257,7 @@ def _labeller(trace: Trace, slices: Iterable[Slice]) -> Callable[[list[Slice]], 
     """slices -> their args.name labels, for any of `slices`. The helper that encoded the args
     has usually picked the labels out too (background_args.py); otherwise the stored args are
     read in one sweep."""
-    encoded = trace.args_store.followed() if trace.args_store is not None else None
+    encoded = _encoded_args(trace)
     if encoded is not None:
         label_of = encoded.label_of
         return lambda members: [label_of(s.args) if type(s.args) is int else name_arg(s.args) for s in members]
