@@ -34,21 +34,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # (label, module, attribute path, depth). Wrapped where the caller looks the name up.
 STAGES = [
-    ("read file (bytes)", "converter.reader", "read_input_bytes", 1),
-    ("find traceEvents (locate_events)", "converter.reader", "locate_events", 1),
-    ("read events piece by piece", "converter.reader", "_parse_in_pieces", 1),
-    ("build model (event handlers; pieces decode before)", "converter.reader", "_TraceBuilder.add_events", 2),
-    ("finish (metadata + flows)", "converter.reader", "_TraceBuilder.finish", 2),
-    ("bind flows", "converter.reader", "bind_flows", 3),
-    ("compaction (compact)", "converter.pipeline", "compact", 1),
-    ("find PP blocks", "converter.pipeline", "find_blocks", 1),
-    ("rank-local PP arrows", "converter.pipeline", "link_rank_local", 1),
-    ("layout (separate_overlaps)", "converter.pipeline", "separate_overlaps", 1),
-    ("write (PerfettoWriter.write)", "converter.perfetto_writer", "PerfettoWriter.write", 1),
-    ("descriptors", "converter.perfetto_writer", "PerfettoWriter._write_descriptors", 2),
-    ("flow ids", "converter.perfetto_writer", "PerfettoWriter._flow_ids", 2),
-    ("close + atomic rename", "converter.perfetto_writer", "PerfettoWriter.close", 1),
-    ("summary", "converter.pipeline", "trace_summary", 1),
+    ("read file (bytes)", "converter.inputs.kineto_reader", "read_input_bytes", 1),
+    ("find traceEvents (locate_events)", "converter.inputs.kineto_reader", "locate_events", 1),
+    ("read events piece by piece", "converter.inputs.kineto_reader", "_parse_in_pieces", 1),
+    ("build model (event handlers; pieces decode before)", "converter.inputs.kineto_reader", "_TraceBuilder.add_events", 2),
+    ("finish (metadata + flows)", "converter.inputs.kineto_reader", "_TraceBuilder.finish", 2),
+    ("bind flows", "converter.inputs.kineto_reader", "bind_flows", 3),
+    ("compaction (compact)", "converter.jobs.runner", "compact", 1),
+    ("find PP blocks", "converter.jobs.runner", "find_blocks", 1),
+    ("rank-local PP arrows", "converter.jobs.runner", "link_rank_local", 1),
+    ("layout (separate_overlaps)", "converter.jobs.runner", "separate_overlaps", 1),
+    ("write (PerfettoWriter.write)", "converter.outputs.perfetto_writer", "PerfettoWriter.write", 1),
+    ("descriptors", "converter.outputs.perfetto_writer", "PerfettoWriter._write_descriptors", 2),
+    ("flow ids", "converter.outputs.perfetto_writer", "PerfettoWriter._flow_ids", 2),
+    ("close + atomic rename", "converter.outputs.perfetto_writer", "PerfettoWriter.close", 1),
+    ("summary", "converter.jobs.runner", "trace_summary", 1),
 ]
 
 _records: list[tuple[str, float, int, int, float]] = []
@@ -125,7 +125,7 @@ def main() -> int:
         args.input = Path(meta["paths"][0])
 
     missing = install_timers()
-    from converter.pipeline import compact_file, convert_file
+    from converter.jobs.runner import compact_file, convert_file
     run_job = compact_file if args.job == "compact" else convert_file
 
     size = args.input.stat().st_size

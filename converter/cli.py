@@ -11,12 +11,12 @@ from pathlib import Path
 import orjson
 
 from . import __version__, progress
+from .engine.window import parse_steps, parse_window
 from .errors import CgtraceError
-from .lanes import DEFAULT_LANES_TOML
-from .merge import merge_ranks
-from .background_args import available_cores
-from .pipeline import compact_file, convert_file, default_output_path
-from .window import parse_steps, parse_window
+from .jobs.merge import merge_ranks
+from .jobs.runner import JobOptions, default_output_path, run_job
+from .lane_rules import DEFAULT_LANES_TOML
+from .outputs.args_accelerator import available_cores
 
 EXIT_USAGE = 2
 
@@ -103,7 +103,6 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument("--overwrite", action="store_true", help="replace files from an earlier demo")
     demo.set_defaults(run=_run_demo)
 
-    tp_bin_help = "native trace_processor_shell (default: the built-in WebAssembly one; env CGTRACE_TP_BIN)"
     query = commands.add_parser(
         "query", help="run SQL on a trace with trace_processor",
         description="Run Perfetto SQL on any trace (ours, Chrome JSON or Perfetto protobuf) offline.")
@@ -111,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("sql", nargs="?", metavar="SQL", help="the query (or use -f)")
     query.add_argument("-f", "--file", type=Path, metavar="FILE", help="read the query from FILE")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
-    query.add_argument("--tp-bin", metavar="PATH", default=os.environ.get("CGTRACE_TP_BIN"), help=tp_bin_help)
+    _add_tp_bin(query)
     query.set_defaults(run=_run_query)
 
     report = commands.add_parser(
@@ -122,7 +121,10 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("-o", "--output", type=Path, metavar="OUT", help="write to OUT instead of stdout")
     report.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     report.add_argument("--top", type=int, default=10, metavar="N", help="how many kernels to list (default 10)")
-    report.add_argument("--tp-bin", metavar="PATH", default=os.environ.get("CGTRACE_TP_BIN"), help=tp_bin_help)
+    report.add_argument("--lanes", type=Path, metavar="FILE",
+                        help="lane rules (TOML) for a trace cgtrace did not compact; a compacted trace's "
+                             "own lanes always win")
+    _add_tp_bin(report)
     report.set_defaults(run=_run_report)
 
     view = commands.add_parser(
@@ -152,15 +154,19 @@ def _add_output_options(command: argparse.ArgumentParser) -> None:
                          help="fail on any unusable event instead of skipping and counting it")
     command.add_argument("--verify", action="store_true",
                          help="reload the output in trace_processor and check it before reporting success")
-    command.add_argument("--tp-bin", metavar="PATH", default=os.environ.get("CGTRACE_TP_BIN"),
-                         help="native trace_processor_shell for --verify (default: the built-in "
-                              "WebAssembly one; env CGTRACE_TP_BIN)")
+    _add_tp_bin(command)
     command.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
     cut = command.add_mutually_exclusive_group()
     cut.add_argument("--window", type=parse_window, metavar="START:END",
                      help="keep only what overlaps this window, in ms from the trace start")
     cut.add_argument("--steps", type=parse_steps, metavar="N[-M]",
                      help="keep only ProfilerStep#N (to #M); slices crossing the edge are kept whole")
+
+
+def _add_tp_bin(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--tp-bin", metavar="PATH", default=os.environ.get("CGTRACE_TP_BIN"),
+                         help="native trace_processor_shell (default: the built-in WebAssembly one; "
+                              "env CGTRACE_TP_BIN)")
 
 
 def _add_split_option(command: argparse.ArgumentParser) -> None:
@@ -180,7 +186,7 @@ def _add_merge_options(command: argparse.ArgumentParser) -> None:
 
 
 def _rank_list(text: str) -> set[int]:
-    ranks = set()
+    ranks: set[int] = set()
     for part in text.split(","):
         low, _, high = part.strip().partition("-")
         if not low.isdigit() or (high and not high.isdigit()):
@@ -189,55 +195,48 @@ def _rank_list(text: str) -> set[int]:
     return ranks
 
 
-def _run_convert(args) -> int:
+def _job_options(args: argparse.Namespace, compact: bool) -> JobOptions:
+    return JobOptions(compact=compact, lanes_file=getattr(args, "lanes", None), strict=args.strict,
+                      window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
+                      output_format=getattr(args, "format", "perfetto"), args_strategy="auto",
+                      overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin)
+
+
+def _run_convert(args: argparse.Namespace) -> int:
     output = args.output or default_output_path(args.input)
-    summary = convert_file(args.input, output, overwrite=args.overwrite, strict=args.strict,
-                           window=args.window or args.steps, split_steps=args.split_steps)
-    if args.verify:
-        summary["verified"] = _verify(output, summary, args.tp_bin)
+    summary = run_job(args.input, output, _job_options(args, compact=False))
     _report(summary, args.quiet, f"{summary['slices']} slices, {summary['flows']} flows, "
                                  f"{summary['tracks']} tracks -> {output}")
     return 0
 
 
-def _run_compact(args) -> int:
+def _run_compact(args: argparse.Namespace) -> int:
     if args.merge_pp_ranks:
-        if args.format != "perfetto":
-            raise CgtraceError(f"{args.input}: --format json is not available for merged traces (one JSON "
-                               "document cannot carry the arrows between ranks' parts); leave out --format")
         args.inputs = [args.input]
         return _run_merge(args)
     output = args.output or default_output_path(args.input, "_compacted", args.format)
-    summary = compact_file(args.input, output, overwrite=args.overwrite, strict=args.strict,
-                           lanes_file=args.lanes, window=args.window or args.steps, split_steps=args.split_steps,
-                           output_format=args.format)
-    if args.verify and args.format == "perfetto":
-        summary["verified"] = _verify(output, summary, args.tp_bin)
+    summary = run_job(args.input, output, _job_options(args, compact=True))
     per_gpu = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
                         for gpu in summary["per_gpu"]) or "no GPU slices"
     _report(summary, args.quiet, f"{per_gpu} -> {output}")
     return 0
 
 
-def _run_merge(args) -> int:
+def _run_merge(args: argparse.Namespace) -> int:
     def output_for(group: int, groups: int) -> Path:
         if args.output and (groups == 1 or args.pp_group is not None):
-            return args.output
+            return Path(args.output)
         if args.output:
             raise CgtraceError(f"{args.output}: the traces hold {groups} pipelines; pass --pp-group K to "
                                "merge one, or leave out -o to write pp_group<k>_merged.perfetto-trace files")
         first = args.inputs[0]
         directory = first if first.is_dir() else first.parent
         name = "pp_traces_merged" if groups == 1 else f"pp_group{group}_merged"
-        return directory / f"{name}.perfetto-trace"
+        return Path(directory / f"{name}.perfetto-trace")
 
-    summary = merge_ranks(args.inputs, output_for, overwrite=args.overwrite, strict=args.strict,
-                          lanes_file=args.lanes, jobs=args.jobs, assume_aligned=args.assume_aligned,
-                          pp_group=args.pp_group, window=args.window or args.steps, ranks=args.ranks)
+    summary = merge_ranks(args.inputs, output_for, _job_options(args, compact=True), jobs=args.jobs,
+                          assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks)
     merged = summary.get("pipelines", [summary])
-    if args.verify:
-        for result in merged:
-            result["verified"] = _verify(Path(result["output"]), None, args.tp_bin)
     lines = [f"{len(r['pp_ranks'])} ranks ({r['pp_order_source']}), {r['pp_send_recv_pairs']} send/recv arrows, "
              f"{r['pp_send_recv_unmatched']} unmatched -> {r['output']}" for r in merged]
     if merged and merged[0]["ranks_at_once"] == 1 and not args.jobs and available_cores() > 1:
@@ -253,7 +252,7 @@ def _run_lanes(args) -> int:
 
 
 def _run_demo(args) -> int:
-    from .demo import run_demo
+    from .jobs.demo import run_demo
 
     summary = run_demo(args.directory, overwrite=args.overwrite)
     _report(summary, quiet=False, human=summary.pop("how_to_open"))
@@ -261,7 +260,7 @@ def _run_demo(args) -> int:
 
 
 def _run_query(args) -> int:
-    from .query import format_result, open_checked, run_sql
+    from .analysis.query import format_result, open_checked, run_sql
 
     if (args.sql is None) == (args.file is None):
         raise CgtraceError(f"{args.trace}: give the query either as SQL or with -f FILE (exactly one); "
@@ -281,12 +280,12 @@ def _run_query(args) -> int:
 
 
 def _run_report(args) -> int:
-    from .output import atomic_output, check_output_path
-    from .report import build_report, render
+    from .analysis.report import build_report, render
+    from .fileio.atomic import atomic_output, check_output_path
 
     if args.output is not None:
         check_output_path(args.output, args.overwrite)
-    text = render(build_report(args.trace, tp_bin=args.tp_bin, top=args.top), args.format)
+    text = render(build_report(args.trace, tp_bin=args.tp_bin, top=args.top, lanes_file=args.lanes), args.format)
     if args.output is None:
         sys.stdout.write(text)
         return 0
@@ -297,17 +296,10 @@ def _run_report(args) -> int:
 
 
 def _run_view(args) -> int:
-    from .view import serve
+    from .analysis.view import serve
 
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
     return serve(args.trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
-
-
-def _verify(path: Path, summary, tp_bin):
-    """The self-check loads trace_processor, so it is imported only when asked for."""
-    from .verify import verify_output as verify
-
-    return verify(path, summary, tp_bin=tp_bin)
 
 
 def _report(summary: dict, quiet: bool, human: str) -> None:

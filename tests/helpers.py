@@ -43,3 +43,28 @@ def write_json(path: Path, document) -> Path:
     text = json.dumps(document).encode()
     path.write_bytes(gzip.compress(text) if path.suffix == ".gz" else text)
     return path
+
+
+def convert_file(source: Path, output: Path, **options) -> dict:
+    """`cgtrace convert` as a library call: run_job with JobOptions built from keywords (the
+    args strategy is in-process unless a test names another)."""
+    from converter.jobs.runner import JobOptions, run_job
+
+    return run_job(source, output, JobOptions(compact=False, **options))
+
+
+def compact_file(source: Path, output: Path, **options) -> dict:
+    """`cgtrace compact` as a library call (see convert_file)."""
+    from converter.jobs.runner import JobOptions, run_job
+
+    return run_job(source, output, JobOptions(compact=True, **options))
+
+
+def merge_files(files: list[Path], output_for, jobs=None, assume_aligned=False, pp_group=None, ranks=None,
+                **options) -> dict:
+    """`cgtrace merge` as a library call (see convert_file)."""
+    from converter.jobs.merge import merge_ranks
+    from converter.jobs.runner import JobOptions
+
+    return merge_ranks(files, output_for, JobOptions(**options), jobs=jobs, assume_aligned=assume_aligned,
+                       pp_group=pp_group, ranks=ranks)

@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from converter import args_store, background_args, pipeline
-from converter.args_store import ArgsStore
+from converter.fileio import args_file as args_store
+from converter.outputs import args_accelerator as background_args
+from converter.fileio.args_file import FileArgsStore
+from converter.jobs.runner import args_store as make_args_store
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
-from converter.perfetto_writer import PerfettoWriter
-from converter.reader import read_trace
+from converter.outputs.perfetto_writer import PerfettoWriter
+from converter.inputs.kineto_reader import read_trace
 
-from .helpers import rows, write_json
+from .helpers import compact_file, convert_file, rows, write_json
 from .test_convert_roundtrip import EDGE_CASES, actual_flows, actual_slices, assert_lossless
 
 # Args that take every encoding path: dotted keys, floats, nulls, escapes, nested values, long ints.
@@ -41,8 +43,8 @@ def _source(tmp_path: Path) -> Path:
 
 
 def _run(job, source: Path, output: Path, monkeypatch, ahead: bool) -> dict:
-    monkeypatch.setattr(pipeline, "cores_to_spare", lambda: ahead)
-    return job(source, output)
+    """The job with the args strategy chosen explicitly: the helper, or in-process encoding."""
+    return job(source, output, args_strategy="helper" if ahead else "in-process")
 
 
 def _record_results(monkeypatch) -> list:
@@ -62,7 +64,7 @@ def _comparable(summary: dict) -> dict:
     return {key: value for key, value in summary.items() if key not in ("output", "output_bytes")}
 
 
-@pytest.mark.parametrize("job", [pipeline.convert_file, pipeline.compact_file], ids=["convert", "compact"])
+@pytest.mark.parametrize("job", [convert_file, compact_file], ids=["convert", "compact"])
 def test_helper_gives_the_trace_in_process_encoding_gives(tmp_path, monkeypatch, job):
     monkeypatch.setattr(args_store, "_SPILL_BYTES", 512)  # dozens of runs submitted while reading
     source = _source(tmp_path)
@@ -73,7 +75,7 @@ def test_helper_gives_the_trace_in_process_encoding_gives(tmp_path, monkeypatch,
     assert _comparable(summary) == _comparable(_run(job, source, in_process, monkeypatch, ahead=False))
     assert actual_slices(ahead) == actual_slices(in_process)
     assert actual_flows(ahead) == actual_flows(in_process)
-    if job is pipeline.convert_file:
+    if job is convert_file:
         assert_lossless(source, ahead, summary)
     else:
         assert summary["kernel_annotations_converted"] > 0
@@ -90,7 +92,7 @@ def test_a_failed_helper_only_costs_time(tmp_path, monkeypatch):
     source = _source(tmp_path)
     output = tmp_path / "out.perfetto-trace"
     results = _record_results(monkeypatch)
-    summary = _run(pipeline.convert_file, source, output, monkeypatch, ahead=True)
+    summary = _run(convert_file, source, output, monkeypatch, ahead=True)
     assert results and all(result is None for result in results)
     assert_lossless(source, output, summary)
     assert _children() == []
@@ -106,7 +108,7 @@ def test_a_writer_that_interned_names_already_encodes_itself(tmp_path):
     with output.open("wb") as stream:
         writer = PerfettoWriter(stream)
         for source in (first, second):
-            writer.write(read_trace(source, encode_args_ahead=True))
+            writer.write(read_trace(source, args=make_args_store("helper")))
         writer.close()
     found = {(r["name"], r["key"], r["display_value"]) for r in rows(output, """
         select s.name, a.key, a.display_value from slice s join args a using (arg_set_id)
@@ -120,7 +122,7 @@ def test_the_helper_is_gone_when_reading_fails(tmp_path, monkeypatch):
     broken = tmp_path / "broken.json"
     broken.write_bytes(text[: len(text) * 2 // 3])
     with pytest.raises(CgtraceError, match="broken.json"):
-        _run(pipeline.convert_file, broken, tmp_path / "out.perfetto-trace", monkeypatch, ahead=True)
+        _run(convert_file, broken, tmp_path / "out.perfetto-trace", monkeypatch, ahead=True)
     assert _children() == []
     assert not (tmp_path / "out.perfetto-trace").exists()
 
@@ -129,7 +131,7 @@ def test_sweep_reads_entries_across_blocks(monkeypatch):
     monkeypatch.setattr(args_store, "_SPILL_BYTES", 300)
     monkeypatch.setattr(args_store, "_SWEEP_BYTES", 200)
     generator = random.Random(3)
-    store = ArgsStore()
+    store = FileArgsStore()
     texts = [json.dumps({"k": "x" * generator.randrange(0, 500), "i": i}).encode() for i in range(400)]
     references = [store.add(text) for text in texts]
     wanted = sorted(generator.sample(references, 150))

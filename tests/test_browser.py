@@ -18,9 +18,9 @@ from typing import Callable
 import pytest
 
 from converter.generator import write_pp_run
-from converter.merge import merge_ranks
-from converter.pipeline import compact_file, convert_file
-from converter.view import TraceServer, find_web_dist
+from .helpers import merge_files as merge_ranks
+from .helpers import compact_file, convert_file
+from converter.analysis.view import TraceServer, find_web_dist
 
 from .helpers import write_json
 

@@ -10,9 +10,8 @@ from pathlib import Path
 import pytest
 
 from converter.generator import GeneratorConfig, pipeline_schedule, write_trace
-from converter.lanes import load_lane_rules
-from converter import pipeline
-from converter.pipeline import compact_file
+from converter.lane_rules import load_lane_rules
+from .helpers import compact_file
 
 from .helpers import problem_stats, rows, shared_trace_param, shared_trace_paths
 from .oracle import expected_from, load_events
@@ -27,9 +26,9 @@ LANE_SQL = """
     from track t join track p on t.parent_id = p.id where p.name = 'GPU lanes'"""
 
 
-def compact(tmp_path: Path, source: Path) -> tuple[Path, dict]:
+def compact(tmp_path: Path, source: Path, **options) -> tuple[Path, dict]:
     output = tmp_path / "compacted.perfetto-trace"
-    return output, compact_file(source, output)
+    return output, compact_file(source, output, **options)
 
 
 def lane_name_parts(name: str) -> tuple[str, int, bool]:
@@ -197,9 +196,8 @@ def test_identical_overlapping_annotations_merge(tmp_path):
 
 
 @pytest.mark.parametrize("source", [shared_trace_param(p) for p in shared_trace_paths()])
-def test_real_traces_compact(tmp_path, monkeypatch, source):
-    monkeypatch.setattr(pipeline, "cores_to_spare", lambda: True)  # with the args helper, as the CLI runs
-    output, summary = compact(tmp_path, source)
+def test_real_traces_compact(tmp_path, source):
+    output, summary = compact(tmp_path, source, args_strategy="helper")  # as the command line runs it
     assert_compacted_correctly(source, output, summary)
 
 
@@ -229,7 +227,7 @@ def test_json_format_loads_losslessly(tmp_path):
 
 @pytest.mark.parametrize("fault", ["changed_duration", "overlapping_lane"])
 def test_self_check_refuses_to_write_a_wrong_trace(tmp_path, monkeypatch, fault):
-    import converter.compaction as compaction
+    import converter.engine.compaction as compaction
     from converter.errors import CgtraceError
 
     honest = compaction.partition_intervals

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from converter import pipeline
-from converter.pipeline import convert_file
+from .helpers import convert_file
 
 from .helpers import problem_stats, rows, shared_trace_param, shared_trace_paths, write_json
 from .oracle import expected_from
@@ -59,9 +58,9 @@ def assert_lossless(source: Path, output: Path, summary: dict) -> None:
     assert set(expected.thread_names.values()) <= thread_names
 
 
-def convert(tmp_path: Path, source: Path) -> tuple[Path, dict]:
+def convert(tmp_path: Path, source: Path, **options) -> tuple[Path, dict]:
     output = tmp_path / "out.perfetto-trace"
-    return output, convert_file(source, output)
+    return output, convert_file(source, output, **options)
 
 
 EDGE_CASES = {
@@ -165,10 +164,7 @@ def test_nineteen_digit_microsecond_timestamps_are_exact(tmp_path):
 
 
 @pytest.mark.parametrize("source", [shared_trace_param(p) for p in shared_trace_paths()])
-def test_real_traces_are_lossless(tmp_path, monkeypatch, source):
-    # With the args helper, as the command line runs it (tests that loaded wasmtime run
-    # threads, and then convert encodes in process, the way most other tests check).
-    monkeypatch.setattr(pipeline, "cores_to_spare", lambda: True)
-    output, summary = convert(tmp_path, source)
+def test_real_traces_are_lossless(tmp_path, source):
+    output, summary = convert(tmp_path, source, args_strategy="helper")  # as the command line runs it
     assert summary["events_read"] > 0
     assert_lossless(source, output, summary)

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from converter import direct_io
-from converter.direct_io import BLOCK, DirectWriter
+from converter.fileio import direct as direct_io
+from converter.fileio.direct import BLOCK, DirectWriter
 
 
 @pytest.fixture(params=["as the file system allows", "buffered"])

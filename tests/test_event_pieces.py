@@ -11,10 +11,10 @@ import json
 
 import pytest
 
-from converter import event_pieces, reader
+from converter.inputs import event_pieces, kineto_reader as reader
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
-from converter.pipeline import compact_file, convert_file
+from .helpers import compact_file, convert_file
 
 from .helpers import problem_stats, rows, shared_trace_paths, shared_trace_param
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converter.flows import FlowEvent, bind_flows
+from converter.inputs.flows import FlowEvent, bind_flows
 from converter.model import Slice, Track
 
 TIMES = st.integers(min_value=0, max_value=40)

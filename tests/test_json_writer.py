@@ -1,4 +1,4 @@
-"""Chrome JSON output (converter.json_writer), as trace_processor v52 reads it back.
+"""Chrome JSON output (converter.outputs.json_writer), as trace_processor v52 reads it back.
 
 Every check loads the written JSON with `open_trace` and compares SQL results with the model:
 no slice dropped, ts/dur exact to the ns, args under `args.<key>`, one flow per model Flow
@@ -21,14 +21,14 @@ import msgspec
 import pytest
 
 from converter import open_trace
-from converter.compaction import compact
+from converter.engine.compaction import compact
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
-from converter.json_writer import EXACT_LIMIT_NS, V2_BIND_ID_BASE, ChromeJsonWriter, write_chrome_json
-from converter.lanes import load_lane_rules
-from converter.layout import separate_overlaps
-from converter.model import CounterSample, Flow, Process, Slice, Thread, Trace, Track
-from converter.reader import parse_trace_text, read_trace
+from converter.outputs.json_writer import EXACT_LIMIT_NS, V2_BIND_ID_BASE, ChromeJsonWriter, write_chrome_json
+from converter.lane_rules import load_lane_rules
+from converter.engine.layout import separate_overlaps
+from converter.model import CounterSample, Flow, Process, Slice, Thread, Trace, Track, TrackRole
+from converter.inputs.kineto_reader import parse_trace_text, read_trace
 
 from .helpers import SHARED_TRACES
 
@@ -126,12 +126,10 @@ def tp_flat(value, prefix: str, out: dict) -> dict:
 
 
 def expected_args(slice_: Slice, trace: Trace) -> dict:
-    args = trace.args_of(slice_)
+    args = trace.args_text(slice_)
     if args is None:
         return {}
-    if type(args) is not dict:
-        args = msgspec.json.decode(bytes(args))
-    return tp_flat(args, ARGS_PREFIX, {})
+    return tp_flat(msgspec.json.decode(args), ARGS_PREFIX, {})
 
 
 def args_equal(got: dict, expected: dict) -> bool:
@@ -200,14 +198,17 @@ def hand_built() -> tuple[Trace, dict]:
                                                  order=3))
     t["process-scoped instants"] = add(Track("process-scoped instants", process=cpu))
     t["Global instants"] = add(Track("Global instants"))
-    t["main (overlap 1)"] = add(Track("main (overlap 1)", process=cpu))
+    t["main (overlap 1)"] = add(Track("main (overlap 1)", process=cpu, role=TrackRole.OVERLAP, home=t["main"],
+                                      layer=1))
     memory = add(Track("[memory] Total Allocated", process=gpu, is_counter=True))
     clock = add(Track("clock MHz", is_counter=True))
 
     s = {}
 
     def slice_(name, track, offset, dur, args=None, cat="cpu_op", instant=False):
-        s[name] = Slice(B + offset, dur, name, cat, args, t[track], is_instant=instant)
+        text = args if args is None or isinstance(args, (bytes, msgspec.Raw)) else msgspec.json.encode(args)
+        reference = None if text is None else trace.args.add(text)
+        s[name] = Slice(B + offset, dur, name, cat, reference, t[track], is_instant=instant)
         trace.slices.append(s[name])
 
     slice_("step", "main", 100_000, 900_001, {
@@ -489,7 +490,7 @@ def test_random_arrows_between_nested_slices_and_instants(seed):
 # -- streaming and real traces ------------------------------------------------------------------
 
 def test_output_streams_in_chunks(monkeypatch, built):
-    import converter.json_writer as module
+    import converter.outputs.json_writer as module
     trace, _, loaded = built
     monkeypatch.setattr(module, "_FLUSH_BYTES", 512)
     writes = []

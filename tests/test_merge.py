@@ -12,12 +12,14 @@ from collections import Counter
 
 import pytest
 
-from converter.background_args import BackgroundArgsEncoder, EncodedArgs
+from converter.outputs.args_accelerator import BackgroundArgsEncoder, EncodedArgs
 from converter.generator import pipeline_schedule, write_pp_run
-from converter.merge import PIPELINE_ROOT_NAME, merge_ranks
-from converter.source import json_size
+from converter.jobs.merge import PIPELINE_ROOT_NAME
 
-MERGE_MODULE = importlib.import_module("converter.merge")  # `converter.merge` is also a function
+from .helpers import merge_files as merge_ranks
+from converter.inputs.source import json_size
+
+MERGE_MODULE = importlib.import_module("converter.jobs.merge")  # `converter.jobs.merge` is also a function
 
 from .helpers import SHARED_TRACES, problem_stats, require_shared_traces, rows
 from .test_convert_roundtrip import actual_slices
@@ -220,9 +222,9 @@ def test_args_helpers_in_pass_two_change_nothing(tmp_path, monkeypatch, jobs):
     monkeypatch.setattr(BackgroundArgsEncoder, "result", result)
     outputs = {}
     for helper in (False, True):
-        monkeypatch.setattr(MERGE_MODULE, "helper_fits", lambda sizes, jobs_, helper=helper: helper)
         outputs[helper] = tmp_path / f"merged_{helper}.perfetto-trace"
-        summary = merge_ranks(files, lambda group, groups: outputs[helper], jobs=jobs)
+        summary = merge_ranks(files, lambda group, groups: outputs[helper], jobs=jobs,
+                              args_strategy="helper" if helper else "in-process")
         assert summary["pp_send_recv_unmatched"] == 0 and summary["pp_send_recv_pairs"] > 0
     assert set(seen.read_text().split()) == {EncodedArgs.__name__}  # every helper delivered
     assert problem_stats(outputs[True]) == []

@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from converter import open_trace
-from converter.pipeline import compact_file, convert_file
+from .helpers import compact_file, convert_file
 
 from .oracle import expected_from
 

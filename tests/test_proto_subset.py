@@ -9,10 +9,10 @@ import pytest
 from google.protobuf.descriptor import FieldDescriptor as FD
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
-from converter.layout import separate_overlaps
+from converter.engine.layout import separate_overlaps
 from converter.model import Track
-from converter.perfetto_writer import PerfettoWriter
-from converter.reader import parse_trace_text
+from converter.outputs.perfetto_writer import PerfettoWriter
+from converter.inputs.kineto_reader import parse_trace_text
 
 SUBSET_PATH = Path(__file__).resolve().parent.parent / "proto" / "cgtrace_subset.proto"
 SCALARS = {

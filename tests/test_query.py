@@ -9,7 +9,7 @@ import json
 import pytest
 
 from converter.cli import main
-from converter.pipeline import convert_file
+from .helpers import convert_file
 
 from .helpers import write_json
 

@@ -11,7 +11,7 @@ import pytest
 
 from converter.cli import main
 from converter.generator import write_pp_run
-from converter.pipeline import compact_file, convert_file
+from .helpers import compact_file, convert_file
 
 from .helpers import write_json
 
@@ -99,14 +99,14 @@ def assert_single_gpu(report: dict, lanes_from: str) -> None:
 def test_busy_time_is_a_union_and_exposed_comm_subtracts_compute(single_gpu):
     _, converted, _ = single_gpu
     report = report_json(converted)
-    assert_single_gpu(report, "GPU slice names and categories")
+    assert_single_gpu(report, "lane rules on GPU slice names and categories")
     assert report["pipeline"] == []
 
 
 def test_compacted_lanes_give_the_same_figures(single_gpu):
     _, _, compacted = single_gpu
     report = report_json(compacted)
-    assert_single_gpu(report, "lane tracks")
+    assert_single_gpu(report, "track roles")
     compute = report["gpus"][0]["lane_groups"][0]
     assert compute["tracks"] == 3   # three compute kernels run at once at 25-30 µs: three lanes
 
@@ -161,16 +161,24 @@ PP_EXPECTED = [  # (pp rank, global rank, step, {kind: µs}, idle µs)
 
 
 def test_pp_bubble_per_rank_and_step(tmp_path):
-    source = write_json(tmp_path / "pp_merged.json", PP_TRACE)
-    converted = tmp_path / "pp_merged.perfetto-trace"
-    convert_file(source, converted)
-    report = report_json(converted)
-    got = [(r["pp_rank"], r["global_rank"], r["step"], {k: v // US for k, v in r["time_ns"].items()},
-            r["idle_ns"] // US) for r in report["pipeline"]]
+    """Each rank's trace on its own: a trace that cgtrace did not merge has no rank identity
+    (process names are display text, never read back), so its rows carry no PP rank."""
+    events = PP_TRACE["traceEvents"]
+    ranks = {0: [e for e in events if e.get("pid") in (1, 2)], 1: [e for e in events if e.get("pid") in (3, 4)]}
+    got, bubbles = [], []
+    for pp_rank, global_rank in ((0, 0), (1, 5)):
+        source = write_json(tmp_path / f"pp{pp_rank}.json", {"traceEvents": ranks[pp_rank]})
+        converted = tmp_path / f"pp{pp_rank}.perfetto-trace"
+        convert_file(source, converted)
+        report = report_json(converted)
+        assert {(r["pp_rank"], r["global_rank"]) for r in report["pipeline"]} == {(None, None)}
+        got += [(pp_rank, global_rank, r["step"], {k: v // US for k, v in r["time_ns"].items()},
+                 r["idle_ns"] // US) for r in report["pipeline"]]
+        bubbles += [r["bubble_fraction"] for r in report["pipeline"]]
+        [gpu] = report["gpus"]
+        assert gpu["steps"] == (2 if pp_rank == 0 else 1)
     assert got == PP_EXPECTED
-    assert [r["bubble_fraction"] for r in report["pipeline"]] == [0.25, 0.2, 0.6]
-    assert [(g["gpu"], g["pp_rank"], g["global_rank"], g["steps"], g["window_ns"] // US) for g in report["gpus"]] == [
-        ("PP rank 0 (global rank 0) | GPU 0", 0, 0, 2, 200), ("PP rank 1 (global rank 5) | GPU 1", 1, 5, 1, 100)]
+    assert bubbles == [0.25, 0.2, 0.6]
 
 
 def test_text_and_html(single_gpu, tmp_path):

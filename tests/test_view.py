@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from converter.errors import CgtraceError
-from converter.view import PERFETTO_UI, TraceServer, find_web_dist
+from converter.analysis.view import PERFETTO_UI, TraceServer, find_web_dist
 
 TRACE_BYTES = bytes(range(256)) * 64
 

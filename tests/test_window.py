@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
-from converter.merge import merge_ranks
-from converter.pipeline import compact_file, convert_file
-from converter.window import parse_steps, parse_window
+from .helpers import merge_files as merge_ranks
+from .helpers import compact_file, convert_file
+from converter.engine.window import parse_steps, parse_window
 
 from .helpers import problem_stats, rows
 from .oracle import expected_from, load_events, to_ns

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Iterator
+from typing import Any, Iterator, Optional, Union
 
 import orjson
 
@@ -106,7 +106,7 @@ def build_template(cfg: GeneratorConfig, key: int, kind: str, layer_base: int) -
     n = cfg.kernels_per_replay
     while len(specs) < n:
         remaining = n - len(specs)
-        segment = None
+        segment: Optional[tuple[str, list]] = None
         if remaining >= 2 and rng.random() < cfg.parallel_branch_fraction:
             use_comm = comm_stream is not None and bool(comm_kinds) and (
                 len(compute) < 2 or rng.random() < 0.5)
@@ -272,8 +272,9 @@ class TraceGenerator:
             self.pipeline = cfg.my_pipeline
             self.group = list(cfg.pipeline_groups[self.pipeline])
             self.pp = len(self.group)
-            self.schedule = pipeline_schedule(cfg.schedule, self.pp, cfg.microbatches, cfg.virtual_stages)
-            self.plan_key = self.pipeline
+            self.schedule: Optional[dict[int, list[str]]] = pipeline_schedule(
+                cfg.schedule, self.pp, cfg.microbatches, cfg.virtual_stages)
+            self.plan_key: Union[int, str] = self.pipeline
             self.base = origin + _rank_rng(cfg.seed, "base", cfg.rank).randint(0, 38_000 * US)
             self.step0 = [origin + 40_000 * US + _rank_rng(cfg.seed, "start", g).randint(0, 1500 * US)
                           for g in self.group]
@@ -298,7 +299,7 @@ class TraceGenerator:
     def _init_groups(self) -> None:
         cfg = self.cfg
         w = cfg.world_size
-        pgs = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
+        pgs: list[dict[str, Any]] = [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
                 "pg_size": w, "ranks": list(range(w))}]
         self.pp_pg_name = None
         self.dp_group = [cfg.rank]
@@ -320,8 +321,10 @@ class TraceGenerator:
                         self.dp_pg = (pgs[-1]["pg_name"], "mesh_dp")
             if cfg.pg_config_style == "single_dict":
                 self.pp_pg_name = "torchtitan_real_pp"
-                pgs = {"pg_name": "torchtitan_real_pp", "pg_desc": "mesh_pp", "backend_config": "cuda:nccl",
-                       "pg_size": self.pp, "ranks": list(self.group)}
+                self.pg_config: Union[list[dict[str, Any]], dict[str, Any]] = {
+                    "pg_name": "torchtitan_real_pp", "pg_desc": "mesh_pp", "backend_config": "cuda:nccl",
+                    "pg_size": self.pp, "ranks": list(self.group)}
+                return
         self.pg_config = pgs
 
     def header(self) -> dict:
@@ -406,6 +409,7 @@ class TraceGenerator:
         if s >= self.cut:
             return
         dev = self.dev
+        args: dict[str, Any]
         if code == _KERNEL:
             args = {"External id": ext, "queued": 0, "device": dev, "context": 1, "stream": stream,
                     "correlation": corr}
@@ -606,7 +610,8 @@ class TraceGenerator:
         ann = self._cpu(out, "user_annotation", op.label, main, cs, ce)
         region = Region(op.label, ann)
         regions = (region, step_region)
-        items = list(N.OPTIMIZER_STEPS)
+        items: list[tuple[Optional[str], str, Optional[tuple[int, int, int]], Optional[tuple[int, int, int]],
+                          Optional[int]]] = list(N.OPTIMIZER_STEPS)
         if cfg.include_memset:
             items.insert(0, ("aten::zero_", N.MEMSET, None, None, None))
         k = len(items)
@@ -622,6 +627,7 @@ class TraceGenerator:
             acc += weights[j]
             e = op.gpu_start + int(W * acc / total)
             if kname == N.MEMSET:
+                assert cpu_name is not None  # aten::zero_
                 ext = self._cpu(out, "cpu_op", cpu_name, main, a + slot // 20, a + slot * 9 // 10)
                 fext = self._cpu(out, "cpu_op", "aten::fill_", main, a + slot // 10, a + slot * 8 // 10)
                 corr = self._runtime(out, "cudaMemsetAsync", N.CBID_MEMSET_ASYNC, main,
@@ -680,9 +686,11 @@ class TraceGenerator:
         ops = ps.ops
         skip = None
         if last and cfg.truncate_last_recv:
-            recvs = [op for op in ops if op.kind == "p2p" and op.action.type.startswith("RECV")]
+            recvs = [op for op in ops if op.kind == "p2p" and op.action is not None
+                     and op.action.type.startswith("RECV")]
             if recvs:
                 skip = recvs[-1]
+                assert skip.gpu_start is not None  # planned
                 self.cut = skip.gpu_start
         step_name = f"ProfilerStep#{ps.index}"
         step_ext = self._ext()

@@ -108,6 +108,7 @@ def _u(rng: random.Random, lo_us: float, hi_us: float) -> int:
 
 
 def _compute_cost(op: Op, p: PlanParams, rng: random.Random) -> None:
+    assert op.graph_kind is not None  # a compute op
     span = graph_span_ns(op.graph_kind, p.kernels)
     total = 0
     for _ in range(op.n_replays):
@@ -235,6 +236,7 @@ def _try_start(op: Op, st: _RankState) -> bool:
     op.cpu_start = cpu_start
     op.cpu_end = cpu_start + op.cpu_cost
     if op.kind == "sync":  # the CPU blocks until the GPU is done
+        assert op.gpu_end is not None  # set above: a sync has no partner or group
         op.cpu_end = max(op.cpu_end, op.gpu_end + 6 * US)
     st.cpu_t = op.cpu_end
     st.lane_last[op.lane] = op
@@ -267,6 +269,7 @@ def _simulate(states: list[_RankState]) -> None:
                 progress = True
                 continue
             peer = op.partner
+            assert peer is not None and op.gpu_start is not None and op.action is not None  # a started p2p op
             if peer.gpu_start is None:
                 still.append(op)
                 continue
@@ -283,12 +286,12 @@ def _simulate(states: list[_RankState]) -> None:
             raise RuntimeError(f"pipeline schedule deadlocks in the timing simulation at {stuck}")
 
 
-def step_rng(seed: int, pipeline: int, step: int) -> random.Random:
+def step_rng(seed: int, pipeline: int | str, step: int) -> random.Random:
     return random.Random(f"cgtrace-plan:{seed}:{pipeline}:{step}")
 
 
 def plan_step(step: int, starts: list[int], schedule: Optional[dict[int, list[str]]],
-              params: PlanParams, pipeline: int = 0) -> list[PlannedStep]:
+              params: PlanParams, pipeline: int | str = 0) -> list[PlannedStep]:
     """Plan one step for every rank of a pipeline (or the single rank when
     `schedule` is None).  `starts[i]`: when PP rank i's step begins (abs ns)."""
     rng = step_rng(params.seed, pipeline, step)
@@ -306,6 +309,7 @@ def plan_step(step: int, starts: list[int], schedule: Optional[dict[int, list[st
                 if op.kind != "p2p":
                     continue
                 a = op.action
+                assert a is not None  # p2p ops come from actions
                 if a.type == "SEND_F":
                     sends[("F", a.stage + 1, a.microbatch)] = op
                 elif a.type == "SEND_B":
@@ -317,8 +321,8 @@ def plan_step(step: int, starts: list[int], schedule: Optional[dict[int, list[st
         if sends.keys() != recvs.keys():
             raise RuntimeError("pipeline schedule has unmatched SEND/RECV actions")
         for k, s in sends.items():
-            r = recvs[k]
-            s.partner, r.partner = r, s
+            recv = recvs[k]
+            s.partner, recv.partner = recv, s
     # The end-of-step all-reduce is one collective over all ranks.
     members = [op for ops in all_ops for op in ops if op.kind == "allreduce"]
     if len(members) > 1:

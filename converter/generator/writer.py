@@ -59,7 +59,7 @@ def _trace_parts(cfg: GeneratorConfig) -> Iterator[bytes]:
     yield b'\n],"traceName":' + _dumps(gen.trace_name) + b"}\n"
 
 
-def _write_parts(cfg: GeneratorConfig, f: BinaryIO) -> None:
+def _write_parts(cfg: GeneratorConfig, f: Union[BinaryIO, _gzip.GzipFile]) -> None:
     buf: list[bytes] = []
     size = 0
     for part in _trace_parts(cfg):

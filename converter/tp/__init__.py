@@ -14,6 +14,7 @@ import os
 from perfetto.trace_processor.api import TraceProcessor, TraceProcessorConfig, TraceProcessorException
 
 from converter.errors import CgtraceError
+from converter.fileio.gzip_size import uncompressed_size
 from converter.tp.wasm_backend import WasmTraceProcessor
 from converter.tp.wasm_host import WasmCrashed
 
@@ -31,18 +32,18 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None) -> T
     Close the result (or use it as a context manager) to free its memory.
     """
     tp_bin = tp_bin or os.environ.get("CGTRACE_TP_BIN") or None
-    in_memory = isinstance(trace, (bytes, bytearray, memoryview))
-    name = f"<{len(trace)} bytes>" if in_memory else str(trace)
+    data = trace if isinstance(trace, (bytes, bytearray, memoryview)) else None  # in memory
+    name = f"<{len(data)} bytes>" if data is not None else str(trace)
     try:
         if tp_bin and not (os.path.isfile(tp_bin) and os.access(tp_bin, os.X_OK)):
             raise CgtraceError(
                 f"--tp-bin {tp_bin} is not an executable file: pass the path of a native "
                 "trace_processor_shell, or leave it out to use the built-in WebAssembly one"
             )
-        with io.BytesIO(trace) if in_memory else open(trace, "rb") as source:
+        with io.BytesIO(data) if data is not None else open(trace, "rb") as source:
             if tp_bin:
                 return TraceProcessor(trace=source, config=TraceProcessorConfig(bin_path=tp_bin))
-            return WasmTraceProcessor(source, memory64=_uncompressed_size(source) > MEMORY64_ABOVE)
+            return WasmTraceProcessor(source, memory64=uncompressed_size(source) > MEMORY64_ABOVE)
     except CgtraceError as e:
         problem = e.message
     except OSError as e:
@@ -59,16 +60,3 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None) -> T
             + (f" and that {tp_bin} is a working trace_processor_shell" if tp_bin else "")
         )
     raise CgtraceError(f"cannot open trace {name}: {problem}")
-
-
-def _uncompressed_size(source) -> int:
-    """The trace's size; for gzip, the larger of the file's size and the size its trailer records (mod 4 GiB)."""
-    size = source.seek(0, io.SEEK_END)
-    source.seek(0)
-    if size < 18 or source.read(2) != b"\x1f\x8b":
-        source.seek(0)
-        return size
-    source.seek(-4, io.SEEK_END)
-    trailer = int.from_bytes(source.read(4), "little")
-    source.seek(0)
-    return max(size, trailer)

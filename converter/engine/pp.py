@@ -1,0 +1,269 @@
+"""Pipeline-parallel blocks (`PP:<stage><action><microbatch>` annotations) and their arrows.
+
+A block is every GPU annotation fragment of one (stage, action, microbatch) within one
+profiler step, however many streams and gaps it spans. A fragment's step comes from the CPU
+side: GPU work runs behind the CPU, but never before the CPU annotation that launched it, so
+the latest CPU occurrence of the same name starting no later than the fragment names its step.
+"""
+
+from __future__ import annotations
+
+import re
+from bisect import bisect_right
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Optional
+
+from ..kineto import profiler_step
+from ..lane_rules import LaneRules
+from ..model import Flow, Slice, Trace
+
+PP_FLOW_CATEGORY = "pp_dependency"
+COMPUTE_ACTIONS = ("F", "B", "I", "W")
+# A receive feeds, and a send follows, the compute of the same stage and microbatch.
+COMPUTE_OF = {"RECV_F": ("F",), "SEND_F": ("F",), "RECV_B": ("B", "I"), "SEND_B": ("B", "I")}
+_CROSS_RANK_FLOW_BASE = 1 << 61
+
+
+@dataclass(frozen=True, order=True)
+class BlockKey:
+    step: int
+    stage: int
+    action: str
+    microbatch: Optional[int]
+
+    def describe(self) -> str:
+        microbatch = "" if self.microbatch is None else self.microbatch
+        return f"step {self.step} PP:{self.stage}{self.action}{microbatch}"
+
+
+@dataclass
+class Block:
+    key: BlockKey
+    fragments: list[Slice] = field(default_factory=list)
+
+    @property
+    def start(self) -> int:
+        return min(f.ts for f in self.fragments)
+
+    def first_fragment(self) -> Slice:
+        """The fragment an arrow into the block ends on: the first to start (the longest on a tie)."""
+        return min(self.fragments, key=lambda f: (f.ts, -f.dur))
+
+    def last_fragment(self) -> Slice:
+        """The fragment a cross-rank arrow leaves from when the block is its source: the last to end."""
+        return max(self.fragments, key=lambda f: (f.ts + f.dur, f.ts))
+
+    def fragment(self, which: str) -> Slice:
+        """`first_fragment` or `last_fragment`, by name: both passes of a merge pick the same one."""
+        return self.first_fragment() if which == "first" else self.last_fragment()
+
+    def extent(self) -> "Extent":
+        first, last = self.first_fragment(), self.last_fragment()
+        return Extent(first.ts, first.ts + first.dur, last.ts, last.ts + last.dur)
+
+
+@dataclass(frozen=True)
+class Extent:
+    """Where a block's first fragment starts and ends, and where its last-ending one does."""
+
+    first_start: int
+    first_end: int
+    last_start: int
+    last_end: int
+
+
+def find_blocks(trace: Trace, rules: LaneRules) -> dict[BlockKey, Block]:
+    """PP blocks from GPU annotation fragments, keyed by step, stage, action and microbatch."""
+    pattern = rules.pp_pattern
+    steps: list[tuple[int, int, int]] = []            # (start, end, step number)
+    cpu_occurrences: dict[str, list[tuple[int, int]]] = defaultdict(list)  # name -> [(start, step)]
+    fragments: list[tuple[Slice, re.Match]] = []
+    for slice_ in trace.slices:
+        step = profiler_step(slice_.name)
+        if step is not None:
+            steps.append((slice_.ts, slice_.ts + slice_.dur, step))
+            continue
+        match = pattern.match(slice_.name)
+        if match is None:
+            continue
+        if slice_.cat in rules.annotation_categories:
+            fragments.append((slice_, match))
+        else:
+            cpu_occurrences[slice_.name].append((slice_.ts, -1))
+    steps.sort()
+    step_starts = [start for start, _, _ in steps]
+
+    def step_at(ts: int) -> int:
+        index = bisect_right(step_starts, ts) - 1
+        return steps[index][2] if index >= 0 else 0
+
+    occurrence_starts = {}
+    for name, occurrences in cpu_occurrences.items():
+        occurrences.sort()
+        cpu_occurrences[name] = [(start, step_at(start)) for start, _ in occurrences]
+        occurrence_starts[name] = [start for start, _ in cpu_occurrences[name]]
+
+    blocks: dict[BlockKey, Block] = {}
+    for fragment, match in fragments:
+        starts = occurrence_starts.get(fragment.name)
+        if starts:
+            index = bisect_right(starts, fragment.ts) - 1
+            step = cpu_occurrences[fragment.name][max(index, 0)][1]
+        else:
+            step = step_at(fragment.ts)
+        stage, microbatch = match.group("stage"), match.group("microbatch")
+        if len(stage) > 18 or len(microbatch or "") > 18:
+            continue  # not a stage or microbatch number (user patterns may allow any digits)
+        key = BlockKey(step, int(stage), match.group("action"), int(microbatch) if microbatch else None)
+        blocks.setdefault(key, Block(key)).fragments.append(fragment)
+    return blocks
+
+
+def arrow(source: Block, target: Block, trace: Trace) -> bool:
+    """An arrow from the source fragment that ends last (among those starting no later than the
+    target) to the target's first fragment: between real slices, forward in time."""
+    first = target.first_fragment()
+    candidates = [f for f in source.fragments if f.ts <= first.ts]
+    if not candidates:
+        return False
+    trace.flows.append(Flow(max(candidates, key=lambda f: f.ts + f.dur), first, PP_FLOW_CATEGORY))
+    return True
+
+
+def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
+    """RECV_x -> compute x -> SEND_x per stage and microbatch, and UNSHARD -> next compute."""
+    pairs = unmatched = unshard_pairs = unshard_unmatched = 0
+    unmatched_names: list[str] = []
+    compute_by_stage: dict[tuple[int, int], list[Block]] = defaultdict(list)
+    for key, block in blocks.items():
+        if key.action in COMPUTE_ACTIONS:
+            compute_by_stage[(key.step, key.stage)].append(block)
+    for stage_blocks in compute_by_stage.values():
+        stage_blocks.sort(key=lambda b: b.start)
+    for key in sorted(blocks):
+        block = blocks[key]
+        if key.action in COMPUTE_OF:
+            compute = next((blocks[k] for k in (BlockKey(key.step, key.stage, action, key.microbatch)
+                                                 for action in COMPUTE_OF[key.action]) if k in blocks), None)
+            linked = compute is not None and (
+                arrow(block, compute, trace) if key.action.startswith("RECV") else arrow(compute, block, trace))
+            pairs += linked
+            if not linked:
+                unmatched += 1
+                unmatched_names.append(key.describe())
+        elif key.action == "UNSHARD":
+            later = next((b for b in compute_by_stage.get((key.step, key.stage), []) if b.start >= block.start), None)
+            linked = later is not None and arrow(block, later, trace)
+            unshard_pairs += linked
+            unshard_unmatched += not linked
+    return {"pp_compute_dependency_pairs": pairs, "pp_compute_dependency_unmatched": unmatched,
+            "pp_unshard_compute_pairs": unshard_pairs, "pp_unshard_compute_unmatched": unshard_unmatched,
+            "pp_unmatched_examples": unmatched_names[:20]}
+
+
+def pp_rank_of(metadata: dict) -> tuple[int, str, Optional[list[int]]]:
+    """(PP rank, where it came from, the PP group's ranks) from distributedInfo.pg_config."""
+    info = metadata.get("distributedInfo")
+    if not isinstance(info, dict):
+        return 0, "default: no distributedInfo", None
+    group = pp_group_of(info)
+    rank = info.get("rank")
+    if group is None or rank not in group:
+        return 0, "default: no PP group in distributedInfo.pg_config", None
+    return group.index(rank), "distributedInfo.pg_config", group
+
+
+def pp_group_of(info: dict) -> Optional[list[int]]:
+    """The ranks of the PP group containing this rank: pg_desc "mesh_pp" or pg_name
+    "torchtitan_real_pp"; pg_config may be a list of groups or a single one."""
+    config = info.get("pg_config")
+    groups = config if isinstance(config, list) else [config] if isinstance(config, dict) else []
+    rank = info.get("rank")
+    for group in groups:
+        if not isinstance(group, dict):
+            continue
+        if group.get("pg_desc") == "mesh_pp" or group.get("pg_name") == "torchtitan_real_pp":
+            ranks = group.get("ranks")
+            if isinstance(ranks, list) and rank in ranks:
+                return ranks
+    return None
+
+
+@dataclass(frozen=True)
+class ArrowEnd:
+    """One end of a cross-rank arrow: on which rank (position), which block's which fragment."""
+
+    position: int
+    block: BlockKey
+    which: str  # "first" | "last"
+    flow_id: int
+    outgoing: bool
+
+
+@dataclass
+class CrossRankArrows:
+    ends: list[ArrowEnd] = field(default_factory=list)
+    pairs: int = 0
+    retargeted: int = 0
+    skew_pairs: int = 0
+    max_skew: int = 0
+    unmatched: list[str] = field(default_factory=list)
+    not_drawn: list[str] = field(default_factory=list)
+
+
+def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks: list[int]) -> CrossRankArrows:
+    """SEND_F of stage s -> RECV_F of stage s+1, SEND_B of s -> RECV_B of s-1, per step and
+    microbatch, across the ranks of one pipeline (`extents[position]`: that rank's blocks);
+    each arrow gets one agreed flow id.
+
+    Perfetto points every arrow from the slice that starts first, so an arrow must end on a
+    slice that starts after the send began. A receive is usually posted early and waits; then
+    the arrow ends on its last fragment if that starts after the send, else on the first
+    compute that consumes the data (`retargeted`). A receive that ended before its send began
+    means the ranks' clocks disagree (`skew_pairs`, largest skew reported).
+    """
+    owner: dict[BlockKey, int] = {}
+    for position, blocks in enumerate(extents):
+        for key in blocks:
+            owner[key] = position
+    result = CrossRankArrows()
+    next_id = _CROSS_RANK_FLOW_BASE
+    for key in sorted(owner):
+        if key.action not in ("SEND_F", "SEND_B", "RECV_F", "RECV_B"):
+            continue
+        # Forward data flows to the next stage, gradients to the previous one.
+        downstream = 1 if key.action.endswith("_F") else -1
+        peer_stage = key.stage + (downstream if key.action.startswith("SEND") else -downstream)
+        peer_action = ("RECV_" if key.action.startswith("SEND") else "SEND_") + key.action[-1]
+        peer = BlockKey(key.step, peer_stage, peer_action, key.microbatch)
+        if peer not in owner:
+            result.unmatched.append(f"{key.describe()} on global rank {global_ranks[owner[key]]}: "
+                                    f"no {peer.describe()}")
+            continue
+        if key.action.startswith("RECV"):
+            continue  # each pair is handled once, from its send
+        sender, receiver = owner[key], owner[peer]
+        send_start = extents[sender][key].first_start
+        received = extents[receiver][peer]
+        if received.last_end <= send_start:
+            result.skew_pairs += 1
+            result.max_skew = max(result.max_skew, send_start - received.last_end)
+        if received.last_start > send_start:
+            target, which = peer, "last"
+        else:
+            consumer = next((k for k in (BlockKey(peer.step, peer.stage, action, peer.microbatch)
+                                         for action in COMPUTE_OF[peer_action])
+                             if k in extents[receiver] and extents[receiver][k].first_start > send_start), None)
+            if consumer is None:
+                result.pairs += 1
+                result.not_drawn.append(f"{key.describe()} -> {peer.describe()}: neither the receive nor the "
+                                        "compute it feeds starts after the send begins (capture window cut?)")
+                continue
+            target, which = consumer, "first"
+            result.retargeted += 1
+        next_id += 1
+        result.pairs += 1
+        result.ends.append(ArrowEnd(sender, key, "first", next_id, True))
+        result.ends.append(ArrowEnd(receiver, target, which, next_id, False))
+    return result

@@ -1,0 +1,95 @@
+"""Cutting a trace down to a time window or to profiler steps, for traces too big to open.
+
+A slice is kept whole if any part of it overlaps the window (so a step boundary never cuts a
+kernel in two); an arrow is kept only if both its ends are, and dropped arrows are counted.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from ..errors import CgtraceError
+from ..kineto import profiler_step
+from ..model import Trace
+
+_RANGE = re.compile(r"^\s*(\d+(?:\.\d*)?)?\s*:\s*(\d+(?:\.\d*)?)?\s*$")
+
+
+@dataclass(frozen=True)
+class Window:
+    """Either milliseconds from the trace's first event (`start_ms`:`end_ms`) or steps."""
+
+    start_ms: Optional[float] = None
+    end_ms: Optional[float] = None
+    first_step: Optional[int] = None
+    last_step: Optional[int] = None
+
+    @property
+    def by_steps(self) -> bool:
+        return self.first_step is not None
+
+
+def parse_window(text: str) -> Window:
+    """`START:END` in ms from the trace start; either side may be empty."""
+    match = _RANGE.match(text)
+    if not match or (match.group(1) is None and match.group(2) is None):
+        raise CgtraceError(f"--window {text!r}: expected START:END in milliseconds from the trace start, e.g. 100:250")
+    start = float(match.group(1)) if match.group(1) else None
+    end = float(match.group(2)) if match.group(2) else None
+    if start is not None and end is not None and end <= start:
+        raise CgtraceError(f"--window {text!r}: END must be after START")
+    return Window(start_ms=start, end_ms=end)
+
+
+def parse_steps(text: str) -> Window:
+    """`N` or `N-M`: ProfilerStep numbers, inclusive."""
+    match = re.match(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$", text)
+    if not match:
+        raise CgtraceError(f"--steps {text!r}: expected a ProfilerStep number N or a range N-M, e.g. 3-5")
+    first = int(match.group(1))
+    last = int(match.group(2)) if match.group(2) else first
+    if last < first:
+        raise CgtraceError(f"--steps {text!r}: the range must go upwards, e.g. 3-5")
+    return Window(first_step=first, last_step=last)
+
+
+def step_ranges(trace: Trace) -> dict[int, tuple[int, int]]:
+    """ProfilerStep number -> (start, end) in ns."""
+    ranges = {}
+    for slice_ in trace.slices:
+        step = profiler_step(slice_.name)
+        if step is not None:
+            ranges[step] = (slice_.ts, slice_.ts + slice_.dur)
+    return ranges
+
+
+def window_bounds(trace: Trace, window: Window, source: str) -> tuple[int, int]:
+    if window.by_steps:
+        assert window.first_step is not None and window.last_step is not None  # parse_steps sets both
+        ranges = step_ranges(trace)
+        chosen = [ranges[n] for n in range(window.first_step, window.last_step + 1) if n in ranges]
+        if not chosen:
+            known = ", ".join(map(str, sorted(ranges))) or "none"
+            raise CgtraceError(f"{source}: no ProfilerStep#{window.first_step}..{window.last_step} in the trace "
+                               f"(steps present: {known}); pick steps from that list")
+        return min(start for start, _ in chosen), max(end for _, end in chosen)
+    origin = min((s.ts for s in trace.slices), default=0)
+    start = origin + round(window.start_ms * 1e6) if window.start_ms is not None else -(1 << 63)
+    end = origin + round(window.end_ms * 1e6) if window.end_ms is not None else (1 << 63) - 1
+    return start, end
+
+
+def cut(trace: Trace, start: int, end: int) -> tuple[Trace, dict]:
+    """A trace of what overlaps [start, end] (sharing the slices and tracks, which stay as they
+    are), and what was left out."""
+    slices = [s for s in trace.slices if s.ts <= end and s.ts + s.dur >= start]
+    kept = {id(s) for s in slices}
+    flows = [f for f in trace.flows if id(f.source) in kept and id(f.target) in kept]
+    window = replace(trace, slices=slices, flows=flows,
+                     counters=[c for c in trace.counters if start <= c.ts <= end],
+                     flow_ends=[e for e in trace.flow_ends if id(e.slice) in kept])
+    return window, {"window_start_ns": start, "window_end_ns": end,
+                    "slices_outside_window": len(trace.slices) - len(slices),
+                    "flows_dropped_by_window": len(trace.flows) - len(flows)}

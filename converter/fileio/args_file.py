@@ -1,0 +1,154 @@
+"""Slice args kept on disk, not in memory, between reading and writing.
+
+Args text is about half of a Kineto trace (a kernel carries two dozen keys), and it is only
+needed again when the writer encodes it. Held as millions of bytes objects it made the trace
+model bigger than the input; appended to one unlinked temporary file instead, each slice
+keeps a single int (its entry's index). The file is written past the page cache where the
+file system allows (direct.py): the text is read back by the args helper right away, or
+in the rare case of no helper, once more when writing. It is read back with pread, not a
+memory map: the writer reads in track order, not file order, and every fault on a map pulls
+in 64 KB around it, which made the map resident faster than madvise could drop it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import weakref
+from array import array
+from typing import Any, Iterator, Optional, Protocol
+
+from ..errors import CgtraceError
+from ..model import ArgsStore, LabelRule, PreparedArgs
+from .direct import DirectWriter, read_all
+
+_SPILL_BYTES = 1 << 20
+_SWEEP_BYTES = 1 << 20
+
+
+class ArgsFollower(Protocol):
+    """Works on the entries as they reach the file (an args accelerator encodes them)."""
+
+    form: str          # the writer's encoding its result prepares (see ArgsStore.prepared)
+    label_rule: LabelRule  # the rule its labels were computed with
+
+    def submit(self, bounds: array) -> None:
+        """Entries between consecutive `bounds` (file offsets) have just been written."""
+
+    def result(self) -> Optional["FollowerResult"]:
+        """What it made of every entry, once all were submitted; None if it could not."""
+
+
+class FollowerResult(PreparedArgs, Protocol):
+    def label_of(self, reference: int) -> Optional[str]: ...
+
+
+class FileArgsStore(ArgsStore):
+    """Append-only store of raw JSON args in an unlinked temporary file.
+
+    New text collects in `_pending` and goes to the file a megabyte at a time: `add` runs
+    once per slice, and a buffered file's write cost several times a bytearray append."""
+
+    def __init__(self, directory: Optional[str] = None):
+        """`directory`: where the temporary file lives (default: TMPDIR, else the system's)."""
+        super().__init__()
+        self._directory = directory
+        self._reader = -1  # the file, for pread; the writer has a descriptor of its own (O_DIRECT)
+        self._writer: Optional[DirectWriter] = None
+        self._pending = bytearray()  # the entries after the first `_spilled_entries`, not yet in the file
+        self._bounds = array("Q", [0])  # entry i is bytes _bounds[i]:_bounds[i + 1] of file + pending
+        self._spilled_entries = 0
+        self._follower: Optional[ArgsFollower] = None
+
+    def add(self, text: Any) -> int:
+        pending = self._pending
+        pending += text
+        bounds = self._bounds
+        bounds.append(bounds[-1] + len(text))
+        if len(pending) >= _SPILL_BYTES:
+            self._spill()
+        return len(bounds) - 2
+
+    def text(self, reference: int) -> bytes:
+        if self._pending:
+            self._spill()
+        start = self._bounds[reference]
+        return os.pread(self._reader, self._bounds[reference + 1] - start, start)
+
+    def sweep(self, references: list[int]) -> Iterator[bytes]:
+        """Read a block at a time in file order: for hundreds of thousands of entries, a pread
+        each costs several times the reading."""
+        if self._pending:
+            self._spill()
+        bounds, fd = self._bounds, self._reader
+        block, block_start, block_end = b"", 0, 0
+        for reference in references:
+            start, end = bounds[reference], bounds[reference + 1]
+            if end > block_end:
+                block = read_all(fd, max(end, min(start + _SWEEP_BYTES, bounds[-1])) - start, start)
+                block_start, block_end = start, start + len(block)
+            yield block[start - block_start:end - block_start]
+
+    def labels(self, references: list[Optional[int]], rule: LabelRule) -> list[Optional[str]]:
+        result = self._followed() if self._follower is not None and self._follower.label_rule is rule else None
+        if result is None:
+            return super().labels(references, rule)
+        label_of = result.label_of
+        return [None if reference is None else label_of(reference) for reference in references]
+
+    def prepared(self, form: str) -> Optional[PreparedArgs]:
+        if self._follower is None or self._follower.form != form:
+            return None
+        return self._followed()
+
+    def fileno(self) -> int:
+        """The file's descriptor, for a follower that reads what was spilled."""
+        self._open()
+        return self._reader
+
+    def follow(self, follower: ArgsFollower) -> None:
+        """Submit every run of entries to `follower` as it reaches the file."""
+        self._follower = follower
+
+    def _followed(self) -> Optional[FollowerResult]:
+        assert self._follower is not None
+        if self._pending:
+            self._spill()
+        return self._follower.result()
+
+    def _spill(self) -> None:
+        try:
+            self._open()
+            assert self._writer is not None
+            self._writer.write(self._pending)
+            self._writer.flush()
+            self._pending.clear()
+        except OSError as error:
+            raise self._disk_error(error) from None
+        if self._follower is not None:
+            self._follower.submit(self._bounds[self._spilled_entries:])
+        self._spilled_entries = len(self._bounds) - 1
+
+    def _open(self) -> None:
+        if self._writer is None:
+            descriptor, path = tempfile.mkstemp(prefix="cgtrace-args-", dir=self._directory)
+            try:
+                self._reader = os.open(path, os.O_RDONLY)
+            except OSError:
+                os.close(descriptor)
+                raise
+            finally:
+                os.unlink(path)
+            self._writer = DirectWriter(descriptor)
+            weakref.finalize(self, _close, descriptor, self._reader)  # also when reading fails half-way
+
+    def _disk_error(self, error: OSError) -> CgtraceError:
+        where = self._directory or tempfile.gettempdir()
+        return CgtraceError(f"{where}: cannot keep the trace's args in a temporary file ({error.strerror or error}); "
+                            "free some space there or point TMPDIR at a disk with room for about half the "
+                            "input's size")
+
+
+def _close(*descriptors: int) -> None:
+    for descriptor in descriptors:
+        os.close(descriptor)

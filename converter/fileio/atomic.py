@@ -1,0 +1,130 @@
+"""Atomic output: files are written beside their targets and replace them only once all of a
+job's files are complete (and checked, where asked), so no reader ever sees a partial file
+and a failed job leaves nothing behind."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Callable, Iterator, Optional
+
+from ..errors import CgtraceError
+from .direct import DirectWriter
+
+# Given the finished temporary file and the path it will become; raises CgtraceError to refuse it.
+Check = Callable[[Path, Path], None]
+
+
+def check_output_path(path: Path, overwrite: bool) -> None:
+    """Fail before any work is done when the output cannot or must not be written."""
+    if path.exists() and not overwrite:
+        raise CgtraceError(f"{path}: already exists; pass --overwrite to replace it or -o to choose another path")
+    if path.is_dir():
+        raise CgtraceError(f"{path}: is a directory; pass a file path with -o")
+    parent = _parent(path)
+    if not parent.is_dir():
+        raise CgtraceError(f"{path}: directory {parent} does not exist; create it or choose another path with -o")
+    if not os.access(parent, os.W_OK):
+        raise CgtraceError(f"{path}: directory {parent} is not writable; choose another path with -o")
+
+
+class AtomicFiles:
+    """Several outputs that appear together or not at all: `create` gives a writer to a
+    temporary file beside each target; `commit` checks every file, then renames them all."""
+
+    def __init__(self, overwrite: bool):
+        self.overwrite = overwrite
+        self._pending: list[tuple[Path, str]] = []  # (target, temporary file)
+        self._writers: list[_OwnedDirectWriter] = []
+
+    def create(self, path: Path) -> DirectWriter:
+        """A writer to a new temporary file for `path`; close it before `commit`. The file is
+        written past the page cache where it can be (direct.py)."""
+        check_output_path(path, self.overwrite)
+        parent = _parent(path)
+        try:
+            descriptor, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+        except OSError as error:
+            raise CgtraceError(f"{path}: cannot create a file in {parent} ({error.strerror}); "
+                               "choose another path with -o") from None
+        self._pending.append((path, temp_name))
+        writer = _OwnedDirectWriter(descriptor)
+        self._writers.append(writer)
+        return writer
+
+    def commit(self, check: Optional[Check] = None) -> None:
+        """Check each file (`check(temporary, target)`), then move all into place."""
+        try:
+            for path, temp_name in self._pending:
+                os.chmod(temp_name, 0o666 & ~_current_umask())
+                if check is not None:
+                    check(Path(temp_name), path)
+            for path, _ in self._pending:
+                if not self.overwrite and path.exists():
+                    raise CgtraceError(f"{path}: appeared while converting; pass --overwrite to replace it")
+            for path, temp_name in self._pending:
+                os.replace(temp_name, path)
+        except OSError as error:
+            raise CgtraceError(f"{self._pending[0][0]}: write failed ({error.strerror or error}); "
+                               "free disk space or choose another path with -o") from None
+        finally:
+            self.discard()
+
+    def discard(self) -> None:
+        """Remove every temporary file not moved into place."""
+        for writer in self._writers:
+            writer.release()
+        self._writers.clear()
+        for _, temp_name in self._pending:
+            with contextlib.suppress(OSError):
+                os.unlink(temp_name)
+        self._pending.clear()
+
+    def __enter__(self) -> "AtomicFiles":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.discard()
+
+
+class _OwnedDirectWriter(DirectWriter):
+    """A DirectWriter that owns its descriptor: `close` finishes the file and closes it,
+    `release` only closes it (a file being abandoned needs no last write)."""
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            super().close()
+            self.release()
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+@contextlib.contextmanager
+def atomic_output(path: Path, overwrite: bool, check: Optional[Check] = None) -> Iterator[DirectWriter]:
+    """One output: a writer to a temporary file that replaces `path` only if the block finishes
+    (and `check` accepts it)."""
+    with AtomicFiles(overwrite) as files:
+        stream = files.create(path)
+        try:
+            yield stream
+            stream.close()
+        except OSError as error:
+            raise CgtraceError(f"{path}: write failed ({error.strerror or error}); "
+                               "free disk space or choose another path with -o") from None
+        files.commit(check)
+
+
+def _parent(path: Path) -> Path:
+    return path.parent if str(path.parent) else Path(".")
+
+
+def _current_umask() -> int:
+    """mkstemp creates 0600 files; give the output the permissions a plain open() would."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,134 @@
+"""Finding a trace's traceEvents array and cutting it into pieces that decode one at a time.
+
+Decoding the whole array at once keeps a Raw object per event alive (a million events: about
+64 MB, and the fragmented heap they leave behind stays with the process) and touches every
+page of the input at once. Piece by piece, only one piece's events are alive and the reader
+can release the input's pages as it goes.
+
+A cut goes between two events, at `}` `,` `{`. The same bytes can occur inside a string or a
+nested value; then the piece does not decode on its own (a cut inside a string leaves it
+unterminated, one inside a nested value leaves a bracket open), and the piece grows to the
+next candidate. So a piece that decodes holds exactly whole events, and any document this
+cannot cut cleanly is read whole by the caller instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Callable, Iterator, Optional, Sequence
+
+import msgspec
+
+PIECE_BYTES = 1 << 22
+_KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
+_BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+NON_SPACE = re.compile(rb"[^ \t\r\n]")
+HEADER_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])   # a document's top-level keys, values raw
+RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])      # an array's elements, raw
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
+_END_CANDIDATES = 16     # ']' positions tried, from the end, as the array's close
+_LAST_PIECE_TRIES = 4    # cut candidates tried before that close
+_LAST_PIECE_WINDOW = 1 << 20
+
+
+class PiecesFailed(Exception):
+    """The document cannot be cut cleanly (or is not valid JSON): read it whole."""
+
+
+@dataclass
+class EventsLayout:
+    header: dict[str, msgspec.Raw]  # every top-level key but traceEvents
+    start: int                      # first byte inside the array
+    end: int                        # the array's closing ']'
+
+
+def locate_events(text) -> Optional[EventsLayout]:
+    """Where the events are, checked: the header decodes and the last piece decodes.
+    None when the document does not have the expected shape."""
+    first = NON_SPACE.search(text)
+    if first is None:
+        return None
+    header_of: Callable[[int], Optional[dict]]
+    if text[first.start():first.start() + 1] == b"[":
+        open_at, header_of = first.start(), lambda end: {}
+    else:
+        match = _KEY.search(text)
+        if match is None:
+            return None
+        open_at = match.end() - 1
+        header_of = lambda end: _header(text, open_at, end)  # noqa: E731
+    end = len(text)
+    for _ in range(_END_CANDIDATES):
+        end = text.rfind(b"]", open_at + 1, end)
+        if end < 0:
+            return None
+        header = header_of(end)
+        if header is not None and _last_piece_decodes(text, open_at + 1, end):
+            return EventsLayout(header, open_at + 1, end)
+    return None
+
+
+def _header(text, open_at: int, end: int) -> Optional[dict]:
+    try:
+        header = HEADER_DECODER.decode(text[:open_at + 1] + text[end:])
+    except _DECODE_ERRORS:
+        return None
+    events = header.pop("traceEvents", None)
+    return header if events is not None and bytes(events) == b"[]" else None
+
+
+def _last_piece_decodes(text, start: int, end: int) -> bool:
+    window_start = max(start, end - _LAST_PIECE_WINDOW)
+    cuts = [m.end() - 1 for m in _BOUNDARY.finditer(text, window_start, end)][-_LAST_PIECE_TRIES:]
+    if window_start == start:
+        cuts.insert(0, start)
+    for cut in reversed(cuts):
+        try:
+            RAW_LIST_DECODER.decode(_bracketed(text, cut, end))
+            return True
+        except _DECODE_ERRORS:
+            continue
+    return False
+
+
+def iter_pieces(text, layout: EventsLayout, decoders: Sequence[msgspec.json.Decoder] = ()
+                ) -> Iterator[tuple[list, int, int]]:
+    """(the piece's events, its start and end offsets in `text`), in file order. A piece is
+    decoded by the first of `decoders` that takes it whole, else as raw events (one Raw each),
+    which any JSON array gives: only a piece cut inside an event fails that."""
+    start, end = layout.start, layout.end
+    while start < end:
+        search_from = start + PIECE_BYTES
+        while True:
+            match = _BOUNDARY.search(text, search_from, end) if search_from < end else None
+            cut, next_start = (match.start() + 1, match.end() - 1) if match else (end, end)
+            events = _decoded(_bracketed(text, start, cut), decoders)
+            if events is None:
+                if match is None:
+                    raise PiecesFailed()
+                search_from = match.end()
+                continue
+            yield events, start, cut
+            start = next_start
+            break
+
+
+def raw_events(text, start: int, end: int) -> list[msgspec.Raw]:
+    """The raw events of the piece `text[start:end]` that iter_pieces gave."""
+    return RAW_LIST_DECODER.decode(_bracketed(text, start, end))
+
+
+def _decoded(piece: bytes, decoders: Sequence[msgspec.json.Decoder]) -> Optional[list]:
+    for decoder in (*decoders, RAW_LIST_DECODER):
+        try:
+            return decoder.decode(piece)
+        except _DECODE_ERRORS:
+            continue
+    return None
+
+
+def _bracketed(text, start: int, end: int) -> bytes:
+    """`[` + text[start:end] + `]` in one copy (the text may be a memory map)."""
+    with memoryview(text) as view:
+        return b"".join((b"[", view[start:end], b"]"))

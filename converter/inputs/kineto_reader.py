@@ -1,0 +1,538 @@
+"""Chrome-JSON (Kineto) trace -> trace model.
+
+Decoding uses msgspec with a typed event struct: measured at about 3x orjson on Kineto
+traces, and it keeps `args` as raw JSON text (no dicts built for millions of events).
+"""
+
+from __future__ import annotations
+
+import codecs
+import mmap
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import msgspec
+
+from .. import progress
+from ..errors import CgtraceError
+from ..model import ArgsStore, CounterSample, Slice, Trace, decode_json, encode_json
+from ..model.builder import TraceBuilder
+from .event_pieces import (HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, iter_pieces,
+                           locate_events, raw_events)
+from .flows import FlowEvent, bind_flows
+from .source import read_input_bytes
+
+# Floats carry ns exactly only below 2**40 us (~12 days) of relative time; old traces write
+# absolute microseconds with a ns fraction (19 digits), so those are re-read as Decimal.
+_FLOAT_EXACT_LIMIT_US = float(1 << 40)
+_NO_ARGS = msgspec.Raw(b"")
+_THREAD_SCOPED = frozenset(("X", "B", "E", "s", "t", "f"))
+# End events take their name from the begin; flow names are not shown anywhere.
+_NAME_OPTIONAL = frozenset(("E", "e", "s", "t", "f"))
+
+
+class _Event(msgspec.Struct, gc=False):
+    ph: Any = None
+    name: Any = None
+    cat: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    id2: Any = None
+    bp: Any = None
+    s: Any = None
+    args: msgspec.Raw = _NO_ARGS
+
+
+class _ExactEvent(_Event, gc=False):
+    ts: Optional[Decimal] = None
+    dur: Optional[Decimal] = None
+
+
+class _ExactTs(msgspec.Struct, gc=False):
+    ts: Optional[Decimal] = None
+
+
+_EVENT = msgspec.json.Decoder(_Event)
+_EVENT_LIST = msgspec.json.Decoder(list[_Event])
+_EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
+_EXACT_TS = msgspec.json.Decoder(_ExactTs)
+_UTF8_CHUNK = 1 << 24
+_MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 nanoseconds: beyond, trace_processor drops or wraps them
+
+
+def read_trace(path: Path, strict: bool = False, args: Optional[ArgsStore] = None) -> Trace:
+    """Parse a Kineto/Chrome JSON trace file; malformed files raise CgtraceError. The slices'
+    raw args go to `args` (the caller's choice of store; default: in memory)."""
+    text = read_input_bytes(path)
+    try:
+        return parse_trace_text(text, strict=strict, args=args)
+    except CgtraceError as error:
+        raise CgtraceError(f"{path}: {error.message}") from None
+    except RecursionError:
+        raise CgtraceError(f"{path}: JSON nested too deeply to read (about 1000 levels or more); "
+                           "re-export the trace without such deeply nested args") from None
+
+
+def parse_trace_text(text: bytes | bytearray | mmap.mmap, strict: bool = False,
+                     args: Optional[ArgsStore] = None) -> Trace:
+    layout, trace = locate_events(text), None
+    store = args if args is not None else ArgsStore()
+    if layout is not None:
+        try:
+            trace = _parse_in_pieces(text, layout, store)
+        except PiecesFailed:
+            pass  # not cut cleanly: read whole below, which also names any JSON error
+    if trace is None:
+        trace = _parse_whole(text, store)
+    if strict and trace.skipped:
+        reasons = ", ".join(f"{reason}: {count}" for reason, count in sorted(trace.skipped.items()))
+        raise CgtraceError(f"unusable events ({reasons}); fix the trace or run without --strict to skip them")
+    return trace
+
+
+def _parse_in_pieces(text: Any, layout: EventsLayout, store: ArgsStore) -> Trace:
+    """The usual path: the events array a piece at a time, releasing the input behind it."""
+    _check_utf8(text, 0, layout.start)
+    header = {key: decode_json(raw) for key, raw in layout.header.items()}
+    trace = Trace(metadata=header, args=store)
+    builder = _KinetoEvents(trace, base_ns=_base_time(header))
+    checked, total = layout.start, len(text)
+    # A piece is decoded whole into events where it can be: one pass over its bytes, not two.
+    for events, start, end in iter_pieces(text, layout, (_EVENT_LIST,)):
+        _check_utf8(text, checked, end)
+        builder.add_events(events, lambda: raw_events(text, start, end))  # noqa: B023 (called at once)
+        del events
+        if isinstance(text, mmap.mmap):
+            # Finished pages go (read again, they refault from the page cache).
+            text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))
+        progress.report(f"parsing events: {end * 100 // total}%")
+        checked = end
+    _check_utf8(text, layout.end, total)
+    builder.finish()
+    return trace
+
+
+def _parse_whole(text: Any, store: ArgsStore) -> Trace:
+    """Any other valid document (or the precise error for an invalid one), decoded at once."""
+    header, events_text = _split_document(text)
+    _check_utf8(text, 0, len(text))
+    try:
+        events = RAW_LIST_DECODER.decode(events_text)
+    except msgspec.ValidationError:
+        raise CgtraceError("'traceEvents' is not a list, so not a Chrome/Kineto trace; "
+                           "pass a PyTorch profiler trace (.json or .json.gz)") from None
+    except msgspec.DecodeError as error:
+        raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
+    trace = Trace(metadata=header, args=store)
+    builder = _KinetoEvents(trace, base_ns=_base_time(header))
+    builder.add_events(events)
+    del events
+    builder.finish()
+    return trace
+
+
+def _check_utf8(text, start: int, end: int) -> None:
+    """msgspec checks UTF-8 only in the strings it decodes, and args stay raw JSON until written.
+
+    Checked in chunks (the text may be a memory-mapped file); ASCII chunks, nearly all of a
+    Kineto trace, skip the decoder."""
+    decoder, view = codecs.getincrementaldecoder("utf-8")(), memoryview(text)
+    offset = start
+    try:
+        for offset in range(start, end, _UTF8_CHUNK):
+            chunk = bytes(view[offset:min(offset + _UTF8_CHUNK, end)])
+            if not (chunk.isascii() and not decoder.getstate()[0]):
+                decoder.decode(chunk)
+        decoder.decode(b"", final=True)
+    except UnicodeDecodeError as error:
+        raise CgtraceError(f"not valid JSON (invalid UTF-8 at byte {offset + error.start}); the file is corrupt: "
+                           "re-export the trace") from None
+    finally:
+        view.release()
+
+
+def _split_document(text) -> tuple[dict, msgspec.Raw]:
+    first = NON_SPACE.search(text)
+    if first is None:
+        raise CgtraceError("file is empty; pass a PyTorch profiler trace (.json or .json.gz)")
+    stripped = text[first.start():first.start() + 1]
+    if stripped[:1] == b"[":
+        # The bare JSON-array form of the Chrome trace format: the events alone.
+        return {}, msgspec.Raw(text)
+    if stripped[:1] != b"{":
+        raise CgtraceError("not a JSON trace (it must start with '{' or '['); pass a PyTorch profiler trace")
+    try:
+        top = HEADER_DECODER.decode(text)
+    except msgspec.DecodeError as error:
+        raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
+    events_text = top.pop("traceEvents", None)
+    if events_text is None:
+        raise CgtraceError("no 'traceEvents' key, so not a Chrome/Kineto trace; "
+                           "pass a PyTorch profiler trace (.json or .json.gz)")
+    header = {key: decode_json(raw) for key, raw in top.items()}
+    return header, events_text
+
+
+def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
+    """One event, or None when it is not a JSON object; ts/dur exact to the nanosecond."""
+    try:
+        event = _EVENT.decode(raw)
+    except msgspec.ValidationError:
+        try:
+            return _EXACT_EVENT.decode(raw)  # a ts or dur beyond double range (1e400)
+        except msgspec.ValidationError:
+            return None
+    except msgspec.DecodeError as error:  # e.g. invalid UTF-8 inside a string, which the list pass skips over
+        raise CgtraceError(f"not valid JSON ({error}); the file is corrupt: re-export the trace") from None
+    ts = event.ts
+    if type(ts) is float and not -_FLOAT_EXACT_LIMIT_US < ts < _FLOAT_EXACT_LIMIT_US:
+        try:
+            event = _EXACT_EVENT.decode(raw)
+        except msgspec.ValidationError:  # e.g. "dur": [1]: keep the event (bad_dur says why), ts exact
+            event.ts = _EXACT_TS.decode(raw).ts
+    return event
+
+
+def _base_time(header: dict) -> int:
+    base = header.get("baseTimeNanoseconds")
+    if isinstance(base, int) and not isinstance(base, bool):
+        return base
+    if isinstance(base, str) and base.strip().isascii() and base.strip().isdigit() and len(base.strip()) <= 20:
+        return int(base)
+    return 0
+
+
+def to_ns(value) -> Optional[int]:
+    """Microseconds (int, float or Decimal) -> integer nanoseconds, rounding half to even."""
+    kind = type(value)
+    if kind is int:
+        return value * 1000
+    if kind is float:
+        if value != value or value in (float("inf"), float("-inf")):
+            return None
+        return round(value * 1000)
+    if kind is Decimal:
+        if not value.is_finite():
+            return None
+        return int((value * 1000).to_integral_value())
+    return None
+
+
+class _KinetoEvents(TraceBuilder):
+    """Turns decoded Kineto events into model objects, one handler per Chrome phase."""
+
+    def __init__(self, trace: Trace, base_ns: int):
+        super().__init__(trace)
+        self.base_ns = base_ns
+        self.open_begins: dict[tuple[Any, Any], list[tuple[int, _Event]]] = {}
+        self.open_async: dict[tuple[Any, ...], list[tuple[int, _Event]]] = {}
+        self.flow_events: list[FlowEvent] = []
+        self.metadata_events: list[_Event] = []
+
+    # -- events -------------------------------------------------------------------------
+    def add_events(self, items: list, raw_piece: Optional[Callable[[], list[msgspec.Raw]]] = None) -> None:
+        """Convert event by event, releasing each as it is done. `items` are decoded events or
+        raw ones (decoded here); a decoded event whose float ts cannot hold its nanoseconds is
+        decoded again, exactly, from `raw_piece()`: the same events, raw."""
+        skipped = self.trace.skipped
+        handlers = {
+            "X": self._complete, "B": self._begin, "E": self._end,
+            "i": self._instant, "I": self._instant, "C": self._counter,
+            "s": self._flow, "t": self._flow, "f": self._flow,
+            "b": self._async_begin, "e": self._async_end, "n": self._async_instant,
+        }
+        decode, raws = _EVENT.decode, None
+        self.trace.events_read += len(items)
+        for index in range(len(items)):
+            item = items[index]
+            items[index] = None
+            raw = None
+            if type(item) is _Event:
+                event = item
+            else:  # decode_event's usual case, inline (a call per event is measurable)
+                raw = item
+                try:
+                    event = decode(raw)
+                except msgspec.MsgspecError:
+                    event = None
+            if event is None or (type(event.ts) is float
+                                 and not -_FLOAT_EXACT_LIMIT_US < event.ts < _FLOAT_EXACT_LIMIT_US):
+                if raw is None:
+                    assert raw_piece is not None  # items were decoded only where their raw piece is at hand
+                    raws = raws or raw_piece()
+                    raw = raws[index]
+                event = decode_event(raw)  # not an object, beyond float range, or a ts needing Decimal
+            if event is None:
+                skipped["event_not_an_object"] += 1
+                continue
+            ph = event.ph
+            if ph == "M":
+                self.metadata_events.append(event)
+                continue
+            handler = handlers.get(ph) if type(ph) is str else None
+            if handler is None:
+                skipped["unsupported_phase" if isinstance(ph, str) else "missing_phase"] += 1
+                continue
+            if type(event.pid) is int and type(event.tid) is int and type(event.name) is str \
+                    and type(event.cat) is str:
+                problem = handler(event)  # identities all well typed: nothing for _identity_problem to do
+            else:
+                problem = self._identity_problem(event) or handler(event)
+            if problem is not None:
+                skipped[problem] += 1
+
+    def _identity_problem(self, event: _Event) -> Optional[str]:
+        kind = type(event.pid)
+        if kind is not int and kind is not str:
+            return "missing_pid" if event.pid is None else "bad_pid_or_tid"
+        if event.ph in _THREAD_SCOPED or (event.ph in "iI" and event.s not in ("g", "p")):
+            kind = type(event.tid)
+            if kind is not int and kind is not str:
+                return "missing_tid" if event.tid is None else "bad_pid_or_tid"
+        name = event.name
+        if type(name) is not str:
+            if name is None and event.ph not in _NAME_OPTIONAL:
+                return "missing_name"
+            event.name = "" if name is None else str(name)
+        cat = event.cat
+        if type(cat) is not str:
+            event.cat = "" if cat is None else str(cat)
+        return None
+
+    def _times(self, event: _Event, need_dur: bool):
+        ts = to_ns(event.ts)
+        if ts is None:
+            return None, None, "missing_ts" if event.ts is None else "bad_ts"
+        ts += self.base_ns
+        if not 0 <= ts <= _MAX_NS:
+            return None, None, "ts_out_of_range"
+        if not need_dur:
+            return ts, None, None
+        dur = to_ns(event.dur)
+        if dur is None:
+            return None, None, "missing_dur" if event.dur is None else "bad_dur"
+        if dur < 0:
+            return None, None, "negative_dur"
+        if dur > _MAX_NS - ts:
+            return None, None, "ts_out_of_range"
+        return ts, dur, None
+
+    def _args(self, event: _Event):
+        """A reference to the raw JSON args text, or None when absent or empty ("{}")."""
+        raw = event.args
+        return self.args.add(raw) if len(raw) > 2 else None
+
+    def _complete(self, event: _Event):
+        ts, dur = event.ts, event.dur
+        if type(ts) is float and type(dur) is float and dur >= 0:
+            ts, dur = round(ts * 1000) + self.base_ns, round(dur * 1000)  # the common case, inline
+            if not 0 <= ts <= _MAX_NS - dur:
+                return "ts_out_of_range"
+        else:
+            ts, dur, problem = self._times(event, need_dur=True)
+            if problem:
+                return problem
+        key = (event.pid, event.tid)
+        track = self.thread_tracks.get(key) or self.thread_track(*key)
+        strings = self.strings
+        name, cat, args = event.name, event.cat, event.args
+        self.trace.slices.append(Slice(
+            ts, dur, strings.get(name) or self.intern(name), strings.get(cat) or self.intern(cat),
+            self.args.add(args) if len(args) > 2 else None, track))  # _args, inline
+        return None
+
+    def _begin(self, event: _Event):
+        ts, _, problem = self._times(event, need_dur=False)
+        if problem:
+            return problem
+        self.open_begins.setdefault((event.pid, event.tid), []).append((ts, event))
+        return None
+
+    def _end(self, event: _Event):
+        ts, _, problem = self._times(event, need_dur=False)
+        if problem:
+            return problem
+        stack = self.open_begins.get((event.pid, event.tid))
+        if not stack:
+            return "end_without_begin"
+        begin_ts, begin = stack.pop()
+        if ts < begin_ts:
+            return "end_before_begin"
+        args = self._merged_args(begin, event)
+        track = self.thread_track(begin.pid, begin.tid)
+        self.trace.slices.append(
+            Slice(begin_ts, ts - begin_ts, self.intern(begin.name), self.intern(begin.cat), args, track))
+        return None
+
+    def _merged_args(self, begin: _Event, end: _Event):
+        """Chrome merges an E event's args into its B slice."""
+        if len(end.args) <= 2:
+            return self._args(begin)
+        if len(begin.args) <= 2:
+            return self._args(end)
+        return self.args.add(encode_json({**_decoded_args(begin), **_decoded_args(end)}))
+
+    def _instant(self, event: _Event):
+        ts, _, problem = self._times(event, need_dur=False)
+        if problem:
+            return problem
+        scope = event.s
+        if scope == "g":
+            track = self.global_track()
+        elif scope == "p":
+            track = self.process_track(event.pid)
+        else:
+            track = self.thread_track(event.pid, event.tid)
+        self.trace.slices.append(
+            Slice(ts, 0, self.intern(event.name), self.intern(event.cat), self._args(event), track,
+                  is_instant=True))
+        return None
+
+    def _counter(self, event: _Event):
+        ts, _, problem = self._times(event, need_dur=False)
+        if problem:
+            return problem
+        values = _decoded_args(event)
+        series_name = event.name if event.id is None else f"{event.name} {event.id}"
+        added = False
+        for key, value in values.items():
+            if type(value) not in (int, float) or value != value or type(value) is int and abs(value) >= 1 << 1000:
+                continue  # not a number, NaN, or an int beyond double range
+            self.trace.counters.append(CounterSample(ts, float(value), self.counter_track(event.pid, series_name, key)))
+            added = True
+        return None if added else "counter_without_values"
+
+    def _flow(self, event: _Event):
+        ts = event.ts
+        if type(ts) is float:  # the common case, inline (as in _complete)
+            ts = round(ts * 1000) + self.base_ns
+            if not 0 <= ts <= _MAX_NS:
+                return "ts_out_of_range"
+        else:
+            ts, _, problem = self._times(event, need_dur=False)
+            if problem:
+                return problem
+        flow_id = event.id if event.id is not None else event.id2
+        if flow_id is None:
+            return "flow_without_id"
+        if type(flow_id) is not int:
+            flow_id = _hashable(flow_id)
+        ph = event.ph
+        key = (event.pid, event.tid)
+        self.flow_events.append(FlowEvent(
+            event.cat, flow_id, ph, ts, self.thread_tracks.get(key) or self.thread_track(*key),
+            ph != "f" or event.bp == "e"))
+        return None
+
+    def _async_key(self, event: _Event):
+        async_id = event.id if event.id is not None else event.id2
+        if async_id is None:
+            return None
+        return (event.pid, event.cat, _hashable(async_id))
+
+    def _async_begin(self, event: _Event):
+        ts, _, problem = self._times(event, need_dur=False)
+        key = self._async_key(event)
+        if problem or key is None:
+            return problem or "async_without_id"
+        self.open_async.setdefault(key, []).append((ts, event))
+        return None
+
+    def _async_end(self, event: _Event):
+        ts, _, problem = self._times(event, need_dur=False)
+        key = self._async_key(event)
+        if problem or key is None:
+            return problem or "async_without_id"
+        stack = self.open_async.get(key)
+        if not stack:
+            return "async_end_without_begin"
+        begin_ts, begin = stack.pop()
+        if ts < begin_ts:
+            return "end_before_begin"
+        track = self.async_track(key, begin.name)
+        self.trace.slices.append(Slice(
+            begin_ts, ts - begin_ts, self.intern(begin.name), self.intern(begin.cat),
+            self._merged_args(begin, event), track))
+        return None
+
+    def _async_instant(self, event: _Event):
+        ts, _, problem = self._times(event, need_dur=False)
+        key = self._async_key(event)
+        if problem or key is None:
+            return problem or "async_without_id"
+        track = self.async_track(key, event.name)
+        self.trace.slices.append(Slice(
+            ts, 0, self.intern(event.name), self.intern(event.cat), self._args(event), track,
+            is_instant=True))
+        return None
+
+    # -- after all events -----------------------------------------------------------------
+    def finish(self) -> None:
+        skipped = self.trace.skipped
+        for stack in self.open_begins.values():
+            if stack:
+                skipped["begin_without_end"] += len(stack)
+        for stack in self.open_async.values():
+            if stack:
+                skipped["async_begin_without_end"] += len(stack)
+        for event in self.metadata_events:
+            problem = self._metadata(event)
+            if problem:
+                skipped[problem] += 1
+        flows, unbound = bind_flows(self.flow_events, self.trace.slices)
+        self.trace.flows.extend(flows)
+        self.trace.unbound_flows += unbound
+
+    def _metadata(self, event: _Event) -> Optional[str]:
+        kind = type(event.pid)
+        if kind is not int and kind is not str:
+            return "missing_pid"
+        args = _decoded_args(event)
+        if not args:
+            return "metadata_without_args"
+        name = event.name
+        if name == "process_name":
+            value = args.get("name")
+            if isinstance(value, str):
+                self.process(event.pid).name = value
+                return None
+        elif name == "process_labels":
+            value = args.get("labels")
+            if isinstance(value, str):
+                self.process(event.pid).labels = [label for label in value.split(",") if label]
+                return None
+        elif name == "process_sort_index":
+            value = args.get("sort_index")
+            if type(value) is int:
+                self.process(event.pid).sort_index = value
+                return None
+        elif name in ("thread_name", "thread_sort_index"):
+            kind = type(event.tid)
+            if kind is not int and kind is not str:
+                return "missing_tid"
+            # A named thread keeps its name even with no events of its own, so give it its track.
+            thread = self.thread_track(event.pid, event.tid).thread
+            assert thread is not None  # a thread track has its thread
+            if name == "thread_name" and isinstance(args.get("name"), str):
+                thread.name = args["name"]
+                return None
+            if name == "thread_sort_index" and type(args.get("sort_index")) is int:
+                thread.sort_index = args["sort_index"]
+                return None
+        else:
+            return "unsupported_metadata"
+        return "bad_metadata_value"
+
+
+def _decoded_args(event: _Event) -> dict:
+    raw = event.args
+    value = decode_json(raw) if len(raw) > 2 else None
+    return value if isinstance(value, dict) else {}
+
+
+def _hashable(value):
+    return value if isinstance(value, (int, str, float)) else repr(value)

@@ -1,0 +1,318 @@
+"""Merge pipeline-parallel rank traces into one timeline, ranks stacked in pipeline order.
+
+Ranks are read and compacted in worker processes, one rank in memory per worker, twice:
+the first pass finds each rank's PP blocks, the main process pairs every SEND with its RECV
+across ranks and agrees a flow id for each arrow, and the second pass writes each rank's part
+with its arrow ends attached. Parts use their own packet sequence and disjoint pid, tid, uuid
+and flow-id ranges, so they concatenate into one valid trace.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import re
+import shutil
+import tempfile
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, Optional, cast
+
+from ..engine.layout import separate_overlaps
+from ..engine.pp import BlockKey, Extent, link_rank_local, pair_sends_and_receives, pp_group_of
+from ..errors import CgtraceError
+from ..fileio.atomic import atomic_output, check_output_path
+from ..inputs.source import json_size
+from ..lane_rules import load_lane_rules
+from ..model import FlowEnd, RankIdentity, Trace, Track, TrackRole
+from ..outputs.args_accelerator import available_cores
+from ..outputs.perfetto_writer import PerfettoWriter
+from .runner import JobOptions, Prepared, prepare
+from .verify import Expected, verify_output
+
+PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
+_ROOT_UUID = 1 << 62
+_RANK_ID_STRIDE = 1 << 20          # pids and tids of merge position k: (k + 1) << 20 ...
+# For choosing how many ranks to hold at once (measured: see the README's merge table):
+# a rank's model per byte of its JSON, and a process's own interpreter and modules.
+_RANK_BYTES_PER_JSON_BYTE = 1.5
+_PROCESS_BYTES = 24 << 20
+_ENCODED_ARGS_PER_JSON_BYTE = 0.25
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_RANK_TRACE_NAME = re.compile(r"^(rank.*_trace|.*\.pt\.trace)\.json(\.gz)?$")
+
+
+@dataclass
+class RankInfo:
+    """What pass one learns of a rank: identity, clock and the PP blocks' time extents."""
+
+    file: str
+    global_rank: int
+    world_size: Optional[int]
+    pp_group: Optional[tuple[int, ...]]
+    base_time_ns: Optional[int]
+    absolute_clock: bool
+    blocks: dict[BlockKey, Extent] = field(default_factory=dict)
+
+
+@dataclass
+class RankPlan:
+    """What pass two needs: where the rank goes and which arrow ends it carries."""
+
+    file: str
+    position: int
+    pp_rank: int
+    global_rank: int
+    flow_ends: list[tuple[BlockKey, str, int, bool]] = field(default_factory=list)
+    # (block, "first" | "last" fragment, flow id, outgoing)
+    cross_rank_flows: int = 0
+
+
+def find_rank_files(inputs: list[Path]) -> list[Path]:
+    """Explicit files, or the trace files of one directory: those named like rank traces
+    (`rank*_trace.json`, `*.pt.trace.json`) when there are any, so a config or results JSON
+    beside them is left alone; otherwise every JSON file there."""
+    if len(inputs) == 1 and inputs[0].is_dir():
+        directory = inputs[0]
+        files = sorted(p for p in directory.iterdir()
+                       if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith("."))
+        if not files:
+            raise CgtraceError(f"{directory}: no trace files (*.json, *.json.gz); pass a directory of rank traces")
+        named = [p for p in files if _RANK_TRACE_NAME.match(p.name)]
+        return named or files
+    for path in inputs:
+        if not path.is_file():
+            raise CgtraceError(f"{path}: no such file; pass rank trace files or one directory")
+    return list(inputs)
+
+
+def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
+                jobs: Optional[int] = None, assume_aligned: bool = False, pp_group: Optional[int] = None,
+                ranks: Optional[set[int]] = None) -> dict[str, Any]:
+    """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
+    `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
+    only those global ranks. The args strategy "auto" gives pass two's ranks an args helper
+    where cores and memory allow (helper_fits)."""
+    files = find_rank_files(inputs)
+    if len(files) < 2:
+        raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
+    if options.output_format != "perfetto":
+        raise CgtraceError(f"{files[0]}: --format json is not available for merged traces (one JSON document "
+                           "cannot carry the arrows between ranks' parts); leave out --format")
+    load_lane_rules(options.lanes_file)  # fail on bad rules before any work
+    sizes = sorted((json_size(path) for path in files), reverse=True)
+    jobs = max(1, jobs or default_jobs(sizes))
+    helpers = options.args_strategy == "helper" or (options.args_strategy == "auto" and helper_fits(sizes, jobs))
+    scanning = replace(options, compact=True, args_strategy="in-process")
+    writing = replace(scanning, args_strategy="helper" if helpers else "in-process")
+    infos = _in_workers(_scan_rank, [(str(f), scanning) for f in files], jobs, fresh_workers=helpers)
+    if ranks is not None:
+        infos = [info for info in infos if info.global_rank in ranks]
+        if len(infos) < 2:
+            raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; a merge needs two or more")
+    groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
+    if not groups:
+        raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
+    chosen = range(len(groups)) if pp_group is None else [pp_group]
+    if pp_group is not None and not 0 <= pp_group < len(groups):
+        raise CgtraceError(f"--pp-group {pp_group}: the traces hold {len(groups)} pipeline(s), numbered from 0")
+    outputs = {index: output_for_group(index, len(groups)) for index in chosen}
+    for output in outputs.values():
+        check_output_path(output, options.overwrite)
+    results = []
+    for index, output in outputs.items():
+        results.append(_merge_pipeline(groups[index], index, output, writing, jobs, order_source, helpers))
+    for result in results:
+        result.update(ranks_at_once=jobs, args_helpers=helpers)
+    return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
+
+
+def default_jobs(sizes: list[int]) -> int:
+    """How many ranks to hold at once, given their JSON sizes (largest first): as many as there
+    are cores, while the estimated peak stays below the inputs' total size. A rank in memory
+    takes about 1.5x its JSON, so two equal ranks go one at a time (in this process), and
+    eight go two at a time."""
+    total, limit = sum(sizes), min(len(sizes), available_cores())
+    jobs = 1
+    while jobs < limit and _PROCESS_BYTES * (jobs + 2) + _RANK_BYTES_PER_JSON_BYTE * sum(sizes[:jobs + 1]) <= total:
+        jobs += 1
+    return jobs
+
+
+def helper_fits(sizes: list[int], jobs: int) -> bool:
+    """Whether pass two's workers should each have an args helper (background_args.py): only
+    on idle cores, and while the peak, with the encoded args held for writing, stays below
+    the inputs' total size (so not for two ranks of 75 MB, where interpreters dominate)."""
+    if 2 * jobs > available_cores():
+        return False
+    processes = 2 * jobs + 1  # this one, the workers and their helpers
+    rank_bytes = (_RANK_BYTES_PER_JSON_BYTE + _ENCODED_ARGS_PER_JSON_BYTE) * sum(sizes[:jobs])
+    return _PROCESS_BYTES * processes + rank_bytes <= sum(sizes)
+
+
+def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions, jobs: int,
+                    order_source: str, helpers: bool) -> dict[str, Any]:
+    plans = [RankPlan(file=info.file, position=k, global_rank=info.global_rank,
+                      pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
+             for k, info in enumerate(members)]
+    arrows = pair_sends_and_receives([info.blocks for info in members], [info.global_rank for info in members])
+    for end in arrows.ends:
+        plans[end.position].flow_ends.append((end.block, end.which, end.flow_id, end.outgoing))
+    base = min(info.base_time_ns or 0 for info in members)
+    with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent) as scratch:
+        parts = _in_workers(_write_rank_part, [(plan, options, scratch) for plan in plans], jobs,
+                            fresh_workers=helpers)
+        expected = Expected(sum(part.slices for _, _, part in parts),
+                            sum(part.flows for _, _, part in parts) + len(arrows.ends) // 2,
+                            sum(part.counter_samples for _, _, part in parts))
+        verified: dict[str, int] = {}
+
+        def check(temporary: Path, target: Path) -> None:
+            verified.update(verify_output(temporary, expected, options.tp_bin, shown_as=target))
+
+        with atomic_output(output, options.overwrite, check if options.verify else None) as stream:
+            _write_root(cast(BinaryIO, stream))  # a DirectWriter: PerfettoWriter only calls write()
+            for part_path, _, _ in parts:
+                with open(part_path, "rb") as part:
+                    shutil.copyfileobj(part, stream, 1 << 22)
+    per_rank = [summary for _, summary, _ in parts]
+    result = {
+        "output": str(output),
+        "pp_group": group_index,
+        "pp_order_source": order_source,
+        "pp_ranks": [{"pp_rank": plan.pp_rank, "global_rank": plan.global_rank, "file": plan.file} for plan in plans],
+        "time_offsets_ns": [(info.base_time_ns or 0) - base for info in members],
+        "pp_send_recv_pairs": arrows.pairs,
+        "pp_send_recv_unmatched": len(arrows.unmatched),
+        "pp_send_recv_unmatched_examples": arrows.unmatched[:20],
+        "pp_send_recv_retargeted": arrows.retargeted,
+        "pp_send_recv_not_drawn": len(arrows.not_drawn),
+        "pp_send_recv_not_drawn_examples": arrows.not_drawn[:20],
+        "pp_clock_skew_pairs": arrows.skew_pairs,
+        "pp_max_clock_skew_ns": arrows.max_skew,
+        "pp_compute_dependency_pairs": sum(r["pp_compute_dependency_pairs"] for r in per_rank),
+        "pp_compute_dependency_unmatched": sum(r["pp_compute_dependency_unmatched"] for r in per_rank),
+        "pp_unshard_compute_pairs": sum(r["pp_unshard_compute_pairs"] for r in per_rank),
+        "pp_unshard_compute_unmatched": sum(r["pp_unshard_compute_unmatched"] for r in per_rank),
+        "per_rank_compaction": per_rank,
+        "output_bytes": output.stat().st_size,
+    }
+    if verified:
+        result["verified"] = verified
+    return result
+
+
+def _in_workers(function, tasks: list, jobs: int, fresh_workers: bool = False) -> list:
+    """Run tasks in worker processes (one rank in memory each), results in task order. A single
+    job runs in this process unless `fresh_workers`: a process forked from a heap that held
+    earlier ranks (an args helper, a worker) keeps those pages while its parent reuses them."""
+    if not fresh_workers and (jobs == 1 or len(tasks) == 1):
+        return [function(*task) for task in tasks]
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with context.Pool(min(jobs, len(tasks)), maxtasksperchild=1) as pool:
+        return pool.starmap(function, tasks, chunksize=1)
+
+
+def _scan_rank(file: str, options: JobOptions) -> RankInfo:
+    prepared = prepare(Path(file), options, load_lane_rules(options.lanes_file))
+    trace = prepared.trace
+    info = trace.metadata.get("distributedInfo")
+    if not isinstance(info, dict) or not isinstance(info.get("rank"), int):
+        raise CgtraceError(f"{file}: no distributedInfo.rank; a merge needs traces from "
+                           "torch.distributed runs (or pass only such files)")
+    base = trace.metadata.get("baseTimeNanoseconds")
+    group = pp_group_of(info)
+    first_ts = min((s.ts for s in trace.slices), default=0)
+    return RankInfo(
+        file=file, global_rank=info["rank"], world_size=info.get("world_size"),
+        pp_group=tuple(group) if group else None,
+        base_time_ns=base if isinstance(base, int) else None,
+        # Old Kineto traces carry epoch microseconds and no base: already one clock.
+        absolute_clock=not isinstance(base, int) and first_ts > 10**15,
+        blocks={key: block.extent() for key, block in prepared.blocks.items()})
+
+
+def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = False) -> tuple[list[list[RankInfo]], str]:
+    """Pipelines in PP order; with `partial` (--ranks), a pipeline may lack some of its ranks."""
+    ranks = Counter(info.global_rank for info in infos)
+    duplicate = next((rank for rank, n in ranks.items() if n > 1), None)
+    if duplicate is not None:
+        files = [info.file for info in infos if info.global_rank == duplicate]
+        raise CgtraceError(f"{files[1]}: global rank {duplicate} appears twice ({files[0]} too); "
+                           "pass each rank's trace once")
+    sizes = {info.world_size for info in infos}
+    if len(sizes) > 1:
+        raise CgtraceError(f"{infos[0].file}: traces disagree on world_size ({sorted(map(str, sizes))}); "
+                           "they come from different runs: merge one run's traces")
+    for info in infos:
+        if info.base_time_ns is None and not info.absolute_clock and not assume_aligned:
+            raise CgtraceError(f"{info.file}: no baseTimeNanoseconds, so its clock cannot be aligned with the "
+                               "other ranks; pass --assume-aligned if all ranks share one clock")
+    by_rank = {info.global_rank: info for info in infos}
+    groups: dict[tuple[int, ...], list[RankInfo]] = {}
+    for info in infos:
+        if info.pp_group:
+            groups.setdefault(info.pp_group, [])
+    if not groups:
+        return [sorted(infos, key=lambda i: i.global_rank)], "global rank order (no PP group in distributedInfo.pg_config)"
+    pipelines = []
+    for group in sorted(groups, key=min):
+        members = [by_rank[rank] for rank in group if rank in by_rank]
+        if len(members) < len(group) and not partial:
+            missing = ", ".join(map(str, sorted(set(group) - set(by_rank))[:8]))
+            raise CgtraceError(f"{(members or infos)[0].file}: pipeline {list(group)} lacks the trace of global "
+                               f"rank(s) {missing}; pass all ranks of the pipeline")
+        if len(members) >= 2 or not partial:
+            pipelines.append(members)
+    return pipelines, "distributedInfo.pg_config"
+
+
+def _write_rank_part(plan: RankPlan, options: JobOptions, scratch: str) -> tuple[str, dict[str, Any], Expected]:
+    prepared: Prepared = prepare(Path(plan.file), options, load_lane_rules(options.lanes_file))
+    trace, summary, blocks = prepared.trace, prepared.summary, prepared.blocks
+    summary.update(link_rank_local(trace, blocks))
+    for key, which, flow_id, outgoing in plan.flow_ends:
+        trace.flow_ends.append(FlowEnd(blocks[key].fragment(which), flow_id, outgoing))
+    _place_rank(trace, plan)
+    summary["overlaps_moved"] = separate_overlaps(trace)
+    path = Path(scratch) / f"part{plan.position:05d}"
+    stride = plan.position + 1
+    with open(path, "wb") as stream:
+        writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32, flow_id_base=stride << 40)
+        writer.write(trace)
+        writer.close()
+    summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, file=plan.file)
+    return str(path), summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters))
+
+
+def _place_rank(trace: Trace, plan: RankPlan) -> None:
+    """Rename processes after the rank, give ids no other rank uses, hang the GPU lanes under
+    the pipeline root in PP order (the one ordering Perfetto v52 honours above processes)."""
+    trace.rank = RankIdentity(plan.pp_rank, plan.global_rank)
+    prefix = f"PP rank {plan.pp_rank} (global rank {plan.global_rank})"
+    base = (plan.position + 1) * _RANK_ID_STRIDE
+    for index, process in enumerate(trace.processes):
+        process.name = f"{prefix} | {process.short_name}"
+        process.labels = []
+        process.pid = base + index
+    for index, thread in enumerate(trace.threads):
+        # A process's main thread keeps tid == pid; the rest take ids no pid uses.
+        is_main = thread.source_tid == thread.process.source_pid
+        thread.tid = thread.process.pid if is_main else base + _RANK_ID_STRIDE // 2 + index
+    containers = [t for t in trace.tracks if t.role is TrackRole.LANES and t.process is not None]
+    for rank_in_part, container in enumerate(containers):
+        assert container.process is not None  # picked for having one
+        container.name = container.process.display_name
+        container.parent = ROOT_TRACK
+        container.process = None
+        container.order = plan.position * 64 + rank_in_part + 1
+
+
+ROOT_TRACK = Track(name=PIPELINE_ROOT_NAME, orders_children=True, uuid=_ROOT_UUID)
+
+
+def _write_root(stream: BinaryIO) -> None:
+    root_only = Trace(tracks=[ROOT_TRACK])
+    writer = PerfettoWriter(stream, sequence_id=1)
+    writer.write(root_only)
+    writer.close()

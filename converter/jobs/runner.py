@@ -1,0 +1,201 @@
+"""The one job sequence: read -> window -> compact -> PP arrows -> layout -> write -> verify.
+
+convert and compact run it whole; a merge runs its first half per rank (`prepare`) and
+writes each rank's part itself. Every option combination is checked here, once: a
+combination that cannot be honoured is refused before anything is read or written.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, BinaryIO, Optional, cast
+
+from .. import kineto, progress
+from ..engine.compaction import compact
+from ..engine.layout import separate_overlaps
+from ..engine.pp import Block, BlockKey, find_blocks, link_rank_local, pp_rank_of
+from ..engine.window import Window, cut, step_ranges, window_bounds
+from ..errors import CgtraceError
+from ..fileio.args_file import FileArgsStore
+from ..fileio.atomic import AtomicFiles, check_output_path
+from ..inputs.kineto_reader import read_trace
+from ..lane_rules import LaneRules, load_lane_rules
+from ..model import ArgsStore, Trace
+from ..outputs.args_accelerator import accelerated_args_store, cores_to_spare
+from ..outputs.json_writer import ChromeJsonWriter
+from ..outputs.perfetto_writer import PerfettoWriter
+from .verify import Expected, verify_output
+
+PERFETTO_SUFFIX = ".perfetto-trace"
+SUFFIXES = {"perfetto": PERFETTO_SUFFIX, "json": ".json"}
+# in-process: the main process keeps args in a temporary file and encodes them when writing;
+# helper: a forked helper encodes them for Perfetto while the trace is read;
+# auto: the helper where a core is free and the output is Perfetto (the command line's choice).
+ARGS_STRATEGIES = ("in-process", "helper", "auto")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    compact: bool = False
+    lanes_file: Optional[Path] = None
+    strict: bool = False
+    window: Optional[Window] = None
+    split_steps: bool = False
+    output_format: str = "perfetto"
+    args_strategy: str = "in-process"
+    overwrite: bool = False
+    verify: bool = False
+    tp_bin: Optional[str] = None
+
+
+@dataclass
+class Prepared:
+    """A trace read, cut to its window and (for compact) laned, with its summary and PP blocks."""
+
+    trace: Trace
+    summary: dict[str, Any]
+    blocks: dict[BlockKey, Block] = field(default_factory=dict)
+
+
+def default_output_path(input_path: Path, tag: str = "", output_format: str = "perfetto") -> Path:
+    """`trace.json.gz` -> `trace<tag>.perfetto-trace` (or `.json`) beside the input."""
+    name = input_path.name
+    for suffix in (".gz", ".json"):
+        if name.endswith(suffix):
+            name = name[: -len(suffix)]
+    return input_path.with_name(f"{name}{tag}{SUFFIXES[output_format]}")
+
+
+def args_store(strategy: str, output_format: str = "perfetto") -> ArgsStore:
+    """The args store a job reads into, by strategy (see ARGS_STRATEGIES)."""
+    if strategy not in ARGS_STRATEGIES:
+        raise CgtraceError(f"args strategy {strategy!r}: expected one of {', '.join(ARGS_STRATEGIES)}")
+    if strategy == "helper" or (strategy == "auto" and output_format == "perfetto" and cores_to_spare()):
+        return accelerated_args_store(kineto.kernel_label)
+    return FileArgsStore()
+
+
+def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[str, Any]:
+    """convert (or, with `options.compact`, compact) one trace; returns the summary."""
+    rules = load_lane_rules(options.lanes_file) if options.compact else None
+    check_output_path(output_path, options.overwrite)
+    if output_path.exists() and input_path.exists() and output_path.samefile(input_path):
+        raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
+    prepared = prepare(input_path, options, rules)
+    trace, summary = prepared.trace, prepared.summary
+    if rules is not None:
+        summary.update(link_rank_local(trace, prepared.blocks))
+        summary["flows"] = len(trace.flows)
+    summary["overlaps_moved"] = separate_overlaps(trace)
+    summary["tracks"] = len(trace.tracks) + len(trace.processes)
+    summary["slices"] = sum(1 for s in trace.slices if not s.is_instant)
+    if options.split_steps:
+        summary["steps"] = _write_steps(trace, input_path, output_path, options)
+        summary.update(input=str(input_path))
+        return summary
+    with AtomicFiles(options.overwrite) as files:
+        summary.update(_write_file(trace, files, output_path, options.output_format))
+        verified = _commit(files, {output_path: _expected(trace)}, options)
+    if verified:
+        summary["verified"] = verified[output_path]
+    summary.update(input=str(input_path), output=str(output_path), output_bytes=output_path.stat().st_size)
+    return summary
+
+
+def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules]) -> Prepared:
+    """Read, cut to the window and, given lane rules, compact and find the PP blocks."""
+    trace = read_trace(input_path, strict=options.strict, args=args_store(options.args_strategy,
+                                                                           options.output_format))
+    summary = trace_summary(trace)
+    if options.window is not None:
+        trace, cut_summary = cut(trace, *window_bounds(trace, options.window, str(input_path)))
+        summary.update(cut_summary)
+        summary.update(trace_summary(trace))
+    if rules is None:
+        return Prepared(trace, summary)
+    summary.update(compact(trace, rules))
+    pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata)
+    summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source)
+    return Prepared(trace, summary, find_blocks(trace, rules))
+
+
+def write_trace(trace: Trace, stream: BinaryIO, output_format: str = "perfetto") -> dict[str, Any]:
+    """Write one trace in the chosen format; the JSON writer reports how it placed times and arrows."""
+    progress.report(f"writing {len(trace.slices)} slices")
+    if output_format == "json":
+        return ChromeJsonWriter(stream).write(trace)
+    writer = PerfettoWriter(stream)
+    writer.write(trace)
+    writer.close()
+    return {}
+
+
+def _write_file(trace: Trace, files: AtomicFiles, path: Path, output_format: str) -> dict[str, Any]:
+    stream = files.create(path)
+    written = write_trace(trace, cast(BinaryIO, stream), output_format)  # a DirectWriter: the writers only call write()
+    stream.close()
+    return written
+
+
+def _expected(trace: Trace) -> Expected:
+    return Expected(len(trace.slices), len(trace.flows), len(trace.counters))
+
+
+def _commit(files: AtomicFiles, expected: dict[Path, Expected], options: JobOptions) -> dict[Path, dict[str, int]]:
+    """Move the files into place, each first reloaded and checked when --verify asks."""
+    verified: dict[Path, dict[str, int]] = {}
+
+    def check(temporary: Path, target: Path) -> None:
+        progress.report(f"verifying {target.name}")
+        verified[target] = verify_output(temporary, expected[target], options.tp_bin, shown_as=target)
+
+    files.commit(check if options.verify else None)
+    return verified
+
+
+def _write_steps(trace: Trace, input_path: Path, output_path: Path, options: JobOptions) -> list[dict[str, Any]]:
+    """One file per ProfilerStep, `<output stem>_step<N>.perfetto-trace` (or `.json`); all of
+    them appear (verified, where asked) or none does."""
+    ranges = step_ranges(trace)
+    if not ranges:
+        raise CgtraceError(f"{input_path}: no ProfilerStep#N slices, so it cannot be split by step; "
+                           "use --window START:END instead")
+    suffix = SUFFIXES[options.output_format]
+    stem = output_path.name[: -len(suffix)] if output_path.name.endswith(suffix) else output_path.stem
+    paths = {step: output_path.with_name(f"{stem}_step{step}{suffix}") for step in sorted(ranges)}
+    for path in paths.values():
+        check_output_path(path, options.overwrite)
+    written, expected = [], {}
+    with AtomicFiles(options.overwrite) as files:
+        for step, path in paths.items():
+            step_trace, cut_summary = cut(trace, *ranges[step])
+            _write_file(step_trace, files, path, options.output_format)
+            expected[path] = _expected(step_trace)
+            written.append({"step": step, "output": str(path), "slices": len(step_trace.slices),
+                            "flows": len(step_trace.flows),
+                            "flows_dropped_by_window": cut_summary["flows_dropped_by_window"]})
+        verified = _commit(files, expected, options)
+    for entry in written:
+        path = Path(entry["output"])
+        entry["output_bytes"] = path.stat().st_size
+        if path in verified:
+            entry["verified"] = verified[path]
+    return written
+
+
+def trace_summary(trace: Trace) -> dict[str, Any]:
+    instants = sum(1 for s in trace.slices if s.is_instant)
+    return {
+        "events_read": trace.events_read,
+        "events_skipped": sum(trace.skipped.values()),
+        "skipped_by_reason": dict(sorted(trace.skipped.items())),
+        "slices": len(trace.slices) - instants,
+        "instants": instants,
+        "counter_samples": len(trace.counters),
+        "flows": len(trace.flows),
+        "flows_unbound": trace.unbound_flows,
+        "processes": len(trace.processes),
+        "threads": len(trace.threads),
+        "tracks": len(trace.tracks) + len(trace.processes),
+    }

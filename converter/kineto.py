@@ -1,0 +1,46 @@
+"""Kineto's vocabulary: the categories, names and conventions of PyTorch profiler traces.
+
+Every stage that needs to know what a Kineto trace means asks here, so a rule (what a
+ProfilerStep is, where a CUDA-graph kernel carries its label) is written once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Optional
+
+import msgspec
+
+# GPU activity (current names, then the 2021 ones) and the record_function regions projected
+# onto GPU streams; the lane rules start from these and may change them.
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
+GPU_ANNOTATION_CATEGORIES = ("gpu_user_annotation",)
+KERNEL_CATEGORIES = ("kernel", "Kernel")
+CUDA_GRAPH_LAUNCH = "cudaGraphLaunch"
+
+_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # more digits are no step number int() takes
+
+
+def profiler_step(name: str) -> Optional[int]:
+    """The step number of a `ProfilerStep#N` slice name, else None."""
+    match = _PROFILER_STEP.match(name)
+    return int(match.group(1)) if match else None
+
+
+class _Named(msgspec.Struct):
+    name: Any = None
+
+
+_decode_name = msgspec.json.Decoder(_Named).decode
+
+
+def kernel_label(args: Optional[bytes]) -> Optional[str]:
+    """args.name when it is a non-empty string: where CUDA-graph kernels carry the label of the
+    region they were captured in. `args` is the raw JSON text of a slice's args."""
+    if args is None or b'"name"' not in args:
+        return None
+    try:
+        name = _decode_name(args).name  # skips the other keys: a third of decoding them all
+    except msgspec.MsgspecError:  # not an object, or a number beyond range
+        return None
+    return name if type(name) is str and name else None

@@ -1,0 +1,198 @@
+"""Lane rules: which GPU slices go to which lane group, in which order, under which label.
+
+The built-in rules are TOML text, the same format `--lanes FILE` reads, so users change
+grouping without editing code and `cgtrace lanes --print-default` prints a starting point.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+from . import kineto
+from .errors import CgtraceError
+from .model import LaneGroup, LaneKind
+
+DEFAULT_LANES_TOML = r'''# cgtrace lane rules. Pass a copy with --lanes FILE.
+# GPU slices (categories below) are grouped by the first rule whose regexes match
+# (Python `re.search`; `name` and/or `category`); unmatched slices go to `default_group`.
+# Each group becomes lanes "<label>", "<label> 2", ... in the order of [[groups]].
+# A group's `kind` (compute, communication, memory or other) is what `cgtrace report`
+# counts it as: busy time, exposed communication. Without one, the default group is
+# compute and any other group is other.
+
+gpu_categories = ["kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset"]
+annotation_categories = ["gpu_user_annotation"]
+default_group = "compute"
+# Pipeline-parallel annotations (torch.distributed.pipelining): record_function("PP:" + action).
+pp_pattern = '^PP:(?P<stage>\d+)(?P<action>SEND_F|RECV_F|SEND_B|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD|F|B|I|W)(?P<microbatch>\d*)$'
+
+[[groups]]
+id = "compute"
+label = "Compute"
+kind = "compute"
+
+[[groups]]
+id = "symm_mem"
+label = "Symmetric memory"
+kind = "communication"
+
+[[groups]]
+id = "nccl_all_gather"
+label = "NCCL all-gather"
+kind = "communication"
+
+[[groups]]
+id = "nccl_reduce_scatter"
+label = "NCCL reduce-scatter"
+kind = "communication"
+
+[[groups]]
+id = "nccl_all_reduce"
+label = "NCCL all-reduce"
+kind = "communication"
+
+[[groups]]
+id = "nccl_other"
+label = "NCCL other"
+kind = "communication"
+
+[[groups]]
+id = "memcpy"
+label = "Memcpy"
+kind = "memory"
+
+[[groups]]
+id = "memset"
+label = "Memset"
+kind = "memory"
+
+[[rules]]
+category = '(?i)^(gpu_)?memcpy$'
+group = "memcpy"
+
+[[rules]]
+category = '(?i)^(gpu_)?memset$'
+group = "memset"
+
+[[rules]]
+name = '(?i)symmetric_memory|symm_mem|symmmem'
+group = "symm_mem"
+
+[[rules]]
+name = '(?i)nccl.*(all_?gather)'
+group = "nccl_all_gather"
+
+[[rules]]
+name = '(?i)nccl.*(reduce_?scatter)'
+group = "nccl_reduce_scatter"
+
+[[rules]]
+name = '(?i)nccl.*(all_?reduce)'
+group = "nccl_all_reduce"
+
+[[rules]]
+name = '(?i)nccl'
+group = "nccl_other"
+'''
+
+
+@dataclass(frozen=True)
+class Rule:
+    group: str
+    name: Optional[re.Pattern]
+    category: Optional[re.Pattern]
+
+    def matches(self, name: str, category: str) -> bool:
+        return (self.name is None or self.name.search(name) is not None) and \
+            (self.category is None or self.category.search(category) is not None)
+
+
+class LaneRules:
+    """Parsed rules; `group_of` is cached per (name, category), since kernel names repeat."""
+
+    def __init__(self, groups: list[LaneGroup], rules: list[Rule], default_group: str,
+                 gpu_categories: frozenset, annotation_categories: frozenset, pp_pattern: re.Pattern):
+        self.groups = groups
+        self.rules = rules
+        self.default_group = default_group
+        self.gpu_categories = gpu_categories
+        self.annotation_categories = annotation_categories
+        self.pp_pattern = pp_pattern
+        self.group_order = {group.id: index for index, group in enumerate(groups)}
+        self._cache: dict[tuple[str, str], str] = {}
+
+    def group_of(self, name: str, category: str) -> str:
+        key = (name, category)
+        group = self._cache.get(key)
+        if group is None:
+            group = next((rule.group for rule in self.rules if rule.matches(name, category)),
+                         self.default_group)
+            self._cache[key] = group
+        return group
+
+    def group(self, group_id: str) -> LaneGroup:
+        return self.groups[self.group_order[group_id]]
+
+    def label(self, group_id: str) -> str:
+        return self.group(group_id).label
+
+
+def load_lane_rules(path: Optional[Path] = None) -> LaneRules:
+    """The built-in rules, or those in a TOML file; a bad file raises CgtraceError."""
+    source = str(path) if path else "built-in lane rules"
+    try:
+        text = DEFAULT_LANES_TOML if path is None else path.read_text(encoding="utf-8")
+    except OSError as error:
+        raise CgtraceError(f"{path}: cannot read lane rules ({error.strerror}); check the --lanes path") from None
+    try:
+        data = tomllib.loads(text)
+        return _parse(data)
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, re.error) as error:
+        raise CgtraceError(f"{source}: invalid lane rules ({error}); start from "
+                           "`cgtrace lanes --print-default`") from None
+
+
+def _parse(data: dict) -> LaneRules:
+    default_group = data.get("default_group", data["groups"][0]["id"] if data["groups"] else None)
+    groups = [LaneGroup(id=str(g["id"]), label=str(g["label"]), kind=_kind(g, default_group)) for g in data["groups"]]
+    ids = {group.id for group in groups}
+    if len(ids) != len(groups) or not groups:
+        raise ValueError("[[groups]] must list at least one group, each id once")
+    rules = []
+    for rule in data.get("rules", []):
+        if rule["group"] not in ids:
+            raise ValueError(f"rule names unknown group {rule['group']!r}")
+        if "name" not in rule and "category" not in rule:
+            raise ValueError("each rule needs `name` and/or `category`")
+        rules.append(Rule(group=rule["group"],
+                          name=re.compile(rule["name"]) if "name" in rule else None,
+                          category=re.compile(rule["category"]) if "category" in rule else None))
+    if default_group not in ids:
+        raise ValueError(f"default_group {default_group!r} is not a group")
+    pp_pattern = re.compile(data.get("pp_pattern", r"^PP:(?P<stage>\d+)(?P<action>[A-Z_]+)(?P<microbatch>\d*)$"))
+    if not {"stage", "action", "microbatch"} <= set(pp_pattern.groupindex):
+        raise ValueError("pp_pattern needs the named groups stage, action and microbatch")
+    return LaneRules(groups, rules, default_group,
+                     frozenset(data.get("gpu_categories", kineto.GPU_CATEGORIES)),
+                     frozenset(data.get("annotation_categories", kineto.GPU_ANNOTATION_CATEGORIES)),
+                     pp_pattern)
+
+
+def _kind(group: dict, default_group: object) -> LaneKind:
+    kind = group.get("kind")
+    if kind is None:
+        return LaneKind.COMPUTE if group["id"] == default_group else LaneKind.OTHER
+    try:
+        return LaneKind(kind)
+    except ValueError:
+        raise ValueError(f"group {group['id']!r}: kind {kind!r} is not one of "
+                         f"{', '.join(k.value for k in LaneKind)}") from None

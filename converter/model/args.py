@@ -1,0 +1,104 @@
+"""Slice args as the model holds them: raw JSON object text in a store, one int per slice.
+
+Args are about half of a Kineto trace and are only needed again when written, so the model
+never decodes them. A store hands out a reference per entry and gives the text back, alone
+or many at once in one pass (`sweep`). Where the text lives (memory, a temporary file) and
+whether something prepares it ahead for a writer is the store's business: the job picks a
+store, the reader fills it, every consumer asks the same questions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Callable, Iterator, Optional, Protocol
+
+import msgspec
+
+LabelRule = Callable[[bytes], Optional[str]]
+
+_decode = msgspec.json.Decoder().decode
+_decode_lenient = msgspec.json.Decoder(float_hook=float).decode  # 1e400 -> inf, not "Number out of range"
+_encode = msgspec.json.Encoder().encode
+_INFINITY = (msgspec.Raw(b"-1e999"), msgspec.Raw(b"1e999"))  # decode_json reads these back as -inf, inf
+
+
+def decode_json(text: bytes) -> Any:
+    """Any JSON value: numbers beyond double range become +-inf, ints of thousands of digits
+    (more than int() takes) stay text."""
+    try:
+        return _decode(text)
+    except msgspec.ValidationError:
+        try:
+            return _decode_lenient(text)
+        except msgspec.ValidationError:  # "Integer value out of range"
+            return json.loads(bytes(text), parse_int=_int_or_text)
+
+
+def _int_or_text(digits: str) -> Any:
+    return int(digits) if len(digits) <= 4000 else digits
+
+
+def encode_json(value: Any) -> bytes:
+    """JSON text that `decode_json` reads back as `value` (infinities included)."""
+    return _encode(_finite(value))
+
+
+def _finite(value: Any) -> Any:
+    kind = type(value)
+    if kind is float and math.isinf(value):
+        return _INFINITY[value > 0]
+    if kind is dict:
+        return {key: _finite(item) for key, item in value.items()}
+    if kind is list:
+        return [_finite(item) for item in value]
+    return value
+
+
+class PreparedArgs(Protocol):
+    """Entries already encoded for one writer (see ArgsStore.prepared). `interned`: strings the
+    encoded bytes refer to by position (iid = position + 1), for the writer to intern first."""
+
+    interned: list[str]
+
+    def of(self, reference: int) -> bytes: ...
+
+
+class ArgsStore:
+    """Raw JSON args, kept in memory; the base of every store.
+
+    `prepared(form)` returns entries already encoded in a writer's form where a store made
+    them ahead (None here: the writer encodes). `labels` applies a label rule to entries,
+    again taking what a store computed ahead with that same rule."""
+
+    def __init__(self) -> None:
+        self._texts: list[bytes] = []
+
+    def add(self, text: Any) -> int:
+        """Store bytes-like `text`; the reference is an int."""
+        self._texts.append(bytes(text))
+        return len(self._texts) - 1
+
+    def text(self, reference: int) -> bytes:
+        return self._texts[reference]
+
+    def sweep(self, references: list[int]) -> Iterator[bytes]:
+        """The texts of ascending `references`, in that order."""
+        return (self._texts[reference] for reference in references)
+
+    def texts(self, references: list[Optional[int]]) -> list[Optional[bytes]]:
+        """The texts of `references` (None: no args) in their order, read in one sweep."""
+        found: list[Optional[bytes]] = [None] * len(references)
+        order = sorted((reference, position) for position, reference in enumerate(references) if reference is not None)
+        for (_, position), text in zip(order, self.sweep([reference for reference, _ in order])):
+            found[position] = text
+        return found
+
+    def labels(self, references: list[Optional[int]], rule: LabelRule) -> list[Optional[str]]:
+        """rule(text) for `references` (None: no args, no label), in their order."""
+        return [None if text is None else rule(text) for text in self.texts(references)]
+
+    def prepared(self, form: str) -> Optional[PreparedArgs]:
+        """Every entry encoded in `form` (a writer's name for its encoding), or None."""
+        return None
+

@@ -1,0 +1,96 @@
+"""Building a trace model from any input: one process, thread and track per input identity.
+
+A reader maps its input's own ids (ints or strings, repeated across GPUs) to model objects
+through a TraceBuilder, which hands out unique int32 ids and creates each track once.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .args import ArgsStore
+from .ids import IdSpace
+from .trace import Process, Thread, Trace, Track
+
+FIRST_FRESH_ID = 1 << 20
+
+
+class TraceBuilder:
+    """The identities of one trace being read, keyed by the input's own ids."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.args: ArgsStore = trace.args
+        self._pids = IdSpace(FIRST_FRESH_ID)
+        self._tids = IdSpace(FIRST_FRESH_ID)
+        self._processes: dict[Any, Process] = {}
+        self._threads: dict[tuple[Any, Any], Thread] = {}
+        self.thread_tracks: dict[tuple[Any, Any], Track] = {}
+        self._process_tracks: dict[Any, Track] = {}
+        self._async_tracks: dict[tuple[Any, ...], Track] = {}
+        self._counter_tracks: dict[tuple[Any, ...], Track] = {}
+        self._global_track: Optional[Track] = None
+        self.strings: dict[str, str] = {}
+
+    def process(self, source_pid: Any) -> Process:
+        process = self._processes.get(source_pid)
+        if process is None:
+            process = Process(pid=self._pids.claim(source_pid), source_pid=source_pid)
+            self._processes[source_pid] = process
+            self.trace.processes.append(process)
+        return process
+
+    def thread(self, source_pid: Any, source_tid: Any) -> Thread:
+        key = (source_pid, source_tid)
+        thread = self._threads.get(key)
+        if thread is None:
+            process = self.process(source_pid)
+            # A stream id repeats on every GPU, but thread ids must be unique in the output.
+            thread = Thread(process=process, tid=self._tids.claim(source_tid), source_tid=source_tid)
+            self._threads[key] = thread
+            self.trace.threads.append(thread)
+        return thread
+
+    def thread_track(self, source_pid: Any, source_tid: Any) -> Track:
+        key = (source_pid, source_tid)
+        track = self.thread_tracks.get(key)
+        if track is None:
+            thread = self.thread(source_pid, source_tid)
+            track = self.trace.add_track(Track(name="", process=thread.process, thread=thread))
+            self.thread_tracks[key] = track
+        return track
+
+    def process_track(self, source_pid: Any) -> Track:
+        """Where process-scoped instants go."""
+        track = self._process_tracks.get(source_pid)
+        if track is None:
+            track = self.trace.add_track(Track(name="process-scoped instants", process=self.process(source_pid)))
+            self._process_tracks[source_pid] = track
+        return track
+
+    def global_track(self) -> Track:
+        """Where global instants go."""
+        if self._global_track is None:
+            self._global_track = self.trace.add_track(Track(name="Global instants"))
+        return self._global_track
+
+    def async_track(self, key: tuple[Any, ...], name: str) -> Track:
+        """One track per async id (`key` starts with the source pid), named after its first slice."""
+        track = self._async_tracks.get(key)
+        if track is None:
+            track = self.trace.add_track(Track(name=name, process=self.process(key[0])))
+            self._async_tracks[key] = track
+        return track
+
+    def counter_track(self, source_pid: Any, series: str, key: str) -> Track:
+        track_key = (source_pid, series, key)
+        track = self._counter_tracks.get(track_key)
+        if track is None:
+            track = self.trace.add_track(Track(name=f"{series} {key}", process=self.process(source_pid),
+                                               is_counter=True))
+            self._counter_tracks[track_key] = track
+        return track
+
+    def intern(self, text: str) -> str:
+        """One string object per distinct name or category."""
+        return self.strings.get(text) or self.strings.setdefault(text, text)

@@ -1,0 +1,38 @@
+"""Unique int32 process and thread ids for the output.
+
+Perfetto v52 keeps tids in int32, and every pid and tid must be unique where the input's
+were not (stream 7 on every GPU, string ids such as "Spans"). An input id is kept where it
+is valid and free; otherwise the next fresh one is handed out.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from ..errors import CgtraceError
+
+INT32_MAX = (1 << 31) - 1
+
+
+class IdSpace:
+    """Ids unique within this space. Fresh ids count up from `first_fresh` and also skip
+    `avoid`, a set several spaces may share (each adds what it hands out), so that fresh ids
+    of one never equal any id of another."""
+
+    def __init__(self, first_fresh: int, avoid: Optional[set[int]] = None):
+        self._taken: set[int] = set()
+        self._avoid = self._taken if avoid is None else avoid
+        self._next = first_fresh
+
+    def claim(self, preferred: Any = None) -> int:
+        if type(preferred) is int and 0 < preferred <= INT32_MAX and preferred not in self._taken:
+            claimed = preferred
+        else:
+            while self._next in self._taken or self._next in self._avoid:
+                self._next += 1
+            if self._next > INT32_MAX:
+                raise CgtraceError("too many processes or threads for int32 ids; cut the trace down with --window")
+            claimed = self._next
+        self._taken.add(claimed)
+        self._avoid.add(claimed)
+        return claimed

@@ -1,0 +1,205 @@
+"""The args accelerator: slice args encoded for Perfetto in a helper process while the main
+process reads the trace.
+
+Encoding args is about half of writing a Kineto trace (a kernel carries a dozen typed
+values), and it depends on nothing but the args text. So on a machine with a core to
+spare, a forked helper follows the ArgsStore as it fills: for each megabyte spilled the
+entries' bounds go to a file the two share and the helper is sent their count (a message
+that small never fills the pipe, so reading never waits for the helper, which catches up
+while flows are bound); it preads the text from the store's file, encodes the entries in
+order and appends the bytes to a file of its own; it also applies the label rule it was given
+to each entry (compaction labels CUDA-graph kernels with it). The store then answers
+`prepared(ARGS_FORM)` and `labels(..., rule)` from the helper's work, and the writer takes
+entry i's encoded bytes by index, with the helper's debug-annotation names interned first.
+
+Anything that goes wrong in the helper (a full disk, a kill) only loses the head start:
+`result()` gives None and the writer encodes the args itself.
+"""
+
+from __future__ import annotations
+
+import gc
+import mmap
+import os
+import tempfile
+import threading
+import weakref
+from array import array
+from multiprocessing.connection import Connection, Pipe
+from typing import Any, Optional
+
+import msgspec
+
+from ..fileio.args_file import FileArgsStore
+from ..fileio.direct import read_all, write_all
+from ..model import LabelRule
+from .annotations import ArgsEncoder
+from .perfetto_writer import ARGS_FORM, annotation_name_interner
+
+_WRITE_BYTES = 1 << 20
+
+
+class EncodedArgs:
+    """Every stored entry's TrackEvent.debug_annotations bytes, and the annotation names they
+    reference, in iid order (iid = position + 1). Also each entry's label, which compaction
+    would otherwise read all the args again for."""
+
+    def __init__(self, names: list[str], blob: Any, bounds: array, labels: list[str], label_ids: array):
+        self.interned = names
+        self._blob = blob
+        self._bounds = bounds  # entry i is blob[bounds[i]:bounds[i + 1]]
+        self._labels: list[Optional[str]] = [None, *labels]
+        self._label_ids = label_ids  # entry i's label is _labels[label_ids[i]]
+
+    def of(self, reference: int) -> bytes:
+        bounds = self._bounds
+        return self._blob[bounds[reference]:bounds[reference + 1]]
+
+    def label_of(self, reference: int) -> Optional[str]:
+        return self._labels[self._label_ids[reference]]
+
+
+def available_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def cores_to_spare() -> bool:
+    """Whether a helper process would run beside this one rather than take turns with it.
+    Not from a process running other threads: a fork copies only the calling one, and Python
+    3.12 warns that the child may deadlock on a lock another thread held."""
+    return available_cores() > 1 and _threads() == 1
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))  # native threads too, as Python's warning counts
+    except OSError:
+        return threading.active_count()
+
+
+def accelerated_args_store(label_rule: LabelRule, directory: Optional[str] = None) -> FileArgsStore:
+    """A file-backed args store followed by a helper that prepares the Perfetto writer's
+    encoding and applies `label_rule` to every entry."""
+    store = FileArgsStore(directory)
+    store.follow(BackgroundArgsEncoder(store.fileno(), label_rule, directory))
+    return store
+
+
+class BackgroundArgsEncoder:
+    """The main process's handle on the helper: `submit` each spilled run of entries, then
+    `result` once reading is over."""
+
+    form = ARGS_FORM
+
+    def __init__(self, store_fd: int, label_rule: LabelRule, directory: Optional[str] = None):
+        """`store_fd`: the ArgsStore's file, which the helper reads with pread."""
+        self.label_rule = label_rule
+        self._output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
+        self._ends = tempfile.TemporaryFile(prefix="cgtrace-args-bounds-", dir=directory, buffering=0)
+        requests_out, self._requests = Pipe(duplex=False)
+        self._results, results_in = Pipe(duplex=False)
+        pid = os.fork()
+        if pid == 0:  # the helper: it must never return into the caller's code
+            status = 1
+            try:
+                self._requests.close()
+                self._results.close()
+                _serve(requests_out, results_in, store_fd, self._ends.fileno(), self._output.fileno(), label_rule)
+                status = 0
+            finally:
+                os._exit(status)
+        requests_out.close()
+        results_in.close()
+        self._result: Optional[EncodedArgs] = None
+        self._failed = False
+        self._finalizer = weakref.finalize(self, _stop, pid, self._requests, self._results, self._output, self._ends)
+
+    def submit(self, bounds: array) -> None:
+        """Encode the entries between consecutive `bounds` (offsets in the store's file)."""
+        if self._failed or len(bounds) < 2:
+            return
+        try:
+            write_all(self._ends.fileno(), bytearray(memoryview(bounds)[1:]))  # each entry's end
+            self._requests.send_bytes((len(bounds) - 1).to_bytes(8, "little"))
+        except OSError:  # the helper is gone: the writer will encode these args itself
+            self._failed = True
+
+    def result(self) -> Optional[EncodedArgs]:
+        """Wait for the helper to finish; None if it could not."""
+        if self._result is None and not self._failed:
+            try:
+                self._requests.send_bytes(b"")
+                names, labels = msgspec.json.decode(self._results.recv_bytes())
+                bounds, label_ids = array("Q"), array("I")
+                bounds.frombytes(self._results.recv_bytes())
+                label_ids.frombytes(self._results.recv_bytes())
+                self._result = EncodedArgs(names, _mapped(self._output, bounds[-1]), bounds, labels, label_ids)
+            except (OSError, EOFError, msgspec.DecodeError, ValueError, IndexError):
+                self._failed = True
+            self._finalizer()
+        return self._result
+
+
+def _mapped(file: Any, size: int) -> Any:
+    """The helper's file, read through the page cache it already sits in: reading it into
+    memory would take as many fresh pages, which on a virtual machine cost more than the copy."""
+    if not size:
+        return b""
+    if os.fstat(file.fileno()).st_size < size:
+        raise EOFError("the helper's file is short")
+    return mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ)
+
+
+def _stop(pid: int, requests: Connection, results: Connection, *files: Any) -> None:
+    """Close the pipes (the helper exits on end of input), reap it and drop the files."""
+    requests.close()
+    results.close()
+    for file in files:
+        file.close()
+    try:
+        os.waitpid(pid, 0)
+    except ChildProcessError:
+        pass
+
+
+def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: int, output_fd: int,
+           label_rule: LabelRule) -> None:
+    # The helper touches none of the objects it inherited; without a collector walking them,
+    # their pages stay shared with the main process instead of being copied.
+    gc.disable()
+    interner = annotation_name_interner([])
+    encode = ArgsEncoder(interner.field).encode
+    bounds_out = array("Q", [0])  # in the helper's file, entry i is bytes bounds_out[i]:bounds_out[i + 1]
+    stored_end = 0  # in the store's file, where the next entry starts
+    label_ids, labels = array("I"), dict[str, int]()
+    buffer = bytearray()
+    written = 0
+    while True:
+        message = requests.recv_bytes()
+        if not message:
+            break
+        entries = len(bounds_out) - 1
+        ends = array("Q")
+        ends.frombytes(read_all(ends_fd, int.from_bytes(message, "little") * ends.itemsize, entries * ends.itemsize))
+        first = stored_end
+        text = read_all(store_fd, ends[-1] - first, first)
+        stored_end = ends[-1]
+        start = 0
+        for end in ends:
+            end -= first
+            entry = text[start:end]
+            buffer += encode(entry)
+            bounds_out.append(written + len(buffer))
+            label = label_rule(entry)
+            label_ids.append(0 if label is None else labels.setdefault(label, len(labels) + 1))
+            start = end
+        if len(buffer) >= _WRITE_BYTES:
+            written += len(buffer)
+            write_all(output_fd, buffer)
+    write_all(output_fd, buffer)
+    results.send_bytes(msgspec.json.encode((list(interner.references), list(labels))))
+    results.send_bytes(bounds_out)
+    results.send_bytes(label_ids)
