@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import CgtraceError
-from ..tp import open_trace
 
 PROBLEM_STATS_SQL = (
     "select name, idx, severity, value from stats "
@@ -32,6 +31,9 @@ def verify_output(path: Path, expected: Expected, tp_bin: Optional[str] = None,
                   shown_as: Optional[Path] = None) -> dict[str, int]:
     """Counts as trace_processor sees them in `path` (a file about to become `shown_as`);
     raises CgtraceError on any load error or any difference from `expected`."""
+    # trace_processor brings in perfetto and wasmtime (0.25 s, 14 MB): only when a check runs.
+    from ..tp import open_trace
+
     with open_trace(path, tp_bin=tp_bin) as tp:
         stats = problem_stats(tp)
         found = Expected(_count(tp, "slice"), _count(tp, "flow"), _count(tp, "counter"))
