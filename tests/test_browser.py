@@ -17,12 +17,11 @@ from typing import Callable
 
 import pytest
 
-from converter.generator import write_pp_run
-from .helpers import merge_files as merge_ranks
-from .helpers import compact_file, convert_file
 from converter.analysis.view import TraceServer, find_web_dist
+from converter.generator import write_pp_run
 
-from .helpers import write_json
+from .helpers import compact_file, convert_file, write_json
+from .helpers import merge_files as merge_ranks
 
 LOAD_TIMEOUT_MS = 60_000
 TRACK_TITLE = ".pf-track__title-popup"   # the full title; .pf-track__title may be ellipsized

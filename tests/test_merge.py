@@ -227,6 +227,7 @@ def test_args_helpers_in_pass_two_change_nothing(tmp_path, monkeypatch, jobs):
                               args_strategy="helper" if helper else "in-process")
         assert summary["pp_send_recv_unmatched"] == 0 and summary["pp_send_recv_pairs"] > 0
     assert set(seen.read_text().split()) == {EncodedArgs.__name__}  # every helper delivered
+    assert outputs[True].read_bytes() == outputs[False].read_bytes()
     assert problem_stats(outputs[True]) == []
     assert actual_slices(outputs[True]) == actual_slices(outputs[False])
     assert classify_arrows(outputs[True]) == classify_arrows(outputs[False])

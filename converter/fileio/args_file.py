@@ -16,7 +16,7 @@ import os
 import tempfile
 import weakref
 from array import array
-from typing import Any, Iterator, Optional, Protocol
+from typing import Any, Iterator, Optional, Protocol, Sequence
 
 from ..errors import CgtraceError
 from ..model import ArgsStore, LabelRule, PreparedArgs
@@ -60,6 +60,9 @@ class FileArgsStore(ArgsStore):
         self._spilled_entries = 0
         self._follower: Optional[ArgsFollower] = None
 
+    def __len__(self) -> int:
+        return len(self._bounds) - 1
+
     def add(self, text: Any) -> int:
         pending = self._pending
         pending += text
@@ -75,7 +78,7 @@ class FileArgsStore(ArgsStore):
         start = self._bounds[reference]
         return os.pread(self._reader, self._bounds[reference + 1] - start, start)
 
-    def sweep(self, references: list[int]) -> Iterator[bytes]:
+    def sweep(self, references: Sequence[int]) -> Iterator[bytes]:
         """Read a block at a time in file order: for hundreds of thousands of entries, a pread
         each costs several times the reading."""
         if self._pending:
@@ -98,8 +101,8 @@ class FileArgsStore(ArgsStore):
 
     def prepared(self, form: str) -> Optional[PreparedArgs]:
         if self._follower is None or self._follower.form != form:
-            return None
-        return self._followed()
+            return super().prepared(form)
+        return self._followed() or super().prepared(form)
 
     def fileno(self) -> int:
         """The file's descriptor, for a follower that reads what was spilled."""

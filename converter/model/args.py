@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 import msgspec
 
@@ -73,6 +73,10 @@ class ArgsStore:
 
     def __init__(self) -> None:
         self._texts: list[bytes] = []
+        self._prepared: dict[str, PreparedArgs] = {}
+
+    def __len__(self) -> int:
+        return len(self._texts)
 
     def add(self, text: Any) -> int:
         """Store bytes-like `text`; the reference is an int."""
@@ -82,7 +86,7 @@ class ArgsStore:
     def text(self, reference: int) -> bytes:
         return self._texts[reference]
 
-    def sweep(self, references: list[int]) -> Iterator[bytes]:
+    def sweep(self, references: Sequence[int]) -> Iterator[bytes]:
         """The texts of ascending `references`, in that order."""
         return (self._texts[reference] for reference in references)
 
@@ -100,5 +104,9 @@ class ArgsStore:
 
     def prepared(self, form: str) -> Optional[PreparedArgs]:
         """Every entry encoded in `form` (a writer's name for its encoding), or None."""
-        return None
+        return self._prepared.get(form)
+
+    def keep_prepared(self, form: str, prepared: PreparedArgs) -> None:
+        """Keep what a writer prepared itself, for the next file written from the same store."""
+        self._prepared[form] = prepared
 

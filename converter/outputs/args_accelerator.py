@@ -19,7 +19,6 @@ Anything that goes wrong in the helper (a full disk, a kill) only loses the head
 from __future__ import annotations
 
 import gc
-import mmap
 import os
 import tempfile
 import threading
@@ -33,30 +32,7 @@ import msgspec
 from ..fileio.args_file import FileArgsStore
 from ..fileio.direct import read_all, write_all
 from ..model import LabelRule
-from .annotations import ArgsEncoder
-from .perfetto_writer import ARGS_FORM, annotation_name_interner
-
-_WRITE_BYTES = 1 << 20
-
-
-class EncodedArgs:
-    """Every stored entry's TrackEvent.debug_annotations bytes, and the annotation names they
-    reference, in iid order (iid = position + 1). Also each entry's label, which compaction
-    would otherwise read all the args again for."""
-
-    def __init__(self, names: list[str], blob: Any, bounds: array, labels: list[str], label_ids: array):
-        self.interned = names
-        self._blob = blob
-        self._bounds = bounds  # entry i is blob[bounds[i]:bounds[i + 1]]
-        self._labels: list[Optional[str]] = [None, *labels]
-        self._label_ids = label_ids  # entry i's label is _labels[label_ids[i]]
-
-    def of(self, reference: int) -> bytes:
-        bounds = self._bounds
-        return self._blob[bounds[reference]:bounds[reference + 1]]
-
-    def label_of(self, reference: int) -> Optional[str]:
-        return self._labels[self._label_ids[reference]]
+from .prepared_args import ARGS_FORM, EncodedArgs, EntryEncoder, mapped
 
 
 def available_cores() -> int:
@@ -136,21 +112,11 @@ class BackgroundArgsEncoder:
                 bounds, label_ids = array("Q"), array("I")
                 bounds.frombytes(self._results.recv_bytes())
                 label_ids.frombytes(self._results.recv_bytes())
-                self._result = EncodedArgs(names, _mapped(self._output, bounds[-1]), bounds, labels, label_ids)
+                self._result = EncodedArgs(names, mapped(self._output, bounds[-1]), bounds, labels, label_ids)
             except (OSError, EOFError, msgspec.DecodeError, ValueError, IndexError):
                 self._failed = True
             self._finalizer()
         return self._result
-
-
-def _mapped(file: Any, size: int) -> Any:
-    """The helper's file, read through the page cache it already sits in: reading it into
-    memory would take as many fresh pages, which on a virtual machine cost more than the copy."""
-    if not size:
-        return b""
-    if os.fstat(file.fileno()).st_size < size:
-        raise EOFError("the helper's file is short")
-    return mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ)
 
 
 def _stop(pid: int, requests: Connection, results: Connection, *files: Any) -> None:
@@ -170,36 +136,21 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
     # The helper touches none of the objects it inherited; without a collector walking them,
     # their pages stay shared with the main process instead of being copied.
     gc.disable()
-    interner = annotation_name_interner([])
-    encode = ArgsEncoder(interner.field).encode
-    bounds_out = array("Q", [0])  # in the helper's file, entry i is bytes bounds_out[i]:bounds_out[i + 1]
+    encoder = EntryEncoder(output_fd, label_rule)
     stored_end = 0  # in the store's file, where the next entry starts
-    label_ids, labels = array("I"), dict[str, int]()
-    buffer = bytearray()
-    written = 0
     while True:
         message = requests.recv_bytes()
         if not message:
             break
-        entries = len(bounds_out) - 1
+        entries = len(encoder.bounds) - 1
         ends = array("Q")
         ends.frombytes(read_all(ends_fd, int.from_bytes(message, "little") * ends.itemsize, entries * ends.itemsize))
         first = stored_end
         text = read_all(store_fd, ends[-1] - first, first)
         stored_end = ends[-1]
-        start = 0
-        for end in ends:
-            end -= first
-            entry = text[start:end]
-            buffer += encode(entry)
-            bounds_out.append(written + len(buffer))
-            label = label_rule(entry)
-            label_ids.append(0 if label is None else labels.setdefault(label, len(labels) + 1))
-            start = end
-        if len(buffer) >= _WRITE_BYTES:
-            written += len(buffer)
-            write_all(output_fd, buffer)
-    write_all(output_fd, buffer)
-    results.send_bytes(msgspec.json.encode((list(interner.references), list(labels))))
-    results.send_bytes(bounds_out)
-    results.send_bytes(label_ids)
+        starts = [first, *ends[:-1]]
+        encoder.add(text[start - first:end - first] for start, end in zip(starts, ends))
+    names, labels = encoder.finish()
+    results.send_bytes(msgspec.json.encode((names, labels)))
+    results.send_bytes(encoder.bounds)
+    results.send_bytes(encoder.label_ids)

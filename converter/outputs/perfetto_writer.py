@@ -15,12 +15,13 @@ import msgspec
 from ..model import Slice, Trace, Track, TrackRole
 from ..model.nesting import nesting_order
 from .annotations import ArgsEncoder
+from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
+                        annotation_name_interner)
+from .prepared_args import ARGS_FORM, prepare_in_process
 from .wire import (SMALL_VARINT_LIMIT, SMALL_VARINTS, WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field,
                    double_field, fixed64, length_prefixed, string_field, tag, varint, varint_field)
 
 _FLUSH_BYTES = 1 << 22
-# The name ArgsStore.prepared knows this writer's args encoding by (args_accelerator.py makes it).
-ARGS_FORM = "perfetto-debug-annotations"
 # trace_processor keeps it in `metadata` as "cr-cgtrace_track_roles" (or "cr-<k>-cgtrace_track_roles").
 TRACK_ROLES_NAME = "cgtrace_track_roles"
 
@@ -41,44 +42,16 @@ _TYPE_END = varint_field(9, 2)
 _TYPE_INSTANT = varint_field(9, 3)
 _TYPE_COUNTER = varint_field(9, 4)
 _TRACK_UUID = 11
-_NAME_IID = 10
-_CATEGORY_IIDS = 3
 _FLOW_ID = tag(47, WIRE_FIXED64)
 _TERMINATING_FLOW_ID = tag(48, WIRE_FIXED64)
 _DOUBLE_COUNTER_VALUE = 44
 
-_INTERNED_CATEGORIES, _INTERNED_NAMES, _INTERNED_ANNOTATION_NAMES = 1, 2, 3
-_ANNOTATION_NAME_IID = 1
 _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
 
 
 def _flat_order(slice_: Slice) -> tuple[int, int]:
     return slice_.ts, slice_.dur
-
-
-class _Interner:
-    """Iids for one kind of interned string. `field(text)` gives the ready-encoded reference;
-    a new string's InternedData entry waits in the shared `pending` list for the next packet."""
-
-    def __init__(self, interned_field: int, reference_field: int, pending: list[bytes]):
-        self.interned_field = interned_field
-        self.reference_field = reference_field
-        self.pending = pending
-        self.references: dict[str, bytes] = {}
-
-    def field(self, text: str) -> bytes:
-        reference = self.references.get(text)
-        if reference is None:
-            iid = len(self.references) + 1
-            reference = self.references[text] = varint_field(self.reference_field, iid)
-            self.pending.append(bytes_field(self.interned_field, varint_field(1, iid) + string_field(2, text)))
-        return reference
-
-
-def annotation_name_interner(pending: list[bytes]) -> _Interner:
-    """Iids for debug annotation names; background_args.py interns them ahead of the writer."""
-    return _Interner(_INTERNED_ANNOTATION_NAMES, _ANNOTATION_NAME_IID, pending)
 
 
 class PerfettoWriter:
@@ -92,8 +65,8 @@ class PerfettoWriter:
         self.sequence = varint_field(10, sequence_id)
         self.buffer = bytearray()
         self.pending_interned: list[bytes] = []
-        self.names = _Interner(_INTERNED_NAMES, _NAME_IID, self.pending_interned)
-        self.categories = _Interner(_INTERNED_CATEGORIES, _CATEGORY_IIDS, self.pending_interned)
+        self.names = Interner(INTERNED_NAMES, NAME_IID, self.pending_interned)
+        self.categories = Interner(INTERNED_CATEGORIES, CATEGORY_IIDS, self.pending_interned)
         self.annotation_names = annotation_name_interner(self.pending_interned)
         self.args = ArgsEncoder(self.annotation_names.field)
         self._heads: dict[tuple, bytes] = {}
@@ -184,14 +157,18 @@ class PerfettoWriter:
 
     # -- events -----------------------------------------------------------------------------
     def _stored_args_encoder(self, trace: Trace) -> Callable[[int], bytes]:
-        """reference -> encoded args. Where the store prepared them in this writer's form
-        (args_accelerator.py), those bytes are taken, with their annotation names interned
-        first so that their iids are ours; a writer that interned names already encodes."""
+        """reference -> encoded args, taken from the store's entries prepared in this writer's
+        form (by the args accelerator, or here, once per store: prepared_args.py), with their
+        annotation names interned first so that their iids are ours. A writer that already
+        interned names for an earlier trace encodes each slice's args itself."""
         store = trace.args
-        prepared = store.prepared(ARGS_FORM)
-        if prepared is None or self.annotation_names.references:
+        if self.annotation_names.references:
             encode, text = self.args.encode, store.text
             return lambda reference: encode(text(reference))
+        prepared = store.prepared(ARGS_FORM)
+        if prepared is None:
+            prepared = prepare_in_process(store)
+            store.keep_prepared(ARGS_FORM, prepared)
         for name in prepared.interned:
             self.annotation_names.field(name)
         return prepared.of

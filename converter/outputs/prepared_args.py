@@ -1,0 +1,98 @@
+"""Every stored args entry encoded for the Perfetto writer, in store order, ahead of writing.
+
+Both args strategies run this same pass: the args accelerator in a helper process while the
+trace is read, the in-process strategy just before the first write. Encoding in store order
+numbers the annotation names (their iids) by first appearance in the store, whatever order
+the writer later emits slices in, so both strategies write the same bytes.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+from array import array
+from typing import Any, BinaryIO, Iterable, Optional
+
+from ..fileio.direct import write_all
+from ..model import ArgsStore, LabelRule
+from .annotations import ArgsEncoder
+from .interning import annotation_name_interner
+
+# The name ArgsStore.prepared knows this encoding by.
+ARGS_FORM = "perfetto-debug-annotations"
+_WRITE_BYTES = 1 << 20
+
+
+class EncodedArgs:
+    """Every stored entry's TrackEvent.debug_annotations bytes, and the annotation names they
+    reference, in iid order (iid = position + 1). Also each entry's label, where a label rule
+    was applied (compaction would otherwise read all the args again for it)."""
+
+    def __init__(self, names: list[str], blob: Any, bounds: array, labels: list[str], label_ids: array):
+        self.interned = names
+        self._blob = blob
+        self._bounds = bounds  # entry i is blob[bounds[i]:bounds[i + 1]]
+        self._labels: list[Optional[str]] = [None, *labels]
+        self._label_ids = label_ids  # entry i's label is _labels[label_ids[i]]
+
+    def of(self, reference: int) -> bytes:
+        bounds = self._bounds
+        return self._blob[bounds[reference]:bounds[reference + 1]]
+
+    def label_of(self, reference: int) -> Optional[str]:
+        return self._labels[self._label_ids[reference]]
+
+
+class EntryEncoder:
+    """Encodes entries one after another into `output_fd`, numbering annotation names as met."""
+
+    def __init__(self, output_fd: int, label_rule: Optional[LabelRule] = None):
+        self._output_fd = output_fd
+        self._label_rule = label_rule
+        self._interner = annotation_name_interner([])
+        self._encode = ArgsEncoder(self._interner.field).encode
+        self.bounds = array("Q", [0])  # in the output, entry i is bytes bounds[i]:bounds[i + 1]
+        self.label_ids = array("I")
+        self._labels: dict[str, int] = {}
+        self._buffer = bytearray()
+        self._written = 0
+
+    def add(self, entries: Iterable[bytes]) -> None:
+        buffer, bounds, encode, written = self._buffer, self.bounds, self._encode, self._written
+        rule, labels, label_ids = self._label_rule, self._labels, self.label_ids
+        for entry in entries:
+            buffer += encode(entry)
+            bounds.append(written + len(buffer))
+            if rule is not None:
+                label = rule(entry)
+                label_ids.append(0 if label is None else labels.setdefault(label, len(labels) + 1))
+        if len(buffer) >= _WRITE_BYTES:
+            self._written += len(buffer)
+            write_all(self._output_fd, buffer)
+
+    def finish(self) -> tuple[list[str], list[str]]:
+        """Write what is buffered; (annotation names in iid order, labels in id order)."""
+        write_all(self._output_fd, self._buffer)
+        return list(self._interner.references), list(self._labels)
+
+
+def prepare_in_process(store: ArgsStore, directory: Optional[str] = None) -> EncodedArgs:
+    """The accelerator's work, done here: every entry, in one sweep over the store."""
+    output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
+    with output:
+        encoder = EntryEncoder(output.fileno())
+        encoder.add(store.sweep(range(len(store))))
+        names, labels = encoder.finish()
+        return EncodedArgs(names, mapped(output, encoder.bounds[-1]), encoder.bounds, labels, encoder.label_ids)
+
+
+def mapped(file: BinaryIO, size: int) -> Any:
+    """An encoded-args file, read through the page cache it already sits in: reading it into
+    memory would take as many fresh pages, which on a virtual machine cost more than the copy.
+    The map keeps the (unlinked) file alive after it is closed."""
+    if not size:
+        return b""
+    if os.fstat(file.fileno()).st_size < size:
+        raise EOFError("the encoded args file is short")
+    return mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ)
