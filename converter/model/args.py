@@ -92,15 +92,19 @@ class ArgsStore:
 
     def texts(self, references: list[Optional[int]]) -> list[Optional[bytes]]:
         """The texts of `references` (None: no args) in their order, read in one sweep."""
-        found: list[Optional[bytes]] = [None] * len(references)
-        order = sorted((reference, position) for position, reference in enumerate(references) if reference is not None)
-        for (_, position), text in zip(order, self.sweep([reference for reference, _ in order])):
-            found[position] = text
-        return found
+        return self._in_order(references, lambda text: text)
 
     def labels(self, references: list[Optional[int]], rule: LabelRule) -> list[Optional[str]]:
-        """rule(text) for `references` (None: no args, no label), in their order."""
-        return [None if text is None else rule(text) for text in self.texts(references)]
+        """rule(text) for `references` (None: no args, no label), in their order; only the
+        labels are kept, never all the texts at once."""
+        return self._in_order(references, rule)
+
+    def _in_order(self, references: list[Optional[int]], apply: Callable[[bytes], Any]) -> list[Any]:
+        found: list[Any] = [None] * len(references)
+        order = sorted((reference, position) for position, reference in enumerate(references) if reference is not None)
+        for (_, position), text in zip(order, self.sweep([reference for reference, _ in order])):
+            found[position] = apply(text)
+        return found
 
     def prepared(self, form: str) -> Optional[PreparedArgs]:
         """Every entry encoded in `form` (a writer's name for its encoding), or None."""

@@ -59,17 +59,17 @@ class EntryEncoder:
         self._written = 0
 
     def add(self, entries: Iterable[bytes]) -> None:
-        buffer, bounds, encode, written = self._buffer, self.bounds, self._encode, self._written
+        buffer, bounds, encode = self._buffer, self.bounds, self._encode
         rule, labels, label_ids = self._label_rule, self._labels, self.label_ids
         for entry in entries:
             buffer += encode(entry)
-            bounds.append(written + len(buffer))
+            bounds.append(self._written + len(buffer))
             if rule is not None:
                 label = rule(entry)
                 label_ids.append(0 if label is None else labels.setdefault(label, len(labels) + 1))
-        if len(buffer) >= _WRITE_BYTES:
-            self._written += len(buffer)
-            write_all(self._output_fd, buffer)
+            if len(buffer) >= _WRITE_BYTES:  # a whole store may come in one call
+                self._written += len(buffer)
+                write_all(self._output_fd, buffer)
 
     def finish(self) -> tuple[list[str], list[str]]:
         """Write what is buffered; (annotation names in iid order, labels in id order)."""
@@ -78,13 +78,25 @@ class EntryEncoder:
 
 
 def prepare_in_process(store: ArgsStore, directory: Optional[str] = None) -> EncodedArgs:
-    """The accelerator's work, done here: every entry, in one sweep over the store."""
+    """The accelerator's work, done here: every entry, in one sweep over the store. The
+    result is read back an entry at a time (the writer visits entries in track order), so the
+    file's pages stay page cache the kernel may drop, not memory this process holds."""
     output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
-    with output:
-        encoder = EntryEncoder(output.fileno())
-        encoder.add(store.sweep(range(len(store))))
-        names, labels = encoder.finish()
-        return EncodedArgs(names, mapped(output, encoder.bounds[-1]), encoder.bounds, labels, encoder.label_ids)
+    encoder = EntryEncoder(output.fileno())
+    encoder.add(store.sweep(range(len(store))))
+    names, labels = encoder.finish()
+    return EncodedArgs(names, _ReadBack(output), encoder.bounds, labels, encoder.label_ids)
+
+
+class _ReadBack:
+    """`blob[start:end]` of a file, by pread; owns the file."""
+
+    def __init__(self, file: BinaryIO):
+        self._file = file
+        self._fd = file.fileno()
+
+    def __getitem__(self, span: slice) -> bytes:
+        return os.pread(self._fd, span.stop - span.start, span.start)
 
 
 def mapped(file: BinaryIO, size: int) -> Any:
