@@ -70,7 +70,9 @@ def expected_from(path, skip_categories=()) -> Expected:
     header, events = load_events(path)
     base = header.get("baseTimeNanoseconds", 0) if isinstance(header, dict) else 0
     expected = Expected()
-    spans_by_thread = defaultdict(list)  # (pid, tid) -> [(ts, dur, name)], for flow binding
+    # (pid, tid text) -> [(ts, dur, name)], for flow binding: Chrome's viewer keys threads by the
+    # tid's text, so "5555" and 5555 are one thread.
+    spans_by_thread = defaultdict(list)
     open_begins = defaultdict(list)
     flow_events = []
 
@@ -79,7 +81,7 @@ def expected_from(path, skip_categories=()) -> Expected:
         flat = frozenset(flatten(args, "", {}).items()) if isinstance(args, dict) else frozenset()
         expected.slice_args[(name, ts, dur, flat)] += 1
         if bindable:
-            spans_by_thread[(pid, tid)].append((ts, dur, name))
+            spans_by_thread[(pid, str(tid))].append((ts, dur, name))
 
     for event in events:
         if not isinstance(event, dict):
@@ -137,8 +139,8 @@ def _expected_flows(flow_events, spans_by_thread, expected: Expected) -> None:
         chain.sort(key=lambda event: event[0])
         source = None
         for ts, ph, _, _, pid, tid, bp in chain:
-            spans = spans_by_thread.get((pid, tid), [])
-            starts = starts_by_thread.get((pid, tid), [])
+            spans = spans_by_thread.get((pid, str(tid)), [])
+            starts = starts_by_thread.get((pid, str(tid)), [])
             bound = None
             if ph in ("s", "t") or bp == "e":
                 # The latest-starting span that still contains ts is the deepest one.

@@ -57,5 +57,6 @@ def test_a_flow_at_a_shared_start_binds_to_the_shortest_slice_read_last():
     second = Slice(10, 5, "second", "", None, track)
     instant = Slice(10, 0, "instant", "", None, track, is_instant=True)
     event = FlowEvent("cat", 1, "s", 10, track, True)
-    bind_flows([event], [outer, first, second, instant])
+    finish = FlowEvent("cat", 1, "f", 80, Track(name="b"), True)  # a chain needs both ends to bind
+    bind_flows([event, finish], [outer, first, second, instant])
     assert event.bound is second

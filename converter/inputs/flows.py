@@ -31,34 +31,48 @@ class FlowEvent(msgspec.Struct, gc=False, eq=False):  # ~430k of them per 1M eve
     bound: Optional[Slice] = None
 
 
-def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> tuple[list[Flow], int]:
-    """Arrows for the given flow events, and how many flow ends bound to no slice (or to one
-    that ended before the arrow's source began, which no Perfetto arrow can show)."""
-    if not events:
-        return [], 0
-    _bind_to_slices(events, slices)
-    chains: dict[tuple, list[FlowEvent]] = defaultdict(list)
+class BoundFlows(msgspec.Struct):
+    """The arrows drawn, and the flow ends that gave none: `partnerless` ends belong to a chain
+    with no start (`s`) or no end (`t`, `f`) in the input at all (a capture cut through it:
+    expected at the edges of any trace); `unbound` ends had their partner but bound to no
+    slice, or to one that ended before the arrow's source began (worth a look)."""
+
+    flows: list[Flow]
+    unbound: int = 0
+    partnerless: int = 0
+
+
+def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> BoundFlows:
+    """Arrows for the given flow events, one per `s`/`t` -> `t`/`f` step of each chain."""
+    chains: dict[tuple[str, Any], list[FlowEvent]] = defaultdict(list)
     for event in events:
         chains[event.cat, event.flow_id].append(event)
-    flows: list[Flow] = []
-    unbound = 0
+    result = BoundFlows([])
+    complete: list[tuple[tuple[str, Any], list[FlowEvent]]] = []
     for key, chain in chains.items():
+        starts = sum(1 for event in chain if event.phase == "s")
+        if starts == 0 or starts == len(chain):
+            result.partnerless += len(chain)
+        else:
+            complete.append((key, chain))
+    _bind_to_slices([event for _, chain in complete for event in chain], slices)
+    for key, chain in complete:
         chain.sort(key=_BY_TS)
         source: Optional[Slice] = None
         for event in chain:
             if event.phase == "s":
                 source = event.bound
                 if source is None:
-                    unbound += 1
+                    result.unbound += 1
                 continue
             target = event.bound
             if target is None or source is None or not drawable(source, target):
-                unbound += 1
+                result.unbound += 1
             elif target is not source:
-                flows.append(Flow(source, target, key[0]))
+                result.flows.append(Flow(source, target, key[0]))
             if event.phase == "t":
                 source = event.bound
-    return flows, unbound
+    return result
 
 
 def drawable(source: Slice, target: Slice) -> bool:

@@ -293,6 +293,7 @@ class _KinetoEvents(TraceBuilder):
             kind = type(event.tid)
             if kind is not int and kind is not str:
                 return "missing_tid" if event.tid is None else "bad_pid_or_tid"
+            event.tid = chrome_thread_key(event.tid)
         name = event.name
         if type(name) is not str:
             if name is None and event.ph not in _NAME_OPTIONAL:
@@ -483,9 +484,10 @@ class _KinetoEvents(TraceBuilder):
             problem = self._metadata(event)
             if problem:
                 skipped[problem] += 1
-        flows, unbound = bind_flows(self.flow_events, self.trace.slices)
-        self.trace.flows.extend(flows)
-        self.trace.unbound_flows += unbound
+        bound = bind_flows(self.flow_events, self.trace.slices)
+        self.trace.flows.extend(bound.flows)
+        self.trace.unbound_flows += bound.unbound
+        self.trace.partnerless_flow_ends += bound.partnerless
 
     def _metadata(self, event: _Event) -> Optional[str]:
         kind = type(event.pid)
@@ -514,6 +516,7 @@ class _KinetoEvents(TraceBuilder):
             kind = type(event.tid)
             if kind is not int and kind is not str:
                 return "missing_tid"
+            event.tid = chrome_thread_key(event.tid)
             # A named thread keeps its name even with no events of its own, so give it its track.
             thread = self.thread_track(event.pid, event.tid).thread
             assert thread is not None  # a thread track has its thread
@@ -526,6 +529,17 @@ class _KinetoEvents(TraceBuilder):
         else:
             return "unsupported_metadata"
         return "bad_metadata_value"
+
+
+def chrome_thread_key(tid: Any) -> Any:
+    """Chrome's trace viewer keys threads by the tid's text, so `"5555"` and `5555` are one
+    thread (2021 Kineto traces write the first on slices, the second on flow events); a
+    decimal string is read as the int it spells. Other text ("stream 7", "05555") stays."""
+    if type(tid) is str and tid.isascii() and len(tid) <= 18:
+        digits = tid[1:] if tid[:1] == "-" else tid
+        if digits.isdigit() and str(int(tid)) == tid:
+            return int(tid)
+    return tid
 
 
 def _decoded_args(event: _Event) -> dict:

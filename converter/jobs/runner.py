@@ -195,6 +195,7 @@ def trace_summary(trace: Trace) -> dict[str, Any]:
         "counter_samples": len(trace.counters),
         "flows": len(trace.flows),
         "flows_unbound": trace.unbound_flows,
+        "flows_partner_missing": trace.partnerless_flow_ends,
         "processes": len(trace.processes),
         "threads": len(trace.threads),
         "tracks": len(trace.tracks) + len(trace.processes),

@@ -181,7 +181,8 @@ class Trace:
     metadata: dict[str, Any] = field(default_factory=dict)
     # Why events were skipped or repaired, and how many: reported in every summary.
     skipped: Counter[str] = field(default_factory=Counter)
-    unbound_flows: int = 0
+    unbound_flows: int = 0           # flow ends with a partner that bound to no slice
+    partnerless_flow_ends: int = 0   # flow ends whose chain lacks a start or an end in the input
     events_read: int = 0
     args: ArgsStore = field(default_factory=ArgsStore)
     rank: Optional[RankIdentity] = None
