@@ -83,6 +83,41 @@ def assert_ranks_named_and_ordered(output, pp_size: int) -> None:
     assert tids == []
 
 
+@pytest.mark.parametrize("profiler_steps", ["per_iteration", "one", "none"])
+def test_pp_runs_come_from_cpu_annotations_whatever_the_profiler_steps(tmp_path, profiler_steps):
+    """Two iterations under one ProfilerStep#N per iteration, one over both (no prof.step() per
+    iteration), or none: every run of every action is its own block, so every arrow is drawn."""
+    files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=2, seed=5, graphs_per_step=3,
+                         kernels_per_replay=6, profiler_steps=profiler_steps)
+    steps_written = rows(files[0], "select count(distinct name) n from slice where name glob 'ProfilerStep#*'")
+    assert steps_written[0]["n"] == {"per_iteration": 2, "one": 1, "none": 0}[profiler_steps]
+    output, summary = merge(tmp_path, files)
+    expected = expected_counts("1f1b", 4, 2, 2)
+    assert (summary["pp_send_recv_pairs"], summary["pp_send_recv_unmatched"]) == (expected["send_recv"], 0)
+    assert (summary["pp_compute_dependency_pairs"], summary["pp_compute_dependency_unmatched"]) == \
+        (expected["compute"], 0)
+    assert (summary["pp_unshard_compute_pairs"], summary["pp_unshard_compute_unmatched"]) == (expected["unshard"], 0)
+    assert classify_arrows(output) == Counter(expected)
+
+
+@pytest.mark.parametrize("profiler_steps", ["one", "none"])
+def test_pp_runs_without_cpu_annotations_split_where_other_actions_intervene(tmp_path, profiler_steps):
+    """GPU annotations only (the CPU `PP:` annotations removed): runs split where another
+    action of the stage began after the run ended; every arrow is still drawn."""
+    files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=2, seed=5, graphs_per_step=3,
+                         kernels_per_replay=6, profiler_steps=profiler_steps)
+    for path in files:
+        trace = json.loads(path.read_text())
+        trace["traceEvents"] = [e for e in trace["traceEvents"] if not (
+            e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("PP:"))]
+        path.write_text(json.dumps(trace))
+    output, summary = merge(tmp_path, files)
+    expected = expected_counts("1f1b", 4, 2, 2)
+    assert (summary["pp_send_recv_pairs"], summary["pp_send_recv_unmatched"]) == (expected["send_recv"], 0)
+    assert summary["pp_compute_dependency_unmatched"] == summary["pp_unshard_compute_unmatched"] == 0
+    assert classify_arrows(output) == Counter(expected)
+
+
 @pytest.mark.parametrize("pp_size,schedule", [(2, "1f1b"), (4, "zero_bubble"), (8, "1f1b")])
 def test_generated_pipelines_merge_with_exact_arrows(tmp_path, pp_size, schedule):
     files = write_pp_run(tmp_path / "run", pp_size=pp_size, schedule=schedule, microbatches=pp_size, steps=2,

@@ -1,18 +1,22 @@
 """Pipeline-parallel blocks (`PP:<stage><action><microbatch>` annotations) and their arrows.
 
-A block is every GPU annotation fragment of one (stage, action, microbatch) within one
-profiler step, however many streams and gaps it spans. A fragment's step comes from the CPU
-side: GPU work runs behind the CPU, but never before the CPU annotation that launched it, so
-the latest CPU occurrence of the same name starting no later than the fragment names its step.
+A block is every GPU annotation fragment of one run of one (stage, action, microbatch),
+however many streams and gaps it spans. The runs come from the CPU side: record_function
+writes one CPU annotation per run of an action, and GPU work never precedes its launch, so a
+fragment belongs to the run whose CPU annotation is the latest to start no later than it.
+ProfilerStep numbers are only labels: a block is keyed by the step its run began in and the
+run's place among that action's runs in the step, which holds with one ProfilerStep per
+iteration, one over several, or none. Without any CPU annotation of an action, its runs are
+split where another action of the same stage began after the current run's fragments ended.
 """
 
 from __future__ import annotations
 
 import re
 from bisect import bisect_right
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 from ..kineto import profiler_step
 from ..lane_rules import LaneRules
@@ -27,14 +31,20 @@ _CROSS_RANK_FLOW_BASE = 1 << 61
 
 @dataclass(frozen=True, order=True)
 class BlockKey:
-    step: int
+    step: int   # the ProfilerStep number the run began in (0 without steps): a label
+    run: int    # which run of this action within that step, from 0
     stage: int
     action: str
     microbatch: Optional[int]
 
     def describe(self) -> str:
         microbatch = "" if self.microbatch is None else self.microbatch
-        return f"step {self.step} PP:{self.stage}{self.action}{microbatch}"
+        run = f" run {self.run + 1}" if self.run else ""
+        return f"step {self.step}{run} PP:{self.stage}{self.action}{microbatch}"
+
+    def with_action(self, stage: int, action: str) -> "BlockKey":
+        """The block of another action (and stage) in the same step, run and microbatch."""
+        return BlockKey(self.step, self.run, stage, action, self.microbatch)
 
 
 @dataclass
@@ -74,50 +84,85 @@ class Extent:
 
 
 def find_blocks(trace: Trace, rules: LaneRules) -> dict[BlockKey, Block]:
-    """PP blocks from GPU annotation fragments, keyed by step, stage, action and microbatch."""
+    """PP blocks from GPU annotation fragments, keyed by step, run, stage, action and microbatch."""
     pattern = rules.pp_pattern
-    steps: list[tuple[int, int, int]] = []            # (start, end, step number)
-    cpu_occurrences: dict[str, list[tuple[int, int]]] = defaultdict(list)  # name -> [(start, step)]
-    fragments: list[tuple[Slice, re.Match]] = []
+    steps: list[tuple[int, int]] = []                 # (start, step number)
+    cpu_starts: dict[str, list[int]] = defaultdict(list)  # name -> starts of its CPU annotations
+    fragments: list[tuple[Slice, re.Match[str]]] = []
     for slice_ in trace.slices:
         step = profiler_step(slice_.name)
         if step is not None:
-            steps.append((slice_.ts, slice_.ts + slice_.dur, step))
+            steps.append((slice_.ts, step))
             continue
         match = pattern.match(slice_.name)
         if match is None:
             continue
-        if slice_.cat in rules.annotation_categories:
-            fragments.append((slice_, match))
-        else:
-            cpu_occurrences[slice_.name].append((slice_.ts, -1))
-    steps.sort()
-    step_starts = [start for start, _, _ in steps]
-
-    def step_at(ts: int) -> int:
-        index = bisect_right(step_starts, ts) - 1
-        return steps[index][2] if index >= 0 else 0
-
-    occurrence_starts = {}
-    for name, occurrences in cpu_occurrences.items():
-        occurrences.sort()
-        cpu_occurrences[name] = [(start, step_at(start)) for start, _ in occurrences]
-        occurrence_starts[name] = [start for start, _ in cpu_occurrences[name]]
-
-    blocks: dict[BlockKey, Block] = {}
-    for fragment, match in fragments:
-        starts = occurrence_starts.get(fragment.name)
-        if starts:
-            index = bisect_right(starts, fragment.ts) - 1
-            step = cpu_occurrences[fragment.name][max(index, 0)][1]
-        else:
-            step = step_at(fragment.ts)
         stage, microbatch = match.group("stage"), match.group("microbatch")
         if len(stage) > 18 or len(microbatch or "") > 18:
             continue  # not a stage or microbatch number (user patterns may allow any digits)
-        key = BlockKey(step, int(stage), match.group("action"), int(microbatch) if microbatch else None)
+        if slice_.cat in rules.annotation_categories:
+            fragments.append((slice_, match))
+        else:
+            cpu_starts[slice_.name].append(slice_.ts)
+    steps.sort()
+    step_starts = [start for start, _ in steps]
+
+    def step_at(ts: int) -> int:
+        index = bisect_right(step_starts, ts) - 1
+        return steps[index][1] if index >= 0 else 0
+
+    runs = {name: _cpu_runs(sorted(starts), step_at) for name, starts in cpu_starts.items()}
+    fallback_runs = _runs_between_other_actions([(f, m) for f, m in fragments if f.name not in runs], step_at)
+    blocks: dict[BlockKey, Block] = {}
+    for fragment, match in fragments:
+        cpu = runs.get(fragment.name)
+        if cpu is not None:
+            starts, labels = cpu
+            step, run = labels[max(bisect_right(starts, fragment.ts) - 1, 0)]
+        else:
+            step, run = fallback_runs[fragment]
+        microbatch = match.group("microbatch")
+        key = BlockKey(step, run, int(match.group("stage")), match.group("action"),
+                       int(microbatch) if microbatch else None)
         blocks.setdefault(key, Block(key)).fragments.append(fragment)
     return blocks
+
+
+def _cpu_runs(starts: list[int], step_at: Callable[[int], int]) -> tuple[list[int], list[tuple[int, int]]]:
+    """One run per CPU annotation (starts ascending): its (step, run within the step)."""
+    labels, seen = [], Counter[int]()
+    for start in starts:
+        step = step_at(start)
+        labels.append((step, seen[step]))
+        seen[step] += 1
+    return starts, labels
+
+
+def _runs_between_other_actions(fragments: list[tuple[Slice, re.Match[str]]],
+                                step_at: Callable[[int], int]) -> dict[Slice, tuple[int, int]]:
+    """(step, run) per fragment of actions with no CPU annotation: a new run of an action
+    begins when another action of its stage started at or after its current run ended."""
+    labels: dict[Slice, tuple[int, int]] = {}
+    run_of: dict[tuple[str, int], int] = {}
+    run_end: dict[tuple[str, int], int] = {}
+    latest: dict[str, tuple[str, int]] = {}     # stage -> (name, start) of its latest fragment
+    other_start: dict[str, int] = {}            # stage -> latest start of a name other than latest's
+    for fragment, match in sorted(fragments, key=lambda item: (item[0].ts, -item[0].dur)):
+        stage, name, step = match.group("stage"), fragment.name, step_at(fragment.ts)
+        previous = latest.get(stage)
+        if previous is not None and previous[0] != name:
+            other_start[stage] = previous[1]
+        intervened = other_start.get(stage)
+        key, end = (name, step), fragment.ts + fragment.dur
+        if key not in run_of:
+            run_of[key], run_end[key] = 0, end
+        elif intervened is not None and intervened >= run_end[key]:
+            run_of[key], run_end[key] = run_of[key] + 1, end
+        else:
+            run_end[key] = max(run_end[key], end)
+        latest[stage] = (name, fragment.ts)
+        labels[fragment] = (step, run_of[key])
+    return labels
 
 
 def arrow(source: Block, target: Block, trace: Trace) -> bool:
@@ -144,7 +189,7 @@ def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
     for key in sorted(blocks):
         block = blocks[key]
         if key.action in COMPUTE_OF:
-            compute = next((blocks[k] for k in (BlockKey(key.step, key.stage, action, key.microbatch)
+            compute = next((blocks[k] for k in (key.with_action(key.stage, action)
                                                  for action in COMPUTE_OF[key.action]) if k in blocks), None)
             linked = compute is not None and (
                 arrow(block, compute, trace) if key.action.startswith("RECV") else arrow(compute, block, trace))
@@ -236,7 +281,7 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
         downstream = 1 if key.action.endswith("_F") else -1
         peer_stage = key.stage + (downstream if key.action.startswith("SEND") else -downstream)
         peer_action = ("RECV_" if key.action.startswith("SEND") else "SEND_") + key.action[-1]
-        peer = BlockKey(key.step, peer_stage, peer_action, key.microbatch)
+        peer = key.with_action(peer_stage, peer_action)
         if peer not in owner:
             result.unmatched.append(f"{key.describe()} on global rank {global_ranks[owner[key]]}: "
                                     f"no {peer.describe()}")
@@ -252,7 +297,7 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
         if received.last_start > send_start:
             target, which = peer, "last"
         else:
-            consumer = next((k for k in (BlockKey(peer.step, peer.stage, action, peer.microbatch)
+            consumer = next((k for k in (peer.with_action(peer.stage, action)
                                          for action in COMPUTE_OF[peer_action])
                              if k in extents[receiver] and extents[receiver][k].first_start > send_start), None)
             if consumer is None:

@@ -15,6 +15,7 @@ from .schedules import pipeline_schedule
 SCHEDULES = ("1f1b", "interleaved", "zero_bubble")
 TIME_FORMATS = ("relative", "absolute")
 PG_CONFIG_STYLES = ("list", "single_dict")
+PROFILER_STEPS = ("per_iteration", "one", "none")
 
 #: A plausible profiler-start wall clock (2024-04-04), the example Kineto trace base.
 DEFAULT_BASE_TIME_NS = 1_712_195_495_519_543_604
@@ -59,6 +60,11 @@ class GeneratorConfig:
     #: is idle for more than ``annotation_gap_ns`` inside the region.
     annotation_gaps: bool = False
     annotation_gap_ns: int = 100_000
+
+    #: How prof.step() was called: "per_iteration" (a ProfilerStep#N per step),
+    #: "one" (one ProfilerStep over every step: a profile without prof.step() per
+    #: iteration) or "none" (no ProfilerStep at all).
+    profiler_steps: str = "per_iteration"
 
     # --- output format -------------------------------------------------------
     #: "relative": ts in us relative to baseTimeNanoseconds (modern Kineto);
@@ -116,6 +122,8 @@ class GeneratorConfig:
             bad("parallel_branch_fraction must be in [0, 1]")
         if self.annotation_gap_ns < 0:
             bad("annotation_gap_ns must be >= 0")
+        if self.profiler_steps not in PROFILER_STEPS:
+            bad(f"profiler_steps must be one of {PROFILER_STEPS}, got {self.profiler_steps!r}")
         if self.time_format not in TIME_FORMATS:
             bad(f"time_format must be one of {TIME_FORMATS}, got {self.time_format!r}")
         if self.base_time_ns < 0:

@@ -237,6 +237,15 @@ class Region:
         self.d = {}
 
 
+class SilentRegion(Region):
+    """A region the profiler does not record (no ProfilerStep without prof.step())."""
+
+    __slots__ = ()
+
+    def emit(self, stream: int, c: list[int], out: list, dev: int) -> None:
+        pass
+
+
 # ---------------------------------------------------------------------------
 # The per-rank renderer
 # ---------------------------------------------------------------------------
@@ -261,6 +270,7 @@ class TraceGenerator:
         self.threads_used = {self.tid_main}
         self.gap = cfg.annotation_gap_ns if cfg.annotation_gaps else _NEVER
         self.cut = _NEVER
+        self.first_step: Optional[PlannedStep] = None  # for a ProfilerStep over every step
         self.events = 0
         self._init_layout()
 
@@ -692,9 +702,12 @@ class TraceGenerator:
                 skip = recvs[-1]
                 assert skip.gpu_start is not None  # planned
                 self.cut = skip.gpu_start
-        step_name = f"ProfilerStep#{ps.index}"
+        if self.first_step is None:
+            self.first_step = ps
+        profiler_steps = cfg.profiler_steps
+        step_name = f"ProfilerStep#{(self.first_step if profiler_steps == 'one' else ps).index}"
         step_ext = self._ext()
-        step_region = Region(step_name, step_ext)
+        step_region = (SilentRegion if profiler_steps == "none" else Region)(step_name, step_ext)
         for op in ops:
             if op is skip:
                 continue
@@ -718,9 +731,11 @@ class TraceGenerator:
         out = []
         step_region.close(out, self.dev)
         self.ev_idx += 1
-        out.append({"ph": "X", "cat": "user_annotation", "name": step_name, "pid": self.pid,
-                    "tid": self.tid_main, "ts": ps.start, "dur": ps.end - ps.start,
-                    "args": {"External id": step_ext, "Record function id": 0, "Ev Idx": self.ev_idx}})
+        if profiler_steps == "per_iteration" or (profiler_steps == "one" and last):
+            first = ps if profiler_steps == "per_iteration" else self.first_step
+            out.append({"ph": "X", "cat": "user_annotation", "name": step_name, "pid": self.pid,
+                        "tid": self.tid_main, "ts": first.start, "dur": ps.end - first.start,
+                        "args": {"External id": step_ext, "Record function id": 0, "Ev Idx": self.ev_idx}})
         top = self._python(out, "train.py(241): train_step", ps.start + 4 * US, ps.end - 3 * US, 0)
         actions = [op for op in ops if op.action is not None]
         if actions:
