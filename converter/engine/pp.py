@@ -83,12 +83,19 @@ class Extent:
     last_end: int
 
 
-def find_blocks(trace: Trace, rules: LaneRules) -> dict[BlockKey, Block]:
-    """PP blocks from GPU annotation fragments, keyed by step, run, stage, action and microbatch."""
+# Which annotations a trace's PP blocks came from (the summary's `pp_annotations`).
+GPU_PP, CPU_PP, NO_PP = "GPU PP annotations", "CPU PP annotations only", "none"
+
+
+def find_blocks(trace: Trace, rules: LaneRules) -> tuple[dict[BlockKey, Block], str]:
+    """PP blocks, keyed by step, run, stage, action and microbatch, and where they came from:
+    the GPU annotation fragments, or, in a trace with none (a CPU-only pipeline), the CPU
+    annotations themselves, each run its own block."""
     pattern = rules.pp_pattern
     steps: list[tuple[int, int]] = []                 # (start, step number)
     cpu_starts: dict[str, list[int]] = defaultdict(list)  # name -> starts of its CPU annotations
     fragments: list[tuple[Slice, re.Match[str]]] = []
+    cpu_annotations: list[tuple[Slice, re.Match[str]]] = []
     for slice_ in trace.slices:
         step = profiler_step(slice_.name)
         if step is not None:
@@ -104,6 +111,10 @@ def find_blocks(trace: Trace, rules: LaneRules) -> dict[BlockKey, Block]:
             fragments.append((slice_, match))
         else:
             cpu_starts[slice_.name].append(slice_.ts)
+            cpu_annotations.append((slice_, match))
+    scheme = GPU_PP if fragments else CPU_PP if cpu_annotations else NO_PP
+    if not fragments:
+        fragments = cpu_annotations  # each is the run it starts
     steps.sort()
     step_starts = [start for start, _ in steps]
 
@@ -125,7 +136,7 @@ def find_blocks(trace: Trace, rules: LaneRules) -> dict[BlockKey, Block]:
         key = BlockKey(step, run, int(match.group("stage")), match.group("action"),
                        int(microbatch) if microbatch else None)
         blocks.setdefault(key, Block(key)).fragments.append(fragment)
-    return blocks
+    return blocks, scheme
 
 
 def _cpu_runs(starts: list[int], step_at: Callable[[int], int]) -> tuple[list[int], list[tuple[int, int]]]:

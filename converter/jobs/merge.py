@@ -182,6 +182,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         "pp_order_source": order_source,
         "pp_ranks": [{"pp_rank": plan.pp_rank, "global_rank": plan.global_rank, "file": plan.file} for plan in plans],
         "time_offsets_ns": [(info.base_time_ns or 0) - base for info in members],
+        "pp_annotations": sorted({r["pp_annotations"] for r in per_rank}),
         "pp_send_recv_pairs": arrows.pairs,
         "pp_send_recv_unmatched": len(arrows.unmatched),
         "pp_send_recv_unmatched_examples": arrows.unmatched[:20],

@@ -116,8 +116,9 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules]) -
         return Prepared(trace, summary)
     summary.update(compact(trace, rules))
     pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata)
-    summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source)
-    return Prepared(trace, summary, find_blocks(trace, rules))
+    blocks, scheme = find_blocks(trace, rules)
+    summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source, pp_annotations=scheme)
+    return Prepared(trace, summary, blocks)
 
 
 def write_trace(trace: Trace, stream: BinaryIO, output_format: str = "perfetto") -> dict[str, Any]:
