@@ -118,6 +118,29 @@ def test_pp_runs_without_cpu_annotations_split_where_other_actions_intervene(tmp
     assert classify_arrows(output) == Counter(expected)
 
 
+def test_stage_less_gpipe_annotations_get_stage_to_stage_arrows(tmp_path):
+    """ScheduleGPipe writes `Forward <mb>` / `Backward <mb>`: no stage, no send or receive.
+    The stage is the rank's PP rank; F(s) -> F(s+1) and B(s) -> B(s-1), counted apart."""
+    pp_size, microbatches, steps = 4, 2, 2
+    files = write_pp_run(tmp_path / "run", pp_size=pp_size, microbatches=microbatches, steps=steps, seed=5,
+                         graphs_per_step=3, kernels_per_replay=6, pp_annotations="gpipe")
+    output, summary = merge(tmp_path, files)
+    expected = 2 * (pp_size - 1) * microbatches * steps
+    assert summary["pp_annotations"] == ["stage-less"]
+    assert (summary["pp_stage_dependency_pairs"], summary["pp_stage_dependency_unmatched"]) == (expected, 0)
+    assert summary["pp_send_recv_pairs"] == summary["pp_compute_dependency_pairs"] == 0
+    arrows = rows(output, """
+        select so.name src, si.name dst, coalesce(ps.name, '') src_rank, coalesce(pd.name, '') dst_rank
+        from flow f join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id
+        join track ts_ on so.track_id = ts_.id left join track ps on ts_.parent_id = ps.id
+        join track td on si.track_id = td.id left join track pd on td.parent_id = pd.id
+        where (so.name glob 'Forward *' or so.name glob 'Backward *') and si.name = so.name""")
+    assert len(arrows) == expected
+    for arrow in arrows:
+        source, target = (int(RANK.match(arrow[k]).group(1)) for k in ("src_rank", "dst_rank"))
+        assert target - source == (1 if arrow["src"].startswith("Forward") else -1), arrow
+
+
 @pytest.mark.parametrize("pp_size,schedule", [(2, "1f1b"), (4, "zero_bubble"), (8, "1f1b")])
 def test_generated_pipelines_merge_with_exact_arrows(tmp_path, pp_size, schedule):
     files = write_pp_run(tmp_path / "run", pp_size=pp_size, schedule=schedule, microbatches=pp_size, steps=2,

@@ -84,14 +84,27 @@ class Extent:
 
 
 # Which annotations a trace's PP blocks came from (the summary's `pp_annotations`).
-GPU_PP, CPU_PP, NO_PP = "GPU PP annotations", "CPU PP annotations only", "none"
+GPU_PP, CPU_PP, STAGELESS, NO_PP = "GPU PP annotations", "CPU PP annotations only", "stage-less", "none"
+# ScheduleGPipe's record_function names: no stage (it is the rank's PP rank), no send or receive.
+_STAGELESS = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
+_STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
 
 
-def find_blocks(trace: Trace, rules: LaneRules) -> tuple[dict[BlockKey, Block], str]:
+def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[BlockKey, Block], str]:
     """PP blocks, keyed by step, run, stage, action and microbatch, and where they came from:
     the GPU annotation fragments, or, in a trace with none (a CPU-only pipeline), the CPU
-    annotations themselves, each run its own block."""
-    pattern = rules.pp_pattern
+    annotations themselves, each run its own block. A trace with no `PP:` annotation at all
+    is read for GPipe's stage-less `Forward <mb>` / `Backward <mb>`, on stage `pp_rank`."""
+    blocks, scheme = _find_blocks(trace, rules.pp_pattern, rules.annotation_categories, None)
+    if scheme == NO_PP:
+        blocks, found = _find_blocks(trace, _STAGELESS, rules.annotation_categories, pp_rank)
+        scheme = STAGELESS if found != NO_PP else NO_PP
+    return blocks, scheme
+
+
+def _find_blocks(trace: Trace, pattern: re.Pattern[str], annotation_categories: frozenset[str],
+                 stage_of_all: Optional[int]) -> tuple[dict[BlockKey, Block], str]:
+    """Blocks of the annotations `pattern` names; `stage_of_all`: the stage of stage-less ones."""
     steps: list[tuple[int, int]] = []                 # (start, step number)
     cpu_starts: dict[str, list[int]] = defaultdict(list)  # name -> starts of its CPU annotations
     fragments: list[tuple[Slice, re.Match[str]]] = []
@@ -104,10 +117,10 @@ def find_blocks(trace: Trace, rules: LaneRules) -> tuple[dict[BlockKey, Block], 
         match = pattern.match(slice_.name)
         if match is None:
             continue
-        stage, microbatch = match.group("stage"), match.group("microbatch")
+        stage, microbatch = _stage(match, stage_of_all), match.group("microbatch")
         if len(stage) > 18 or len(microbatch or "") > 18:
             continue  # not a stage or microbatch number (user patterns may allow any digits)
-        if slice_.cat in rules.annotation_categories:
+        if slice_.cat in annotation_categories:
             fragments.append((slice_, match))
         else:
             cpu_starts[slice_.name].append(slice_.ts)
@@ -123,7 +136,8 @@ def find_blocks(trace: Trace, rules: LaneRules) -> tuple[dict[BlockKey, Block], 
         return steps[index][1] if index >= 0 else 0
 
     runs = {name: _cpu_runs(sorted(starts), step_at) for name, starts in cpu_starts.items()}
-    fallback_runs = _runs_between_other_actions([(f, m) for f, m in fragments if f.name not in runs], step_at)
+    fallback_runs = _runs_between_other_actions([(f, m) for f, m in fragments if f.name not in runs], step_at,
+                                                stage_of_all)
     blocks: dict[BlockKey, Block] = {}
     for fragment, match in fragments:
         cpu = runs.get(fragment.name)
@@ -132,11 +146,15 @@ def find_blocks(trace: Trace, rules: LaneRules) -> tuple[dict[BlockKey, Block], 
             step, run = labels[max(bisect_right(starts, fragment.ts) - 1, 0)]
         else:
             step, run = fallback_runs[fragment]
-        microbatch = match.group("microbatch")
-        key = BlockKey(step, run, int(match.group("stage")), match.group("action"),
+        microbatch, action = match.group("microbatch"), match.group("action")
+        key = BlockKey(step, run, int(_stage(match, stage_of_all)), _STAGELESS_ACTION.get(action, action),
                        int(microbatch) if microbatch else None)
         blocks.setdefault(key, Block(key)).fragments.append(fragment)
     return blocks, scheme
+
+
+def _stage(match: re.Match[str], stage_of_all: Optional[int]) -> str:
+    return match.group("stage") if stage_of_all is None else str(stage_of_all)
 
 
 def _cpu_runs(starts: list[int], step_at: Callable[[int], int]) -> tuple[list[int], list[tuple[int, int]]]:
@@ -149,8 +167,8 @@ def _cpu_runs(starts: list[int], step_at: Callable[[int], int]) -> tuple[list[in
     return starts, labels
 
 
-def _runs_between_other_actions(fragments: list[tuple[Slice, re.Match[str]]],
-                                step_at: Callable[[int], int]) -> dict[Slice, tuple[int, int]]:
+def _runs_between_other_actions(fragments: list[tuple[Slice, re.Match[str]]], step_at: Callable[[int], int],
+                                stage_of_all: Optional[int]) -> dict[Slice, tuple[int, int]]:
     """(step, run) per fragment of actions with no CPU annotation: a new run of an action
     begins when another action of its stage started at or after its current run ended."""
     labels: dict[Slice, tuple[int, int]] = {}
@@ -159,7 +177,7 @@ def _runs_between_other_actions(fragments: list[tuple[Slice, re.Match[str]]],
     latest: dict[str, tuple[str, int]] = {}     # stage -> (name, start) of its latest fragment
     other_start: dict[str, int] = {}            # stage -> latest start of a name other than latest's
     for fragment, match in sorted(fragments, key=lambda item: (item[0].ts, -item[0].dur)):
-        stage, name, step = match.group("stage"), fragment.name, step_at(fragment.ts)
+        stage, name, step = _stage(match, stage_of_all), fragment.name, step_at(fragment.ts)
         previous = latest.get(stage)
         if previous is not None and previous[0] != name:
             other_start[stage] = previous[1]
@@ -260,6 +278,8 @@ class ArrowEnd:
 @dataclass
 class CrossRankArrows:
     ends: list[ArrowEnd] = field(default_factory=list)
+    stage_pairs: int = 0        # F(s) -> F(s+1), B(s) -> B(s-1) of stage-less schedules
+    stage_unmatched: int = 0
     pairs: int = 0
     retargeted: int = 0
     skew_pairs: int = 0
@@ -322,4 +342,30 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
         result.pairs += 1
         result.ends.append(ArrowEnd(sender, key, "first", next_id, True))
         result.ends.append(ArrowEnd(receiver, target, which, next_id, False))
+    return result
+
+
+def pair_stages(extents: list[dict[BlockKey, Extent]]) -> CrossRankArrows:
+    """Stage-less schedules (GPipe) annotate compute only: F(s) -> F(s+1) and B(s) -> B(s-1) per
+    step, run and microbatch, from the block's last-ending fragment to the next stage's first,
+    drawn where the next stage's block starts after that fragment began."""
+    owner = {key: position for position, blocks in enumerate(extents) for key in blocks}
+    result = CrossRankArrows()
+    next_id = _CROSS_RANK_FLOW_BASE
+    for key in sorted(owner):
+        if key.action not in ("F", "B"):
+            continue
+        downstream = key.with_action(key.stage + (1 if key.action == "F" else -1), key.action)
+        if downstream not in owner:
+            last_stage = key.stage == (len(extents) - 1 if key.action == "F" else 0)
+            result.stage_unmatched += not last_stage
+            continue
+        source, target = extents[owner[key]][key], extents[owner[downstream]][downstream]
+        if target.first_start <= source.last_start:
+            result.stage_unmatched += 1
+            continue
+        next_id += 1
+        result.stage_pairs += 1
+        result.ends.append(ArrowEnd(owner[key], key, "last", next_id, True))
+        result.ends.append(ArrowEnd(owner[downstream], downstream, "first", next_id, False))
     return result

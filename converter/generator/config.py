@@ -16,6 +16,7 @@ SCHEDULES = ("1f1b", "interleaved", "zero_bubble")
 TIME_FORMATS = ("relative", "absolute")
 PG_CONFIG_STYLES = ("list", "single_dict")
 PROFILER_STEPS = ("per_iteration", "one", "none")
+PP_ANNOTATIONS = ("pp", "gpipe")
 
 #: A plausible profiler-start wall clock (2024-04-04), the example Kineto trace base.
 DEFAULT_BASE_TIME_NS = 1_712_195_495_519_543_604
@@ -61,6 +62,10 @@ class GeneratorConfig:
     annotation_gaps: bool = False
     annotation_gap_ns: int = 100_000
 
+    #: How the schedule annotates actions: "pp" (record_function("PP:<action>"), as
+    #: torch.distributed.pipelining's schedules do) or "gpipe" (ScheduleGPipe:
+    #: "Forward <mb>" / "Backward <mb>" only, no stage, nothing for send, receive or unshard).
+    pp_annotations: str = "pp"
     #: How prof.step() was called: "per_iteration" (a ProfilerStep#N per step),
     #: "one" (one ProfilerStep over every step: a profile without prof.step() per
     #: iteration) or "none" (no ProfilerStep at all).
@@ -122,6 +127,8 @@ class GeneratorConfig:
             bad("parallel_branch_fraction must be in [0, 1]")
         if self.annotation_gap_ns < 0:
             bad("annotation_gap_ns must be >= 0")
+        if self.pp_annotations not in PP_ANNOTATIONS:
+            bad(f"pp_annotations must be one of {PP_ANNOTATIONS}, got {self.pp_annotations!r}")
         if self.profiler_steps not in PROFILER_STEPS:
             bad(f"profiler_steps must be one of {PROFILER_STEPS}, got {self.profiler_steps!r}")
         if self.time_format not in TIME_FORMATS:
@@ -156,6 +163,8 @@ class GeneratorConfig:
             bad("schedule '1f1b' has one stage per rank; use 'interleaved' for more")
         if self.graphs_per_action < 1:
             bad("graphs_per_action must be >= 1")
+        if self.pp_annotations == "gpipe" and self.schedule != "1f1b":
+            bad("pp_annotations 'gpipe' names only F and B actions: use schedule '1f1b'")
         if self.truncate_last_recv and self.pp_size < 2:
             bad("truncate_last_recv needs pp_size >= 2 (no receives otherwise)")
         try:

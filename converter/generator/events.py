@@ -602,7 +602,8 @@ class TraceGenerator:
 
     def _op_reshard(self, op, out: list) -> None:
         cs, ce = op.cpu_start, op.cpu_end
-        self._cpu(out, "user_annotation", op.label, self.tid_main, cs, ce)
+        if op.label:
+            self._cpu(out, "user_annotation", op.label, self.tid_main, cs, ce)
         self._cpu(out, "cpu_op", "aten::resize_", self.tid_main, cs + 2 * US, ce - 2 * US)
 
     def _op_h2d(self, op, out: list, step_region: Region) -> None:

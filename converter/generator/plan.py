@@ -101,6 +101,15 @@ class PlanParams:
         self.graphs_per_action = cfg.graphs_per_action
         self.memcpy = cfg.include_memcpy
         self.nccl = cfg.include_nccl
+        self.annotations = cfg.pp_annotations
+
+
+def _annotation(action: Action, style: str) -> Optional[str]:
+    """The record_function name a schedule gives an action (None: it records none)."""
+    if style == "pp":
+        return f"PP:{action}"
+    names = {"F": "Forward", "B": "Backward"}  # ScheduleGPipe
+    return f"{names[action.type]} {action.microbatch}" if action.type in names else None
 
 
 def _u(rng: random.Random, lo_us: float, hi_us: float) -> int:
@@ -145,10 +154,10 @@ def _build_ops(step: int, actions: Optional[list[Action]], p: PlanParams, rng: r
         by_key: dict[tuple, Op] = {}
         last_of_stage: dict[int, Op] = {}
         for a in actions:
-            label = f"PP:{a}"
+            action_label = _annotation(a, p.annotations)
             t = a.type
             if t in ("F", "B", "I", "W"):
-                op = Op("compute", action=a, label=label, thread="main" if t == "F" else "bwd",
+                op = Op("compute", action=a, label=action_label, thread="main" if t == "F" else "bwd",
                         lane=COMPUTE, graph_kind=t, n_replays=p.graphs_per_action)
                 _compute_cost(op, p, rng)
                 if t == "F":
@@ -161,7 +170,7 @@ def _build_ops(step: int, actions: Optional[list[Action]], p: PlanParams, rng: r
                 last_of_stage[a.stage] = op
                 last_compute = op
             elif t in _P2P_LANE:
-                op = Op("p2p", action=a, label=label, lane=_P2P_LANE[t])
+                op = Op("p2p", action=a, label=action_label, lane=_P2P_LANE[t])
                 op.cpu_cost = _u(rng, 25, 60)
                 op.gpu_cost = 0
                 op.xfer = _u(rng, 60, 160)
@@ -172,15 +181,15 @@ def _build_ops(step: int, actions: Optional[list[Action]], p: PlanParams, rng: r
                     src = by_key.get(("I", a.stage, a.microbatch)) or by_key.get(("B", a.stage, a.microbatch))
                     op.deps = [src] if src is not None else []
             elif t == "UNSHARD":
-                op = Op("allgather", action=a, label=label, lane=ALLGATHER)
+                op = Op("allgather", action=a, label=action_label, lane=ALLGATHER)
                 op.cpu_cost, op.gpu_cost = _u(rng, 60, 140), _u(rng, 250, 600)
             elif t == "REDUCE_GRAD":
-                op = Op("reducescatter", action=a, label=label, lane=REDUCESCATTER)
+                op = Op("reducescatter", action=a, label=action_label, lane=REDUCESCATTER)
                 op.cpu_cost, op.gpu_cost = _u(rng, 50, 120), _u(rng, 400, 1000)
                 last = last_of_stage.get(a.stage)
                 op.deps = [last] if last is not None else []
             else:  # RESHARD: CPU only
-                op = Op("reshard", action=a, label=label)
+                op = Op("reshard", action=a, label=action_label)
                 op.cpu_cost = _u(rng, 15, 40)
             by_key[(t, a.stage, a.microbatch)] = op
             ops.append(op)

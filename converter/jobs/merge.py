@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Optional, cast
 
 from ..engine.layout import separate_overlaps
-from ..engine.pp import BlockKey, Extent, link_rank_local, pair_sends_and_receives, pp_group_of
+from ..engine.pp import (STAGELESS, BlockKey, Extent, link_rank_local, pair_sends_and_receives, pair_stages,
+                         pp_group_of)
 from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
 from ..inputs.source import json_size
@@ -53,6 +54,7 @@ class RankInfo:
     base_time_ns: Optional[int]
     absolute_clock: bool
     blocks: dict[BlockKey, Extent] = field(default_factory=dict)
+    pp_annotations: str = ""  # which annotations its blocks came from (engine.pp's schemes)
 
 
 @dataclass
@@ -155,7 +157,10 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     plans = [RankPlan(file=info.file, position=k, global_rank=info.global_rank,
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
-    arrows = pair_sends_and_receives([info.blocks for info in members], [info.global_rank for info in members])
+    extents = [info.blocks for info in members]
+    stageless = all(info.pp_annotations == STAGELESS for info in members)
+    arrows = pair_stages(extents) if stageless else \
+        pair_sends_and_receives(extents, [info.global_rank for info in members])
     for end in arrows.ends:
         plans[end.position].flow_ends.append((end.block, end.which, end.flow_id, end.outgoing))
     base = min(info.base_time_ns or 0 for info in members)
@@ -184,6 +189,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         "time_offsets_ns": [(info.base_time_ns or 0) - base for info in members],
         "pp_annotations": sorted({r["pp_annotations"] for r in per_rank}),
         "pp_send_recv_pairs": arrows.pairs,
+        "pp_stage_dependency_pairs": arrows.stage_pairs,
+        "pp_stage_dependency_unmatched": arrows.stage_unmatched,
         "pp_send_recv_unmatched": len(arrows.unmatched),
         "pp_send_recv_unmatched_examples": arrows.unmatched[:20],
         "pp_send_recv_retargeted": arrows.retargeted,
@@ -230,7 +237,8 @@ def _scan_rank(file: str, options: JobOptions) -> RankInfo:
         base_time_ns=base if isinstance(base, int) else None,
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=not isinstance(base, int) and first_ts > 10**15,
-        blocks={key: block.extent() for key, block in prepared.blocks.items()})
+        blocks={key: block.extent() for key, block in prepared.blocks.items()},
+        pp_annotations=prepared.summary["pp_annotations"])
 
 
 def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = False) -> tuple[list[list[RankInfo]], str]:

@@ -116,7 +116,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules]) -
         return Prepared(trace, summary)
     summary.update(compact(trace, rules))
     pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata)
-    blocks, scheme = find_blocks(trace, rules)
+    blocks, scheme = find_blocks(trace, rules, pp_rank)
     summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source, pp_annotations=scheme)
     return Prepared(trace, summary, blocks)
 
