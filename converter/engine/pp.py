@@ -90,44 +90,47 @@ _STAGELESS = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})
 _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
 
 
+@dataclass
+class _Annotations:
+    """What one naming scheme's annotations a pass over the slices found."""
+
+    stage_of_all: Optional[int] = None  # the stage of every block, for stage-less names
+    fragments: list[tuple[Slice, re.Match[str]]] = field(default_factory=list)   # GPU side
+    cpu: list[tuple[Slice, re.Match[str]]] = field(default_factory=list)
+    cpu_starts: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+
+    def add(self, slice_: Slice, match: re.Match[str], annotation_categories: frozenset[str]) -> None:
+        stage, microbatch = _stage(match, self.stage_of_all), match.group("microbatch")
+        if len(stage) > 18 or len(microbatch or "") > 18:
+            return  # not a stage or microbatch number (user patterns may allow any digits)
+        if slice_.cat in annotation_categories:
+            self.fragments.append((slice_, match))
+        else:
+            self.cpu_starts[slice_.name].append(slice_.ts)
+            self.cpu.append((slice_, match))
+
+
 def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[BlockKey, Block], str]:
     """PP blocks, keyed by step, run, stage, action and microbatch, and where they came from:
     the GPU annotation fragments, or, in a trace with none (a CPU-only pipeline), the CPU
     annotations themselves, each run its own block. A trace with no `PP:` annotation at all
     is read for GPipe's stage-less `Forward <mb>` / `Backward <mb>`, on stage `pp_rank`."""
-    blocks, scheme = _find_blocks(trace, rules.pp_pattern, rules.annotation_categories, None)
-    if scheme == NO_PP:
-        blocks, found = _find_blocks(trace, _STAGELESS, rules.annotation_categories, pp_rank)
-        scheme = STAGELESS if found != NO_PP else NO_PP
-    return blocks, scheme
-
-
-def _find_blocks(trace: Trace, pattern: re.Pattern[str], annotation_categories: frozenset[str],
-                 stage_of_all: Optional[int]) -> tuple[dict[BlockKey, Block], str]:
-    """Blocks of the annotations `pattern` names; `stage_of_all`: the stage of stage-less ones."""
+    pattern, categories = rules.pp_pattern, rules.annotation_categories
     steps: list[tuple[int, int]] = []                 # (start, step number)
-    cpu_starts: dict[str, list[int]] = defaultdict(list)  # name -> starts of its CPU annotations
-    fragments: list[tuple[Slice, re.Match[str]]] = []
-    cpu_annotations: list[tuple[Slice, re.Match[str]]] = []
+    pp, stageless = _Annotations(), _Annotations(stage_of_all=pp_rank)
     for slice_ in trace.slices:
-        step = profiler_step(slice_.name)
+        name = slice_.name
+        step = profiler_step(name)
         if step is not None:
             steps.append((slice_.ts, step))
             continue
-        match = pattern.match(slice_.name)
-        if match is None:
-            continue
-        stage, microbatch = _stage(match, stage_of_all), match.group("microbatch")
-        if len(stage) > 18 or len(microbatch or "") > 18:
-            continue  # not a stage or microbatch number (user patterns may allow any digits)
-        if slice_.cat in annotation_categories:
-            fragments.append((slice_, match))
-        else:
-            cpu_starts[slice_.name].append(slice_.ts)
-            cpu_annotations.append((slice_, match))
-    scheme = GPU_PP if fragments else CPU_PP if cpu_annotations else NO_PP
-    if not fragments:
-        fragments = cpu_annotations  # each is the run it starts
+        match = pattern.match(name)
+        if match is not None:
+            pp.add(slice_, match, categories)
+        elif name.startswith(("Forward ", "Backward ")) and (match := _STAGELESS.match(name)) is not None:
+            stageless.add(slice_, match, categories)
+    found, scheme = (pp, GPU_PP if pp.fragments else CPU_PP) if pp.fragments or pp.cpu else \
+        (stageless, STAGELESS) if stageless.fragments or stageless.cpu else (pp, NO_PP)
     steps.sort()
     step_starts = [start for start, _ in steps]
 
@@ -135,9 +138,10 @@ def _find_blocks(trace: Trace, pattern: re.Pattern[str], annotation_categories: 
         index = bisect_right(step_starts, ts) - 1
         return steps[index][1] if index >= 0 else 0
 
-    runs = {name: _cpu_runs(sorted(starts), step_at) for name, starts in cpu_starts.items()}
+    fragments = found.fragments or found.cpu  # without GPU fragments, each CPU annotation is its run
+    runs = {name: _cpu_runs(sorted(starts), step_at) for name, starts in found.cpu_starts.items()}
     fallback_runs = _runs_between_other_actions([(f, m) for f, m in fragments if f.name not in runs], step_at,
-                                                stage_of_all)
+                                                found.stage_of_all)
     blocks: dict[BlockKey, Block] = {}
     for fragment, match in fragments:
         cpu = runs.get(fragment.name)
@@ -147,7 +151,7 @@ def _find_blocks(trace: Trace, pattern: re.Pattern[str], annotation_categories: 
         else:
             step, run = fallback_runs[fragment]
         microbatch, action = match.group("microbatch"), match.group("action")
-        key = BlockKey(step, run, int(_stage(match, stage_of_all)), _STAGELESS_ACTION.get(action, action),
+        key = BlockKey(step, run, int(_stage(match, found.stage_of_all)), _STAGELESS_ACTION.get(action, action),
                        int(microbatch) if microbatch else None)
         blocks.setdefault(key, Block(key)).fragments.append(fragment)
     return blocks, scheme
