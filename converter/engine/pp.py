@@ -291,6 +291,17 @@ class CrossRankArrows:
     unmatched: list[str] = field(default_factory=list)
     not_drawn: list[str] = field(default_factory=list)
 
+    def draw(self, source: tuple[int, BlockKey, str], target: tuple[int, BlockKey, str]) -> None:
+        """One arrow between (rank position, block, fragment) ends, with the next agreed flow id."""
+        flow_id = _CROSS_RANK_FLOW_BASE + 1 + len(self.ends) // 2
+        self.ends.append(ArrowEnd(*source, flow_id, True))
+        self.ends.append(ArrowEnd(*target, flow_id, False))
+
+
+def _owners(extents: list[dict[BlockKey, Extent]]) -> dict[BlockKey, int]:
+    """Each block's rank position in the pipeline."""
+    return {key: position for position, blocks in enumerate(extents) for key in blocks}
+
 
 def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks: list[int]) -> CrossRankArrows:
     """SEND_F of stage s -> RECV_F of stage s+1, SEND_B of s -> RECV_B of s-1, per step and
@@ -303,12 +314,8 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
     compute that consumes the data (`retargeted`). A receive that ended before its send began
     means the ranks' clocks disagree (`skew_pairs`, largest skew reported).
     """
-    owner: dict[BlockKey, int] = {}
-    for position, blocks in enumerate(extents):
-        for key in blocks:
-            owner[key] = position
+    owner = _owners(extents)
     result = CrossRankArrows()
-    next_id = _CROSS_RANK_FLOW_BASE
     for key in sorted(owner):
         if key.action not in ("SEND_F", "SEND_B", "RECV_F", "RECV_B"):
             continue
@@ -342,10 +349,8 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
                 continue
             target, which = consumer, "first"
             result.retargeted += 1
-        next_id += 1
         result.pairs += 1
-        result.ends.append(ArrowEnd(sender, key, "first", next_id, True))
-        result.ends.append(ArrowEnd(receiver, target, which, next_id, False))
+        result.draw((sender, key, "first"), (receiver, target, which))
     return result
 
 
@@ -353,9 +358,8 @@ def pair_stages(extents: list[dict[BlockKey, Extent]]) -> CrossRankArrows:
     """Stage-less schedules (GPipe) annotate compute only: F(s) -> F(s+1) and B(s) -> B(s-1) per
     step, run and microbatch, from the block's last-ending fragment to the next stage's first,
     drawn where the next stage's block starts after that fragment began."""
-    owner = {key: position for position, blocks in enumerate(extents) for key in blocks}
+    owner = _owners(extents)
     result = CrossRankArrows()
-    next_id = _CROSS_RANK_FLOW_BASE
     for key in sorted(owner):
         if key.action not in ("F", "B"):
             continue
@@ -368,8 +372,6 @@ def pair_stages(extents: list[dict[BlockKey, Extent]]) -> CrossRankArrows:
         if target.first_start <= source.last_start:
             result.stage_unmatched += 1
             continue
-        next_id += 1
         result.stage_pairs += 1
-        result.ends.append(ArrowEnd(owner[key], key, "last", next_id, True))
-        result.ends.append(ArrowEnd(owner[downstream], downstream, "first", next_id, False))
+        result.draw((owner[key], key, "last"), (owner[downstream], downstream, "first"))
     return result

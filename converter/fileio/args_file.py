@@ -4,10 +4,11 @@ Args text is about half of a Kineto trace (a kernel carries two dozen keys), and
 needed again when the writer encodes it. Held as millions of bytes objects it made the trace
 model bigger than the input; appended to one unlinked temporary file instead, each slice
 keeps a single int (its entry's index). The file is written past the page cache where the
-file system allows (direct.py): the text is read back by the args helper right away, or
-in the rare case of no helper, once more when writing. It is read back with pread, not a
-memory map: the writer reads in track order, not file order, and every fault on a map pulls
-in 64 KB around it, which made the map resident faster than madvise could drop it.
+file system allows (direct.py): the text is read back once, in file order, by whatever
+prepares it for the writer (the args helper while reading, or the in-process pass before
+writing), and by compaction for the few slices it needs. It is read back with pread, not a
+memory map: single entries are read in any order, and every fault on a map pulls in 64 KB
+around it, which made the map resident faster than madvise could drop it.
 """
 
 from __future__ import annotations

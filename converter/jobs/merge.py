@@ -67,7 +67,6 @@ class RankPlan:
     global_rank: int
     flow_ends: list[tuple[BlockKey, str, int, bool]] = field(default_factory=list)
     # (block, "first" | "last" fragment, flow id, outgoing)
-    cross_rank_flows: int = 0
 
 
 def find_rank_files(inputs: list[Path]) -> list[Path]:
