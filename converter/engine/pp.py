@@ -13,7 +13,7 @@ split where another action of the same stage began after the current run's fragm
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -47,10 +47,24 @@ class BlockKey:
         return BlockKey(self.step, self.run, stage, action, self.microbatch)
 
 
+@dataclass(frozen=True)
+class Anchor:
+    """Which slice of a block an arrow end sits on: its first-starting fragment ("first"), its
+    last-ending one ("last"), or the first slice nested in its first fragment that starts after
+    `after` ("inner": where a compute that waited for data starts its real work)."""
+
+    which: str
+    after: int = 0
+
+
+FIRST, LAST = Anchor("first"), Anchor("last")
+
+
 @dataclass
 class Block:
     key: BlockKey
     fragments: list[Slice] = field(default_factory=list)
+    inner: list[Slice] = field(default_factory=list)  # compute blocks: slices nested in the first fragment
 
     @property
     def start(self) -> int:
@@ -64,23 +78,33 @@ class Block:
         """The fragment a cross-rank arrow leaves from when the block is its source: the last to end."""
         return max(self.fragments, key=lambda f: (f.ts + f.dur, f.ts))
 
-    def fragment(self, which: str) -> Slice:
-        """`first_fragment` or `last_fragment`, by name: both passes of a merge pick the same one."""
-        return self.first_fragment() if which == "first" else self.last_fragment()
+    def slice_at(self, anchor: Anchor) -> Slice:
+        """The slice an anchor names: both passes of a merge resolve it alike."""
+        if anchor.which == "inner":
+            return next(s for s in self.inner if s.ts > anchor.after)
+        return self.first_fragment() if anchor.which == "first" else self.last_fragment()
 
     def extent(self) -> "Extent":
         first, last = self.first_fragment(), self.last_fragment()
-        return Extent(first.ts, first.ts + first.dur, last.ts, last.ts + last.dur)
+        return Extent(first.ts, first.ts + first.dur, last.ts, last.ts + last.dur,
+                      tuple(s.ts for s in self.inner))
 
 
 @dataclass(frozen=True)
 class Extent:
-    """Where a block's first fragment starts and ends, and where its last-ending one does."""
+    """Where a block's first fragment starts and ends, where its last-ending one does, and where
+    the slices nested in its first fragment start (compute blocks only)."""
 
     first_start: int
     first_end: int
     last_start: int
     last_end: int
+    inner_starts: tuple[int, ...] = ()
+
+    def inner_after(self, ts: int) -> Optional[Anchor]:
+        """The first nested slice starting after `ts`, if any."""
+        index = bisect_right(self.inner_starts, ts)
+        return Anchor("inner", ts) if index < len(self.inner_starts) else None
 
 
 # Which annotations a trace's PP blocks came from (the summary's `pp_annotations`).
@@ -154,7 +178,32 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
         key = BlockKey(step, run, int(_stage(match, found.stage_of_all)), _STAGELESS_ACTION.get(action, action),
                        int(microbatch) if microbatch else None)
         blocks.setdefault(key, Block(key)).fragments.append(fragment)
+    _nest_inner(trace, [block for key, block in blocks.items() if key.action in COMPUTE_ACTIONS])
     return blocks, scheme
+
+
+def _nest_inner(trace: Trace, compute: list[Block]) -> None:
+    """Each compute block's `inner`: its first fragment's children (the outermost slices within
+    it on its track), by start. Only children: a merge ships their starts between passes."""
+    firsts = [(block, block.first_fragment()) for block in compute]
+    tracks = {id(first.track) for _, first in firsts}
+    on_track: dict[int, list[Slice]] = defaultdict(list)
+    for slice_ in trace.slices:
+        if id(slice_.track) in tracks:
+            on_track[id(slice_.track)].append(slice_)
+    starts: dict[int, list[int]] = {}
+    for track, slices in on_track.items():
+        slices.sort(key=lambda s: (s.ts, -s.dur))
+        starts[track] = [s.ts for s in slices]
+    for block, first in firsts:
+        slices, track_starts = on_track[id(first.track)], starts[id(first.track)]
+        begin, stop = bisect_left(track_starts, first.ts), bisect_right(track_starts, first.end)
+        children, covered_until = [], first.ts
+        for slice_ in slices[begin:stop]:
+            if slice_ is not first and slice_.end <= first.end and slice_.ts >= covered_until:
+                children.append(slice_)
+                covered_until = slice_.end
+        block.inner = children
 
 
 def _stage(match: re.Match[str], stage_of_all: Optional[int]) -> str:
@@ -270,11 +319,11 @@ def pp_group_of(info: dict) -> Optional[list[int]]:
 
 @dataclass(frozen=True)
 class ArrowEnd:
-    """One end of a cross-rank arrow: on which rank (position), which block's which fragment."""
+    """One end of a cross-rank arrow: on which rank (position), which block's which slice."""
 
     position: int
     block: BlockKey
-    which: str  # "first" | "last"
+    anchor: Anchor
     flow_id: int
     outgoing: bool
 
@@ -291,8 +340,8 @@ class CrossRankArrows:
     unmatched: list[str] = field(default_factory=list)
     not_drawn: list[str] = field(default_factory=list)
 
-    def draw(self, source: tuple[int, BlockKey, str], target: tuple[int, BlockKey, str]) -> None:
-        """One arrow between (rank position, block, fragment) ends, with the next agreed flow id."""
+    def draw(self, source: tuple[int, BlockKey, Anchor], target: tuple[int, BlockKey, Anchor]) -> None:
+        """One arrow between (rank position, block, anchor) ends, with the next agreed flow id."""
         flow_id = _CROSS_RANK_FLOW_BASE + 1 + len(self.ends) // 2
         self.ends.append(ArrowEnd(*source, flow_id, True))
         self.ends.append(ArrowEnd(*target, flow_id, False))
@@ -309,10 +358,12 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
     each arrow gets one agreed flow id.
 
     Perfetto points every arrow from the slice that starts first, so an arrow must end on a
-    slice that starts after the send began. A receive is usually posted early and waits; then
-    the arrow ends on its last fragment if that starts after the send, else on the first
-    compute that consumes the data (`retargeted`). A receive that ended before its send began
-    means the ranks' clocks disagree (`skew_pairs`, largest skew reported).
+    slice that starts after the send began. A receive is often posted early (gloo's and
+    NCCL's are non-blocking) and the compute that needs the data waits: then the arrow ends
+    on the receive's last fragment if that starts after the send, else on the consuming
+    compute, at its start or, when that too began before the send, at its first child to
+    start after the send, where its real work begins (`retargeted`). A receive and consumer
+    that both ended before their send began mean the ranks' clocks disagree (`skew_pairs`).
     """
     owner = _owners(extents)
     result = CrossRankArrows()
@@ -333,25 +384,35 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
         sender, receiver = owner[key], owner[peer]
         send_start = extents[sender][key].first_start
         received = extents[receiver][peer]
-        if received.last_end <= send_start:
+        consumer = next((k for k in (peer.with_action(peer.stage, action) for action in COMPUTE_OF[peer_action])
+                         if k in extents[receiver]), None)
+        consumed = extents[receiver][consumer] if consumer is not None else None
+        finished = max(received.last_end, consumed.last_end if consumed else 0)
+        if finished <= send_start:
             result.skew_pairs += 1
-            result.max_skew = max(result.max_skew, send_start - received.last_end)
-        if received.last_start > send_start:
-            target, which = peer, "last"
-        else:
-            consumer = next((k for k in (peer.with_action(peer.stage, action)
-                                         for action in COMPUTE_OF[peer_action])
-                             if k in extents[receiver] and extents[receiver][k].first_start > send_start), None)
-            if consumer is None:
-                result.pairs += 1
-                result.not_drawn.append(f"{key.describe()} -> {peer.describe()}: neither the receive nor the "
-                                        "compute it feeds starts after the send begins (capture window cut?)")
-                continue
-            target, which = consumer, "first"
-            result.retargeted += 1
+            result.max_skew = max(result.max_skew, send_start - finished)
         result.pairs += 1
-        result.draw((sender, key, "first"), (receiver, target, which))
+        target = _receiving_end(peer, received, consumer, consumed, send_start)
+        if target is None:
+            result.not_drawn.append(f"{key.describe()} -> {peer.describe()}: neither the receive nor the "
+                                    "compute it feeds starts after the send begins (capture window cut?)")
+            continue
+        result.retargeted += target[0] != peer
+        result.draw((sender, key, FIRST), (receiver, *target))
     return result
+
+
+def _receiving_end(receive: BlockKey, received: Extent, consumer: Optional[BlockKey], consumed: Optional[Extent],
+                   send_start: int) -> Optional[tuple[BlockKey, Anchor]]:
+    """Where an arrow from a send that began at `send_start` lands: see pair_sends_and_receives."""
+    if received.last_start > send_start:
+        return receive, LAST
+    if consumer is None or consumed is None:
+        return None
+    if consumed.first_start > send_start:
+        return consumer, FIRST
+    inner = consumed.inner_after(send_start)
+    return (consumer, inner) if inner is not None else None
 
 
 def pair_stages(extents: list[dict[BlockKey, Extent]]) -> CrossRankArrows:
@@ -373,5 +434,5 @@ def pair_stages(extents: list[dict[BlockKey, Extent]]) -> CrossRankArrows:
             result.stage_unmatched += 1
             continue
         result.stage_pairs += 1
-        result.draw((owner[key], key, "last"), (owner[downstream], downstream, "first"))
+        result.draw((owner[key], key, LAST), (owner[downstream], downstream, FIRST))
     return result

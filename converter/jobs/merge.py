@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Optional, cast
 
 from ..engine.layout import separate_overlaps
-from ..engine.pp import (STAGELESS, BlockKey, Extent, link_rank_local, pair_sends_and_receives, pair_stages,
-                         pp_group_of)
+from ..engine.pp import (STAGELESS, Anchor, BlockKey, Extent, link_rank_local, pair_sends_and_receives,
+                         pair_stages, pp_group_of)
 from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
 from ..inputs.source import json_size
@@ -65,8 +65,8 @@ class RankPlan:
     position: int
     pp_rank: int
     global_rank: int
-    flow_ends: list[tuple[BlockKey, str, int, bool]] = field(default_factory=list)
-    # (block, "first" | "last" fragment, flow id, outgoing)
+    flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
+    # (block, which of its slices, flow id, outgoing)
 
 
 def find_rank_files(inputs: list[Path]) -> list[Path]:
@@ -161,7 +161,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     arrows = pair_stages(extents) if stageless else \
         pair_sends_and_receives(extents, [info.global_rank for info in members])
     for end in arrows.ends:
-        plans[end.position].flow_ends.append((end.block, end.which, end.flow_id, end.outgoing))
+        plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     base = min(info.base_time_ns or 0 for info in members)
     with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent) as scratch:
         parts = _in_workers(_write_rank_part, [(plan, options, scratch) for plan in plans], jobs,
@@ -279,8 +279,8 @@ def _write_rank_part(plan: RankPlan, options: JobOptions, scratch: str) -> tuple
     prepared: Prepared = prepare(Path(plan.file), options, load_lane_rules(options.lanes_file))
     trace, summary, blocks = prepared.trace, prepared.summary, prepared.blocks
     summary.update(link_rank_local(trace, blocks))
-    for key, which, flow_id, outgoing in plan.flow_ends:
-        trace.flow_ends.append(FlowEnd(blocks[key].fragment(which), flow_id, outgoing))
+    for key, anchor, flow_id, outgoing in plan.flow_ends:
+        trace.flow_ends.append(FlowEnd(blocks[key].slice_at(anchor), flow_id, outgoing))
     _place_rank(trace, plan)
     summary["overlaps_moved"] = separate_overlaps(trace)
     path = Path(scratch) / f"part{plan.position:05d}"
