@@ -71,8 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     compact.add_argument("input", type=Path, metavar="TRACE")
     _add_output_options(compact)
     _add_split_option(compact)
-    compact.add_argument("--lanes", type=Path, metavar="FILE",
-                         help="lane rules (TOML); see `cgtrace lanes --print-default`")
+    _add_lane_options(compact)
     compact.add_argument("--format", choices=("perfetto", "json"), default="perfetto",
                          help="json: Chrome JSON (lanes as threads) for JSON-only tools")
     compact.add_argument("--merge-pp-ranks", action="store_true",
@@ -87,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("inputs", type=Path, nargs="+", metavar="DIR_OR_FILES")
     _add_output_options(merge)
     _add_merge_options(merge)
-    merge.add_argument("--lanes", type=Path, metavar="FILE", help="lane rules (TOML)")
+    _add_lane_options(merge)
     merge.set_defaults(run=_run_merge)
 
     lanes = commands.add_parser("lanes", help="show the lane rules compact uses",
@@ -195,9 +194,18 @@ def _rank_list(text: str) -> set[int]:
     return ranks
 
 
+def _add_lane_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--lanes", type=Path, metavar="FILE",
+                         help="lane rules (TOML); see `cgtrace lanes --print-default`")
+    command.add_argument("--relane", action="store_true",
+                         help="traces torch already laned at export (cudaGraphInlineAnnotated) keep their lanes "
+                              "by default; re-lane them by the lane rules instead")
+
+
 def _job_options(args: argparse.Namespace, compact: bool) -> JobOptions:
     return JobOptions(compact=compact, lanes_file=getattr(args, "lanes", None), strict=args.strict,
                       window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
+                      relane=getattr(args, "relane", False),
                       output_format=getattr(args, "format", "perfetto"), args_strategy="auto",
                       overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin)
 

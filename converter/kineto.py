@@ -17,6 +17,9 @@ GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Mem
 GPU_ANNOTATION_CATEGORIES = ("gpu_user_annotation",)
 KERNEL_CATEGORIES = ("kernel", "Kernel")
 CUDA_GRAPH_LAUNCH = "cudaGraphLaunch"
+# torch 2.15's export_chrome_trace(..., graph_lanes="all") marks traces whose CUDA-graph work
+# it already moved onto annotation-named lanes (the real stream kept in args.original_stream).
+INLINE_LANED = "cudaGraphInlineAnnotated"
 
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # more digits are no step number int() takes
 
@@ -27,11 +30,21 @@ def profiler_step(name: str) -> Optional[int]:
     return int(match.group(1)) if match else None
 
 
+def inline_laned(metadata: dict) -> bool:
+    """Whether the trace's exporter already laned its CUDA-graph work (see INLINE_LANED)."""
+    return metadata.get(INLINE_LANED) is True
+
+
 class _Named(msgspec.Struct):
     name: Any = None
 
 
+class _Moved(msgspec.Struct):
+    original_stream: Any = None
+
+
 _decode_name = msgspec.json.Decoder(_Named).decode
+_decode_moved = msgspec.json.Decoder(_Moved).decode
 
 
 def kernel_label(args: Optional[bytes]) -> Optional[str]:
@@ -44,3 +57,14 @@ def kernel_label(args: Optional[bytes]) -> Optional[str]:
     except msgspec.MsgspecError:  # not an object, or a number beyond range
         return None
     return name if type(name) is str and name else None
+
+
+def original_stream(args: Optional[bytes]) -> Optional[str]:
+    """args.original_stream (as text) of a slice an exporter moved onto a lane, else None."""
+    if args is None or b'"original_stream"' not in args:
+        return None
+    try:
+        stream = _decode_moved(args).original_stream
+    except msgspec.MsgspecError:
+        return None
+    return str(stream) if type(stream) in (int, str) else None

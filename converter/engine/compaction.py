@@ -18,7 +18,8 @@ from typing import Iterable, Iterator, Optional
 from ..errors import CgtraceError
 from ..kineto import CUDA_GRAPH_LAUNCH, kernel_label
 from ..lane_rules import LaneRules
-from ..model import Process, Slice, Thread, Trace, Track, TrackRole
+from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
+from ..model import LaneGroup, Process, Slice, Thread, Trace, Track, TrackRole
 from ..model.nesting import nested_layers
 
 LANE_CONTAINER_NAME = "GPU lanes"
@@ -32,14 +33,16 @@ class GpuLanes:
 
     process: Process
     container: Track
-    lanes: dict[str, list[Track]] = field(default_factory=dict)        # group -> lanes
+    lanes: dict[LaneGroup, list[Track]] = field(default_factory=dict)  # group -> lanes, in order
     annotation_rows: dict[Track, list[Track]] = field(default_factory=dict)  # lane -> rows
     lane_slices: dict[Track, list[Slice]] = field(default_factory=dict)  # lane -> slices in time order
-    streams: set[Optional[Thread]] = field(default_factory=set)
+    streams: set[object] = field(default_factory=set)  # hardware streams, as the grouping names them
 
 
-def compact(trace: Trace, rules: LaneRules) -> dict:
-    """Move GPU slices and their annotations onto lanes; returns the summary figures."""
+def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = None) -> dict:
+    """Move GPU slices and their annotations onto lanes (grouped by the lane rules unless a
+    grouping is given); returns the summary figures."""
+    grouping = grouping or RuleLanes(rules)
     measured_before = _fingerprint(s for s in trace.slices if s.cat not in rules.annotation_categories)
     gpu_slices: dict[Process, list[Slice]] = defaultdict(list)  # model objects hash by identity
     annotations: dict[Process, list[Slice]] = defaultdict(list)
@@ -56,7 +59,7 @@ def compact(trace: Trace, rules: LaneRules) -> dict:
     per_gpu = []
     for process, slices in gpu_slices.items():
         by_stream = _by_stream(slices)  # before packing moves the slices off their streams
-        gpu = _pack_lanes(trace, process, slices, rules, summary)
+        gpu = _pack_lanes(trace, process, slices, grouping, summary)
         _place_annotations(trace, gpu, by_stream, annotations.get(process, []), summary)
         _label_kernel_runs(trace, gpu, summary)
         _layer_annotation_rows(trace, gpu)
@@ -68,12 +71,12 @@ def compact(trace: Trace, rules: LaneRules) -> dict:
     lanes_by_group: Counter[str] = Counter()
     for gpu in per_gpu:
         for group, lanes in gpu.lanes.items():
-            lanes_by_group[rules.label(group)] += len(lanes)
+            lanes_by_group[group.label] += len(lanes)
     return {
         "measured_slices": measured_before[0],
         "original_streams": sum(len(gpu.streams) for gpu in per_gpu),
         "compacted_lanes": sum(lanes_by_group.values()),
-        "slice_groups": {rules.label(g): summary[f"group:{g}"] for g in rules.group_order if summary[f"group:{g}"]},
+        "slice_groups": {label: summary[f"group:{label}"] for label in lanes_by_group},
         "lanes_by_group": dict(lanes_by_group),
         "per_gpu": [{"gpu": gpu.process.short_name, "streams": len(gpu.streams),
                      "lanes": sum(len(lanes) for lanes in gpu.lanes.values())} for gpu in per_gpu],
@@ -87,23 +90,16 @@ def compact(trace: Trace, rules: LaneRules) -> dict:
     }
 
 
-def _pack_lanes(trace: Trace, process: Process, slices: list[Slice], rules: LaneRules,
+def _pack_lanes(trace: Trace, process: Process, slices: list[Slice], grouping: LaneGrouping,
                 summary: Counter[str]) -> GpuLanes:
     container = trace.add_track(Track(name=LANE_CONTAINER_NAME, process=process, orders_children=True,
                                       role=TrackRole.LANES))
-    gpu = GpuLanes(process=process, container=container)
-    by_group: dict[str, list[Slice]] = defaultdict(list)
-    for slice_ in slices:
-        gpu.streams.add(slice_.track.thread)
-        by_group[rules.group_of(slice_.name, slice_.cat)].append(slice_)
-    for group in sorted(by_group, key=rules.group_order.__getitem__):
-        members = by_group[group]
-        summary[f"group:{group}"] += len(members)
-        lanes = gpu.lanes[group] = []
-        lane_group = rules.group(group)
+    gpu = GpuLanes(process=process, container=container, streams=hardware_streams(trace, slices))
+    for lane_group, members in grouping.split(slices):
+        summary[f"group:{lane_group.label}"] += len(members)
+        lanes = gpu.lanes[lane_group] = []
         for lane_index, lane_members in enumerate(partition_intervals(members)):
-            label = lane_group.label
-            lane = trace.add_track(Track(name=label if lane_index == 0 else f"{label} {lane_index + 1}",
+            lane = trace.add_track(Track(name=_lane_name(lane_group.label, lane_index),
                                          process=process, parent=container, role=TrackRole.LANE,
                                          group=lane_group, layer=lane_index + 1))
             lanes.append(lane)
@@ -111,6 +107,13 @@ def _pack_lanes(trace: Trace, process: Process, slices: list[Slice], rules: Lane
                 slice_.track = lane
             gpu.lane_slices[lane] = lane_members
     return gpu
+
+
+def _lane_name(label: str, index: int) -> str:
+    """"Compute", "Compute 2", ...; "stream 7", "stream 7 (2)" where the label ends in a number."""
+    if index == 0:
+        return label
+    return f"{label} ({index + 1})" if label[-1:].isdigit() else f"{label} {index + 1}"
 
 
 def partition_intervals(slices: list[Slice]) -> list[list[Slice]]:
@@ -165,7 +168,7 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[Optional[Thr
             votes = Counter(covered)
             lane = max(votes, key=lambda key: (votes[key], -lane_position[key]))
         placed[lane].append(annotation)
-    gpu.streams.update({annotation.track.thread for annotation in annotations})
+    gpu.streams.update(hardware_streams(trace, annotations))
     mapped = sum(map(len, placed.values()))
     summary["annotations_mapped"] += mapped
     summary["annotations_retained"] += len(annotations) - mapped

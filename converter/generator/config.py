@@ -17,6 +17,7 @@ TIME_FORMATS = ("relative", "absolute")
 PG_CONFIG_STYLES = ("list", "single_dict")
 PROFILER_STEPS = ("per_iteration", "one", "none")
 PP_ANNOTATIONS = ("pp", "gpipe")
+GRAPH_LANES = ("none", "all")
 
 #: A plausible profiler-start wall clock (2024-04-04), the example Kineto trace base.
 DEFAULT_BASE_TIME_NS = 1_712_195_495_519_543_604
@@ -70,6 +71,11 @@ class GeneratorConfig:
     #: "one" (one ProfilerStep over every step: a profile without prof.step() per
     #: iteration) or "none" (no ProfilerStep at all).
     profiler_steps: str = "per_iteration"
+    #: torch 2.15's ``export_chrome_trace(..., graph_lanes=...)``: "none" keeps graphed work
+    #: on its hardware streams; "all" writes it on annotation-named lanes (stream 7 unless
+    #: named), the real stream in ``args.original_stream``, ``cudaGraphInlineAnnotated`` in
+    #: the header, and drops GPU annotations left on streams without work.
+    graph_lanes: str = "none"
 
     # --- output format -------------------------------------------------------
     #: "relative": ts in us relative to baseTimeNanoseconds (modern Kineto);
@@ -131,6 +137,8 @@ class GeneratorConfig:
             bad(f"pp_annotations must be one of {PP_ANNOTATIONS}, got {self.pp_annotations!r}")
         if self.profiler_steps not in PROFILER_STEPS:
             bad(f"profiler_steps must be one of {PROFILER_STEPS}, got {self.profiler_steps!r}")
+        if self.graph_lanes not in GRAPH_LANES:
+            bad(f"graph_lanes must be one of {GRAPH_LANES}, got {self.graph_lanes!r}")
         if self.time_format not in TIME_FORMATS:
             bad(f"time_format must be one of {TIME_FORMATS}, got {self.time_format!r}")
         if self.base_time_ns < 0:

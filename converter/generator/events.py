@@ -30,6 +30,10 @@ LANE_STREAMS = {
     SEND_NEXT: 16, SEND_PREV: 17, RECV_PREV: 18, RECV_NEXT: 19,
 }
 GRAPH_STREAM_BASE = 20
+#: With ``graph_lanes="all"`` (torch 2.15's export), graphed work moves to the lane its
+#: annotation names: communication to named lanes, everything else to stream 7.
+DEFAULT_GRAPH_LANE = 7
+NAMED_GRAPH_LANES = {"nccl": (900, "mesh_dp"), "symm": (901, "symm_mem")}
 _NEVER = 1 << 62
 
 _KERNEL, _MEMCPY, _MEMSET = 0, 1, 2
@@ -189,14 +193,27 @@ def build_template(cfg: GeneratorConfig, key: int, kind: str, layer_base: int) -
     dev = cfg.gpu_device
     nodes = []
     for code, cat, name, stream, tail, nbytes, _, _ in specs:
+        if cfg.graph_lanes == "all":
+            stream, tail = _moved_to_lane(name, stream, tail)
         head = (b'{"ph":"X","cat":"%s","name":%s,"pid":%d,"tid":%d,"ts":'
                 % (cat.encode(), orjson.dumps(name), dev, stream))
         mid = b',"queued":0,"device":%d,"context":1,"stream":%d,"correlation":' % (dev, stream)
         tail_bytes = (b"," + orjson.dumps(tail)[1:-1] if tail else b"") + b"}}"
         flow_mid = b',"pid":%d,"tid":%d,"ts":' % (dev, stream)
         nodes.append((code, cat, name, stream, tail, nbytes, head, mid, tail_bytes, flow_mid))
-    used = sorted({s[3] for s in specs})
+    used = sorted({node[3] for node in nodes})
     return Template(nodes, variants, used)
+
+
+def _moved_to_lane(name: str, stream: int, tail: dict) -> tuple[int, dict]:
+    """Where torch's export with graph_lanes="all" writes a graphed node: its annotation's
+    lane (the values it adds are strings), the hardware stream kept in `original_stream`."""
+    kind = "symm" if name in (N.SYMM_BARRIER[0], N.SYMM_ALLREDUCE[0]) else \
+        "nccl" if name.startswith("ncclDevKernel") else None
+    if kind is None:
+        return DEFAULT_GRAPH_LANE, {**tail, "original_stream": stream}
+    lane, description = NAMED_GRAPH_LANES[kind]
+    return lane, {**tail, "Process Group Description": description, "original_stream": stream}
 
 
 # ---------------------------------------------------------------------------
@@ -363,6 +380,8 @@ class TraceGenerator:
         }
         if cfg.time_format == "relative":
             h["baseTimeNanoseconds"] = self.base
+        if cfg.graph_lanes == "all":
+            h["cudaGraphInlineAnnotated"] = True
         return h
 
     @property
@@ -471,6 +490,7 @@ class TraceGenerator:
         tb = self.tbase
         append = out.append
         r0, r1 = regions
+        covers = self.cfg.graph_lanes == "none"
         for (code, cat, name, stream, tail, nbytes, head, mid, tailb, fmid), rs, re_ in zip(
                 tm.nodes, starts, ends):
             s = g0 + (off + rs) * W // NN
@@ -490,8 +510,9 @@ class TraceGenerator:
                 append({"ph": "X", "cat": cat, "name": name, "pid": dev, "tid": stream,
                         "ts": s, "dur": e - s, "args": args})
             append(b'{"ph":"f","id":%d%s%d.%03d%s' % (corr, fmid, q, r, _FLOW_END))
-            r0.cover(stream, s, e, gap, out, dev)
-            r1.cover(stream, s, e, gap, out, dev)
+            if covers:  # torch's laned export drops annotations left on streams without work
+                r0.cover(stream, s, e, gap, out, dev)
+                r1.cover(stream, s, e, gap, out, dev)
 
     # --- operations --------------------------------------------------------------
     def _op_compute(self, op, out: list, step_region: Region) -> None:
@@ -786,7 +807,7 @@ class TraceGenerator:
 
     def _trailer(self, end: int) -> list:
         """Process/thread metadata, the profiler span and the window markers (Kineto's tail)."""
-        t0, pid, dev = self.trace_start, self.pid, self.dev
+        t0, pid, dev, cfg = self.trace_start, self.pid, self.dev, self.cfg
         out = []
 
         def meta(name, p, tid, args):
@@ -802,8 +823,9 @@ class TraceGenerator:
             tname = "python" if tid == self.tid_main else "pt_autograd_0"
             meta("thread_name", pid, tid, {"name": f"thread {tid} ({tname})"})
             meta("thread_sort_index", pid, tid, {"sort_index": tid})
+        lane_names = {lane: name for lane, name in NAMED_GRAPH_LANES.values()} if cfg.graph_lanes == "all" else {}
         for s in sorted(self.streams_used):
-            meta("thread_name", dev, s, {"name": f"stream {s}"})
+            meta("thread_name", dev, s, {"name": lane_names.get(s, f"stream {s}")})
             meta("thread_sort_index", dev, s, {"sort_index": s})
         out.append({"ph": "X", "cat": "Trace", "ts": t0, "dur": end - t0, "pid": "Spans",
                     "tid": "PyTorch Profiler", "name": "PyTorch Profiler (0)", "args": {"Op count": 0}})

@@ -13,6 +13,7 @@ from typing import Any, BinaryIO, Optional, cast
 
 from .. import kineto, progress
 from ..engine.compaction import compact
+from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
 from ..engine.pp import Block, BlockKey, find_blocks, link_rank_local, pp_rank_of
 from ..engine.window import Window, cut, step_ranges, window_bounds
@@ -39,6 +40,7 @@ ARGS_STRATEGIES = ("in-process", "helper", "auto")
 class JobOptions:
     compact: bool = False
     lanes_file: Optional[Path] = None
+    relane: bool = False  # lane by the rules also where the exporter already laned (kineto.INLINE_LANED)
     strict: bool = False
     window: Optional[Window] = None
     split_steps: bool = False
@@ -114,7 +116,9 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules]) -
         summary.update(trace_summary(trace))
     if rules is None:
         return Prepared(trace, summary)
-    summary.update(compact(trace, rules))
+    exported = kineto.inline_laned(trace.metadata) and not options.relane
+    summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules)))
+    summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
     pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata)
     blocks, scheme = find_blocks(trace, rules, pp_rank)
     summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source, pp_annotations=scheme)
