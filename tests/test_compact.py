@@ -181,6 +181,32 @@ def test_kernel_labels_become_spans_over_runs(tmp_path):
     assert kept == 4  # the kernels keep args.name
 
 
+TRACK_UUID = "(select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')"
+
+
+def test_label_spans_stay_within_one_replay_and_one_step(tmp_path):
+    config = GeneratorConfig(seed=5, steps=3, graphs_per_step=6, kernels_per_replay=32, graphs_per_action=2)
+    output, summary = compact(tmp_path, write_trace(config, tmp_path / "labels.json"))
+    assert summary["kernel_annotation_blocks"] > 0
+    roles = {r["uuid"]: r for r in json.loads(rows(output, "select str_value from metadata where name glob "
+                                                           "'*cgtrace_track_roles'")[0]["str_value"])["tracks"]}
+    spans = rows(output, f"""select s.ts, s.dur, {TRACK_UUID} uuid from slice s join track t on t.id = s.track_id
+                             where s.category = 'cuda_graph_label'""")
+    kernels = defaultdict(list)  # lane uuid -> (ts, end, launch)
+    for k in rows(output, f"""select s.ts, s.dur, {TRACK_UUID} uuid, f.slice_out launch from slice s
+                              join track t on t.id = s.track_id left join flow f on f.slice_in = s.id
+                              where s.category in ('kernel', 'gpu_memcpy', 'gpu_memset')"""):
+        kernels[k["uuid"]].append((k["ts"], k["ts"] + k["dur"], k["launch"]))
+    steps = sorted(r["ts"] for r in rows(output, "select ts from slice where name glob 'ProfilerStep#*' "
+                                                "and category != 'gpu_user_annotation'"))
+    assert len(steps) == 3
+    for span in spans:
+        lane = roles[span["uuid"]]["home"]
+        inside = [k for k in kernels[lane] if span["ts"] <= k[0] and k[1] <= span["ts"] + span["dur"]]
+        assert inside and len({launch for _, _, launch in inside}) == 1  # one replay
+        assert len({sum(step <= ts for step in steps) for ts, _, _ in inside}) == 1  # one step
+
+
 def test_identical_overlapping_annotations_merge(tmp_path):
     source = tmp_path / "annotations.json"
     events = [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 0, "dur": 10},

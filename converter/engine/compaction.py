@@ -16,7 +16,7 @@ from operator import attrgetter
 from typing import Iterable, Iterator, Optional
 
 from ..errors import CgtraceError
-from ..kineto import CUDA_GRAPH_LAUNCH, kernel_label
+from ..kineto import CUDA_GRAPH_LAUNCH, kernel_label, profiler_step
 from ..lane_rules import LaneRules
 from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
 from ..model import LaneGroup, Process, Slice, Thread, Trace, Track, TrackRole
@@ -56,12 +56,14 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
             annotations[thread.process].append(slice_)
 
     summary: Counter[str] = Counter()
+    step_starts = sorted(s.ts for s in trace.slices
+                         if s.cat not in rules.annotation_categories and profiler_step(s.name) is not None)
     per_gpu = []
     for process, slices in gpu_slices.items():
         by_stream = _by_stream(slices)  # before packing moves the slices off their streams
         gpu = _pack_lanes(trace, process, slices, grouping, summary)
         _place_annotations(trace, gpu, by_stream, annotations.get(process, []), summary)
-        _label_kernel_runs(trace, gpu, summary)
+        _label_kernel_runs(trace, gpu, step_starts, summary)
         _layer_annotation_rows(trace, gpu)
         per_gpu.append(gpu)
 
@@ -214,26 +216,32 @@ def _annotation_row(trace: Trace, gpu: GpuLanes, lane: Track, layer: int = 1) ->
     return rows[layer - 1]
 
 
-def _label_kernel_runs(trace: Trace, gpu: GpuLanes, summary: Counter[str]) -> None:
-    """CUDA-graph kernels labelled with args.name: one span per run of the same label on a lane."""
+def _label_kernel_runs(trace: Trace, gpu: GpuLanes, step_starts: list[int], summary: Counter[str]) -> None:
+    """CUDA-graph kernels labelled with args.name: one span per run of the same label on a lane
+    within one replay (the kernels one launch's arrows reach) and one ProfilerStep (CPU side,
+    `step_starts`), so a span
+    never joins kernels of different replays across the idle time between them."""
     lanes = [lane for group in gpu.lanes.values() for lane in group]
     members_of = [gpu.lane_slices[lane] for lane in lanes]
     labels_of = iter(_split(trace.args_labels([s for members in members_of for s in members], kernel_label),
                             members_of))
+    launch_of = {id(flow.target): id(flow.source) for flow in trace.flows}
     for lane, members in zip(lanes, members_of):
         labels = next(labels_of)
         summary["kernels_labelled"] += len(labels) - labels.count(None)
-        run_label: Optional[str] = None
+        run_key: Optional[tuple[str, int, int]] = None
         run_first = run_last = members[0]
         for slice_, label in zip(members, labels):
-            if label is not None and label == run_label:
+            key = None if label is None else \
+                (label, launch_of.get(id(slice_), -1), bisect_right(step_starts, slice_.ts))
+            if key is not None and key == run_key:
                 run_last = slice_
                 continue
-            if run_label is not None:
-                _add_label_span(trace, gpu, lane, run_label, run_first, run_last, summary)
-            run_label, run_first, run_last = label, slice_, slice_
-        if run_label is not None:
-            _add_label_span(trace, gpu, lane, run_label, run_first, run_last, summary)
+            if run_key is not None:
+                _add_label_span(trace, gpu, lane, run_key[0], run_first, run_last, summary)
+            run_key, run_first, run_last = key, slice_, slice_
+        if run_key is not None:
+            _add_label_span(trace, gpu, lane, run_key[0], run_first, run_last, summary)
 
 
 def _add_label_span(trace: Trace, gpu: GpuLanes, lane: Track, label: str, first: Slice, last: Slice,
