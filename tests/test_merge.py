@@ -161,6 +161,32 @@ def test_generated_pipelines_merge_with_exact_arrows(tmp_path, pp_size, schedule
     assert_ranks_named_and_ordered(output, pp_size)
 
 
+TRACK_UUID = "(select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')"
+
+
+def test_pp_arrows_meet_the_work_not_a_memcpy_it_covers(tmp_path):
+    # The demo's pipeline: some compute blocks' first fragments sit above a memcpy lane.
+    files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=4, steps=2, seed=7,
+                         graphs_per_step=6, kernels_per_replay=16)
+    output, summary = merge(tmp_path, files)
+    roles = {r["uuid"]: r for row in rows(output, "select str_value from metadata where name glob "
+                                                  "'*cgtrace_track_roles'")
+             for r in json.loads(row["str_value"])["tracks"]}
+    ends = rows(output, f"""select s.name, {TRACK_UUID} uuid from flow f
+                            join slice s on s.id in (f.slice_out, f.slice_in) join track t on t.id = s.track_id
+                            where f.slice_out in (select id from slice where name glob 'PP:*')""")
+    assert len(ends) == 2 * (summary["pp_send_recv_pairs"] + summary["pp_compute_dependency_pairs"]
+                             + summary["pp_unshard_compute_pairs"]) > 0
+    landed = Counter()
+    for end in ends:
+        action = re.match(r"PP:\d+([A-Z_]+?)\d*$", end["name"]).group(1)
+        row = roles[end["uuid"]]
+        assert row["role"] == "annotations"
+        landed[(action in ("F", "B", "I", "W"), roles[row["home"]]["kind"])] += 1
+    # Compute ends above compute lanes; sends, receives and UNSHARD (an all-gather) above communication.
+    assert set(landed) == {(True, "compute"), (False, "communication")}
+
+
 def test_dp_by_pp_writes_one_file_per_pipeline(tmp_path):
     files = write_pp_run(tmp_path / "run", pp_size=2, dp_size=2, microbatches=2, steps=2, seed=5,
                          graphs_per_step=4, kernels_per_replay=8)

@@ -20,13 +20,16 @@ from typing import Callable, Optional
 
 from ..kineto import profiler_step
 from ..lane_rules import LaneRules
-from ..model import Flow, Slice, Trace
+from ..model import Flow, LaneKind, Slice, Trace
 
 PP_FLOW_CATEGORY = "pp_dependency"
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
 # A receive feeds, and a send follows, the compute of the same stage and microbatch.
 COMPUTE_OF = {"RECV_F": ("F",), "SEND_F": ("F",), "RECV_B": ("B", "I"), "SEND_B": ("B", "I")}
 _CROSS_RANK_FLOW_BASE = 1 << 61
+# The lane kind each action's work runs on (UNSHARD, RESHARD, REDUCE_GRAD are FSDP collectives).
+_ACTION_KIND = {**{action: LaneKind.COMPUTE for action in COMPUTE_ACTIONS},
+                **{action: LaneKind.COMMUNICATION for action in (*COMPUTE_OF, "UNSHARD", "RESHARD", "REDUCE_GRAD")}}
 
 
 @dataclass(frozen=True, order=True)
@@ -72,11 +75,20 @@ class Block:
 
     def first_fragment(self) -> Slice:
         """The fragment an arrow into the block ends on: the first to start (the longest on a tie)."""
-        return min(self.fragments, key=lambda f: (f.ts, -f.dur))
+        return min(self._on_real_work(), key=lambda f: (f.ts, -f.dur))
 
     def last_fragment(self) -> Slice:
         """The fragment a cross-rank arrow leaves from when the block is its source: the last to end."""
-        return max(self.fragments, key=lambda f: (f.ts + f.dur, f.ts))
+        return max(self._on_real_work(), key=lambda f: (f.ts + f.dur, f.ts))
+
+    def _on_real_work(self) -> list[Slice]:
+        """The fragments above lanes of the block's own kind (a receive's above communication,
+        a compute's above compute), so arrows meet the work and not, say, a memcpy it covers;
+        all fragments where none is (CPU blocks, or no such lane)."""
+        kind = _ACTION_KIND.get(self.key.action)
+        own = [f for f in self.fragments
+               if f.track.home is not None and f.track.home.group is not None and f.track.home.group.kind is kind]
+        return own or self.fragments
 
     def slice_at(self, anchor: Anchor) -> Slice:
         """The slice an anchor names: both passes of a merge resolve it alike."""
