@@ -14,7 +14,7 @@ import pytest
 
 from converter.outputs.args_accelerator import BackgroundArgsEncoder, EncodedArgs
 from converter.generator import pipeline_schedule, write_pp_run
-from converter.jobs.merge import PIPELINE_ROOT_NAME
+from converter.jobs.merge import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
 
 from .helpers import merge_files as merge_ranks
 from converter.inputs.source import json_size
@@ -24,7 +24,7 @@ MERGE_MODULE = importlib.import_module("converter.jobs.merge")  # `converter.job
 from .helpers import SHARED_TRACES, problem_stats, require_shared_traces, rows
 from .test_convert_roundtrip import actual_slices
 
-RANK = re.compile(r"^PP rank (\d+) \(global rank (\d+)\)")
+RANK = re.compile(r"^(?:PP )?rank (\d+) \(global rank (\d+)\)")
 ARROWS_SQL = """
     select so.name src, si.name dst, so.ts sts, si.ts dts,
            coalesce(ps.name, ts_.name) src_rank, coalesce(pd.name, td.name) dst_rank
@@ -70,14 +70,17 @@ def classify_arrows(output) -> Counter:
     return kinds
 
 
-def assert_ranks_named_and_ordered(output, pp_size: int) -> None:
-    processes = rows(output, "select pid, name from process where name glob 'PP rank *' order by pid")
+def assert_ranks_named_and_ordered(output, pp_size: int, pp_group: bool = True) -> None:
+    """Processes named "PP rank N (global rank G) | ...", or "rank N (...)" where no PP group
+    orders the ranks, and their GPU lanes under the root in that order."""
+    named = "PP rank *" if pp_group else "rank *"
+    processes = rows(output, f"select pid, name from process where name glob '{named}' order by pid")
     pp_ranks = [int(RANK.match(p["name"]).group(1)) for p in processes]
     assert pp_ranks == sorted(pp_ranks) and set(pp_ranks) == set(range(pp_size))
     shown = rows(output, f"""
         include perfetto module viz.summary.track_event;
         select g.name from _track_event_tracks_ordered_groups g join track p on g.parent_id = p.id
-        where p.name = '{PIPELINE_ROOT_NAME}' order by g.order_id""")
+        where p.name = '{PIPELINE_ROOT_NAME if pp_group else RANKS_ROOT_NAME}' order by g.order_id""")
     assert [int(RANK.match(r["name"]).group(1)) for r in shown] == list(range(pp_size))
     tids = rows(output, "select tid, count(*) n from thread where tid != 0 group by tid having n > 1")
     assert tids == []
@@ -233,7 +236,7 @@ def test_real_dlrm_ranks_merge_in_global_order(tmp_path):
     assert summary["pp_send_recv_pairs"] == summary["pp_compute_dependency_pairs"] == 0
     assert problem_stats(output) == []
     assert rows(output, ARROWS_SQL) == []
-    assert_ranks_named_and_ordered(output, 8)
+    assert_ranks_named_and_ordered(output, 8, pp_group=False)
 
 
 @pytest.mark.parametrize("case,expected", [

@@ -32,6 +32,7 @@ from .runner import JobOptions, Prepared, prepare
 from .verify import Expected, verify_output
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
+RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orders the ranks
 _ROOT_UUID = 1 << 62
 _RANK_ID_STRIDE = 1 << 20          # pids and tids of merge position k: (k + 1) << 20 ...
 # For choosing how many ranks to hold at once (measured: see the README's merge table):
@@ -63,8 +64,9 @@ class RankPlan:
 
     file: str
     position: int
-    pp_rank: int
+    pp_rank: int   # its place in the PP group, or in global rank order without one
     global_rank: int
+    in_pp_group: bool
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
 
@@ -153,7 +155,7 @@ def helper_fits(sizes: list[int], jobs: int) -> bool:
 
 def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions, jobs: int,
                     order_source: str, helpers: bool) -> dict[str, Any]:
-    plans = [RankPlan(file=info.file, position=k, global_rank=info.global_rank,
+    plans = [RankPlan(file=info.file, position=k, global_rank=info.global_rank, in_pp_group=info.pp_group is not None,
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
     extents = [info.blocks for info in members]
@@ -175,7 +177,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
             verified.update(verify_output(temporary, expected, options.tp_bin, shown_as=target))
 
         with atomic_output(output, options.overwrite, check if options.verify else None) as stream:
-            _write_root(cast(BinaryIO, stream))  # a DirectWriter: PerfettoWriter only calls write()
+            root = PIPELINE_ROOT_NAME if any(plan.in_pp_group for plan in plans) else RANKS_ROOT_NAME
+            _write_root(cast(BinaryIO, stream), root)  # a DirectWriter: PerfettoWriter only calls write()
             for part_path, _, _ in parts:
                 with open(part_path, "rb") as part:
                     shutil.copyfileobj(part, stream, 1 << 22)
@@ -297,7 +300,7 @@ def _place_rank(trace: Trace, plan: RankPlan) -> None:
     """Rename processes after the rank, give ids no other rank uses, hang the GPU lanes under
     the pipeline root in PP order (the one ordering Perfetto v52 honours above processes)."""
     trace.rank = RankIdentity(plan.pp_rank, plan.global_rank)
-    prefix = f"PP rank {plan.pp_rank} (global rank {plan.global_rank})"
+    prefix = f"{'PP rank' if plan.in_pp_group else 'rank'} {plan.pp_rank} (global rank {plan.global_rank})"
     base = (plan.position + 1) * _RANK_ID_STRIDE
     for index, process in enumerate(trace.processes):
         process.name = f"{prefix} | {process.short_name}"
@@ -311,16 +314,17 @@ def _place_rank(trace: Trace, plan: RankPlan) -> None:
     for rank_in_part, container in enumerate(containers):
         assert container.process is not None  # picked for having one
         container.name = container.process.display_name
-        container.parent = ROOT_TRACK
+        container.parent = _ROOT_PLACE
         container.process = None
         container.order = plan.position * 64 + rank_in_part + 1
 
 
-ROOT_TRACK = Track(name=PIPELINE_ROOT_NAME, orders_children=True, uuid=_ROOT_UUID)
+# Where each rank's GPU lanes hang: the root track _write_root names, by its uuid.
+_ROOT_PLACE = Track(name="", orders_children=True, uuid=_ROOT_UUID)
 
 
-def _write_root(stream: BinaryIO) -> None:
-    root_only = Trace(tracks=[ROOT_TRACK])
+def _write_root(stream: BinaryIO, name: str) -> None:
+    root_only = Trace(tracks=[Track(name=name, orders_children=True, uuid=_ROOT_UUID)])
     writer = PerfettoWriter(stream, sequence_id=1)
     writer.write(root_only)
     writer.close()
