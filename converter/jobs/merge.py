@@ -71,6 +71,14 @@ class RankPlan:
     # (block, which of its slices, flow id, outgoing)
 
 
+def default_merge_output(inputs: list[Path], group: int, groups: int) -> Path:
+    """Where a merge writes pipeline `group` of `groups` without -o: beside the rank traces,
+    `pp_traces_merged.perfetto-trace`, or `pp_group<k>_merged.perfetto-trace` for several."""
+    first = inputs[0]
+    directory = first if first.is_dir() else first.parent
+    return directory / ("pp_traces_merged.perfetto-trace" if groups == 1 else f"pp_group{group}_merged.perfetto-trace")
+
+
 def find_rank_files(inputs: list[Path]) -> list[Path]:
     """Explicit files, or the trace files of one directory: those named like rank traces
     (`rank*_trace.json`, `*.pt.trace.json`) when there are any, so a config or results JSON
