@@ -162,6 +162,10 @@ def test_generated_pipelines_merge_with_exact_arrows(tmp_path, pp_size, schedule
     assert problem_stats(output) == []
     assert classify_arrows(output) == Counter(expected)
     assert_ranks_named_and_ordered(output, pp_size)
+    # Profiler bookkeeping: every rank's global instants share one row, not one row per rank.
+    instants = rows(output, "select count(*) n, count(distinct track_id) rows from slice "
+                            "where name = 'Record Window End'")[0]
+    assert (instants["n"], instants["rows"]) == (pp_size, 1)
 
 
 TRACK_UUID = "(select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')"

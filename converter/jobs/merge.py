@@ -34,6 +34,7 @@ from .verify import Expected, verify_output
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
 RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orders the ranks
 _ROOT_UUID = 1 << 62
+_GLOBAL_INSTANTS_UUID = _ROOT_UUID + 1  # every rank's global instants on one shared row
 _RANK_ID_STRIDE = 1 << 20          # pids and tids of merge position k: (k + 1) << 20 ...
 # For choosing how many ranks to hold at once (measured: see the README's merge table):
 # a rank's model per byte of its JSON, and a process's own interpreter and modules.
@@ -306,7 +307,8 @@ def _write_rank_part(plan: RankPlan, options: JobOptions, scratch: str) -> tuple
 
 def _place_rank(trace: Trace, plan: RankPlan) -> None:
     """Rename processes after the rank, give ids no other rank uses, hang the GPU lanes under
-    the pipeline root in PP order (the one ordering Perfetto v52 honours above processes)."""
+    the pipeline root in PP order (the one ordering Perfetto v52 honours above processes), and
+    put global instants on the row all ranks share."""
     trace.rank = RankIdentity(plan.pp_rank, plan.global_rank)
     prefix = f"{'PP rank' if plan.in_pp_group else 'rank'} {plan.pp_rank} (global rank {plan.global_rank})"
     base = (plan.position + 1) * _RANK_ID_STRIDE
@@ -318,6 +320,9 @@ def _place_rank(trace: Trace, plan: RankPlan) -> None:
         # A process's main thread keeps tid == pid; the rest take ids no pid uses.
         is_main = thread.source_tid == thread.process.source_pid
         thread.tid = thread.process.pid if is_main else base + _RANK_ID_STRIDE // 2 + index
+    for track in trace.tracks:
+        if track.role is TrackRole.GLOBAL:
+            track.uuid = _GLOBAL_INSTANTS_UUID
     containers = [t for t in trace.tracks if t.role is TrackRole.LANES and t.process is not None]
     for rank_in_part, container in enumerate(containers):
         assert container.process is not None  # picked for having one

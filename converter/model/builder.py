@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from .args import ArgsStore
 from .ids import IdSpace
-from .trace import Process, Thread, Trace, Track
+from .trace import Process, Thread, Trace, Track, TrackRole
 
 FIRST_FRESH_ID = 1 << 20
 
@@ -71,7 +71,7 @@ class TraceBuilder:
     def global_track(self) -> Track:
         """Where global instants go."""
         if self._global_track is None:
-            self._global_track = self.trace.add_track(Track(name="Global instants"))
+            self._global_track = self.trace.add_track(Track(name="Global instants", role=TrackRole.GLOBAL))
         return self._global_track
 
     def async_track(self, key: tuple[Any, ...], name: str) -> Track:

@@ -64,6 +64,7 @@ class TrackRole(enum.Enum):
     LANE = "lane"                # compacted GPU slices of one lane group, never overlapping
     ANNOTATIONS = "annotations"  # GPU annotations and kernel labels above one lane
     OVERLAP = "overlap"          # slices that partially overlap on their home track
+    GLOBAL = "global"            # instants of global scope (profiler bookkeeping): one row per output
 
 
 class LaneKind(enum.Enum):
