@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from .helpers import merge_files as merge_ranks
 from .helpers import compact_file, convert_file
 from converter.engine.window import parse_steps, parse_window
 
-from .helpers import problem_stats, rows
+from .helpers import SHARED_TRACES, problem_stats, rows
 from .oracle import expected_from, load_events, to_ns
 
 
@@ -29,7 +30,7 @@ def step_bounds(source) -> dict[int, tuple[int, int]]:
     bounds = {}
     for event in events:
         match = re.match(r"^ProfilerStep#(\d+)$", str(event.get("name")))
-        if match and event.get("ph") == "X":
+        if match and event.get("ph") == "X" and event.get("cat") != "gpu_user_annotation":  # the CPU's step
             start = base + to_ns(event["ts"])
             bounds[int(match.group(1))] = (start, start + to_ns(event["dur"]))
     return bounds
@@ -43,21 +44,56 @@ def overlapping(source, start: int, end: int, skip_categories=()) -> Counter:
     return Counter({k: n for k, n in expected.items() if k[1] <= end and k[1] + k[2] >= start})
 
 
+GPU_WORK = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def step_members(source, start: int, end: int, skip_categories=()) -> Counter:
+    """(name, ts, dur) of what the step [start, end) did, read from the input: slices that began
+    in it; GPU work by when its launch (the runtime call with its correlation id) began."""
+    header, events = load_events(source)
+    base = header.get("baseTimeNanoseconds", 0)
+    spans = [e for e in events if e.get("ph") in ("X", "i") and e.get("cat") not in skip_categories]
+    launches = {e["args"]["correlation"]: base + to_ns(e["ts"]) for e in spans
+                if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+    found = Counter()
+    for event in spans:
+        ts = base + to_ns(event["ts"])
+        begun = launches.get(event["args"].get("correlation"), ts) if event.get("cat") in GPU_WORK else ts
+        if start <= begun < end:
+            found[(event["name"], ts, to_ns(event.get("dur", 0)))] += 1
+    return found
+
+
 def output_slices(output, skip_categories=("",)) -> Counter:
     skipped = ", ".join(f"'{c}'" for c in skip_categories)
     return Counter((r["name"], r["ts"], r["dur"]) for r in rows(
         output, f"select name, ts, dur from slice where coalesce(category, 'none') not in ({skipped})"))
 
 
-def test_steps_keep_exactly_what_overlaps_the_step(tmp_path, three_steps):
+def test_steps_keep_what_the_step_did(tmp_path, three_steps):
     output = tmp_path / "step1.perfetto-trace"
     summary = convert_file(three_steps, output, window=parse_steps("1"))
     start, end = step_bounds(three_steps)[1]
-    assert output_slices(output) == overlapping(three_steps, start, end)
+    assert output_slices(output) == step_members(three_steps, start, end)
+    assert not rows(output, "select name from slice where name = 'PyTorch Profiler (0)'")  # a whole-profile span
     assert summary["slices_outside_window"] > 0 and summary["flows_dropped_by_window"] > 0
     assert problem_stats(output) == []
+    convert_file(three_steps, tmp_path / "whole.perfetto-trace")
+    assert_opens_at_the_step_with_every_launch_arrow(output, tmp_path / "whole.perfetto-trace", start, end)
+
+
+LAUNCHES_SQL = """select count(*) n from flow f join slice k on k.id = f.slice_in join slice l on l.id = f.slice_out
+                  where k.category in ('kernel', 'gpu_memcpy', 'gpu_memset') and l.ts >= {start} and l.ts < {end}"""
+
+
+def assert_opens_at_the_step_with_every_launch_arrow(output, whole, start: int, end: int) -> None:
+    """The file begins where its step does and holds every CPU->GPU arrow that the whole trace
+    (`whole`, uncut) has from a launch in the step."""
+    assert rows(output, "select start_ts from trace_bounds")[0]["start_ts"] == start
     dangling = rows(output, "select count(*) n from flow where slice_out is null or slice_in is null")[0]["n"]
     assert dangling == 0
+    launches = LAUNCHES_SQL.format(start=start, end=end)
+    assert rows(output, launches)[0]["n"] == rows(whole, launches)[0]["n"] > 0
 
 
 def test_window_in_milliseconds_from_the_trace_start(tmp_path, three_steps):
@@ -73,6 +109,8 @@ def test_window_in_milliseconds_from_the_trace_start(tmp_path, three_steps):
 def test_split_steps_writes_one_loadable_file_per_step(tmp_path, three_steps):
     output = tmp_path / "trace_compacted.perfetto-trace"
     summary = compact_file(three_steps, output, split_steps=True)
+    whole = tmp_path / "whole.perfetto-trace"
+    compact_file(three_steps, whole)
     bounds = step_bounds(three_steps)
     assert [s["step"] for s in summary["steps"]] == sorted(bounds) == [0, 1, 2]
     for step in summary["steps"]:
@@ -80,8 +118,9 @@ def test_split_steps_writes_one_loadable_file_per_step(tmp_path, three_steps):
         assert step["output"] == str(path)
         assert problem_stats(path) == []
         start, end = bounds[step["step"]]
-        # Measured slices are exactly those overlapping the step (compaction re-shapes annotations).
-        assert output_slices(path, ANNOTATIONS) == overlapping(three_steps, start, end, ANNOTATIONS)
+        # Measured slices are exactly what the step did (compaction re-shapes annotations).
+        assert output_slices(path, ANNOTATIONS) == step_members(three_steps, start, end, ANNOTATIONS)
+        assert_opens_at_the_step_with_every_launch_arrow(path, whole, start, end)
 
 
 @pytest.mark.parametrize("text", ["", ":", "5", "a:b", "5:2"])
@@ -101,13 +140,28 @@ def test_merge_cuts_every_rank_to_the_step_and_keeps_the_chosen_ranks(tmp_path):
     summary = merge_ranks(files, lambda group, groups: output, window=parse_steps("1"), ranks=chosen)
     processes = rows(output, "select name from process where name glob 'PP rank *'")
     assert {int(re.match(r"PP rank \d+ \(global rank (\d+)\)", p["name"]).group(1)) for p in processes} == chosen
-    # Each rank is cut to its own ProfilerStep#1: its measured slices are exactly those overlapping it.
+    # Each rank is cut to its own ProfilerStep#1: its measured slices are exactly what that step did.
     expected = Counter()
     for path in files:
         if rank_of[path] in chosen:
-            expected += overlapping(path, *step_bounds(path)[1], ANNOTATIONS)
+            expected += step_members(path, *step_bounds(path)[1], ANNOTATIONS)
     assert output_slices(output, ANNOTATIONS) == expected
     assert sum(rank["flows_dropped_by_window"] for rank in summary["per_rank_compaction"]) > 0
     assert problem_stats(output) == []
     dangling = rows(output, "select count(*) n from flow where slice_out is null or slice_in is null")[0]["n"]
     assert dangling == 0
+
+
+def test_real_step_files_keep_the_gpu_work_their_step_launched(tmp_path):
+    source = SHARED_TRACES / "hta_cuda_graph_rank0.json.gz"
+    if not source.exists():
+        pytest.skip("../shared/traces is absent")
+    summary = compact_file(source, tmp_path / "rank0.perfetto-trace", split_steps=True)
+    whole = tmp_path / "whole.perfetto-trace"
+    compact_file(source, whole)
+    bounds = step_bounds(source)
+    assert len(summary["steps"]) == len(bounds) > 1
+    for step in summary["steps"]:
+        # On this A100 the GPU runs far behind its launches: the step's kernels run after it ends.
+        assert step["gpu_slices_launched_in_window_ending_after"] > 0
+        assert_opens_at_the_step_with_every_launch_arrow(Path(step["output"]), whole, *bounds[step["step"]])

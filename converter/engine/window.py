@@ -1,7 +1,10 @@
 """Cutting a trace down to a time window or to profiler steps, for traces too big to open.
 
-A slice is kept whole if any part of it overlaps the window (so a step boundary never cuts a
-kernel in two); an arrow is kept only if both its ends are, and dropped arrows are counted.
+A time window keeps every slice any part of which overlaps it, whole (a boundary never cuts
+a kernel in two). Steps keep what they did: every slice that began in them, GPU work by when
+it was launched, so a step file holds the kernels its step launched (with their arrows) and
+none of the previous step's, and opens at the step, not at a whole-profile span. Either way
+an arrow is kept only if both its ends are, and dropped arrows are counted.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..errors import CgtraceError
-from ..kineto import profiler_step
-from ..model import Trace
+from ..kineto import GPU_ANNOTATION_CATEGORIES, GPU_CATEGORIES, profiler_step
+from ..model import Slice, Trace
 
 _RANGE = re.compile(r"^\s*(\d+(?:\.\d*)?)?\s*:\s*(\d+(?:\.\d*)?)?\s*$")
 
@@ -56,11 +59,12 @@ def parse_steps(text: str) -> Window:
 
 
 def step_ranges(trace: Trace) -> dict[int, tuple[int, int]]:
-    """ProfilerStep number -> (start, end) in ns."""
+    """ProfilerStep number -> (start, end) in ns, from the CPU's ProfilerStep slices (their GPU
+    projections run later)."""
     ranges = {}
     for slice_ in trace.slices:
         step = profiler_step(slice_.name)
-        if step is not None:
+        if step is not None and slice_.cat not in GPU_ANNOTATION_CATEGORIES:
             ranges[step] = (slice_.ts, slice_.ts + slice_.dur)
     return ranges
 
@@ -84,7 +88,20 @@ def window_bounds(trace: Trace, window: Window, source: str) -> tuple[int, int]:
 def cut(trace: Trace, start: int, end: int) -> tuple[Trace, dict]:
     """A trace of what overlaps [start, end] (sharing the slices and tracks, which stay as they
     are), and what was left out."""
-    slices = [s for s in trace.slices if s.ts <= end and s.ts + s.dur >= start]
+    return _keep(trace, [s for s in trace.slices if s.ts <= end and s.ts + s.dur >= start], start, end)
+
+
+def cut_to_steps(trace: Trace, start: int, end: int) -> tuple[Trace, dict]:
+    """A trace of what the steps spanning [start, end) did (see the module's docstring)."""
+    launched = {id(flow.target): flow.source.ts for flow in trace.flows if flow.target.cat in GPU_CATEGORIES}
+    slices = [s for s in trace.slices if start <= launched.get(id(s), s.ts) < end]
+    window, summary = _keep(trace, slices, start, end)
+    summary["gpu_slices_launched_in_window_ending_after"] = sum(
+        1 for s in slices if id(s) in launched and s.ts + s.dur > end)
+    return window, summary
+
+
+def _keep(trace: Trace, slices: list[Slice], start: int, end: int) -> tuple[Trace, dict]:
     kept = {id(s) for s in slices}
     flows = [f for f in trace.flows if id(f.source) in kept and id(f.target) in kept]
     window = replace(trace, slices=slices, flows=flows,

@@ -16,7 +16,7 @@ from ..engine.compaction import compact
 from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
 from ..engine.pp import Block, BlockKey, find_blocks, link_rank_local, pp_rank_of
-from ..engine.window import Window, cut, step_ranges, window_bounds
+from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bounds
 from ..errors import CgtraceError
 from ..fileio.args_file import FileArgsStore
 from ..fileio.atomic import AtomicFiles, check_output_path
@@ -111,7 +111,8 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules]) -
                                                                            options.output_format))
     summary = trace_summary(trace)
     if options.window is not None:
-        trace, cut_summary = cut(trace, *window_bounds(trace, options.window, str(input_path)))
+        cut_to = cut_to_steps if options.window.by_steps else cut
+        trace, cut_summary = cut_to(trace, *window_bounds(trace, options.window, str(input_path)))
         summary.update(cut_summary)
         summary.update(trace_summary(trace))
     if rules is None:
@@ -174,12 +175,14 @@ def _write_steps(trace: Trace, input_path: Path, output_path: Path, options: Job
     written, expected = [], {}
     with AtomicFiles(options.overwrite) as files:
         for step, path in paths.items():
-            step_trace, cut_summary = cut(trace, *ranges[step])
+            step_trace, cut_summary = cut_to_steps(trace, *ranges[step])
             _write_file(step_trace, files, path, options.output_format)
             expected[path] = _expected(step_trace)
             written.append({"step": step, "output": str(path), "slices": len(step_trace.slices),
                             "flows": len(step_trace.flows),
-                            "flows_dropped_by_window": cut_summary["flows_dropped_by_window"]})
+                            "flows_dropped_by_window": cut_summary["flows_dropped_by_window"],
+                            "gpu_slices_launched_in_window_ending_after":
+                                cut_summary["gpu_slices_launched_in_window_ending_after"]})
         verified = _commit(files, expected, options)
     for entry in written:
         path = Path(entry["output"])
