@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""A benchmark corpus shaped like reality: each real trace tiled in time to a target size.
+
+    python benchmarks/corpus.py --sizes 100MB,1GB,2GB            # every trace of ../shared/traces
+    python benchmarks/corpus.py --sizes 100MB --only hta_nccl_a100
+
+Real Kineto events average 250-400 bytes with many args and arrive on many threads and
+streams; the generator's are cheaper per byte, so speed is claimed only from these. A tiled
+trace is the source's header, then its events over and over, each copy shifted in time past
+the previous one (by the source's span plus 1 ms) and with every id that links events
+(flow ids, correlation, External id, Python ids) moved to a range of its own, so flows,
+launches and Python stacks bind within each copy as in the source. Process and thread
+metadata appear once. The generator's CUDA-graph pipeline rank is tiled alike, as a second
+kind. Written under benchmarks/out/corpus/ (never committed), streamed copy by copy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+from pathlib import Path
+from typing import Any, Iterator
+
+import orjson
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from benchmarks.run import parse_size  # noqa: E402  (after the path set-up above)
+
+SHARED_TRACES = REPO.parent / "shared" / "traces"
+DEFAULT_OUT = REPO / "benchmarks" / "out" / "corpus"
+# args that link events: shifted per copy so each copy's links stay its own.
+LINK_ARGS = ("correlation", "External id", "Python id", "Python parent id", "Sequence number", "Ev Idx")
+GAP_US = 1000.0
+
+
+def sources(only: list[str]) -> dict[str, Path]:
+    """name -> trace file: the single-rank real traces, rank 0 of DLRM, and a generated
+    CUDA-graph pipeline rank (written once under the corpus directory)."""
+    found = {p.name.split(".json")[0]: p for p in sorted(SHARED_TRACES.glob("*.json.gz"))}
+    if (SHARED_TRACES / "dlrm_8ranks").is_dir():
+        found["dlrm_rank0"] = SHARED_TRACES / "dlrm_8ranks" / "rank0_trace.json.gz"
+    found["generated_cuda_graph_pp_rank"] = Path("generated")
+    return {name: path for name, path in found.items() if not only or name in only}
+
+
+def load(name: str, path: Path, out: Path) -> dict:
+    if path == Path("generated"):
+        from converter.generator import write_pp_run
+
+        path = out / "source_generated" / "rank0_trace.json"
+        if not path.exists():
+            write_pp_run(path.parent, pp_size=4, steps=2, seed=1, streams_per_graph=24, graphs_per_step=24,
+                         kernels_per_replay=64)
+    raw = path.read_bytes()
+    return orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def tiled(document: dict, target_bytes: int) -> Iterator[bytes]:
+    """The tiled trace's JSON text, piece by piece, until it reaches `target_bytes`."""
+    events = [e for e in document.get("traceEvents", []) if isinstance(e, dict)]
+    metadata = [e for e in events if e.get("ph") == "M"]
+    timed = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
+    start = min(e["ts"] for e in timed)
+    span = max(e["ts"] + (e.get("dur") or 0) for e in timed) - start + GAP_US
+    id_range = 1 + max(_links(timed))
+    header = {k: v for k, v in document.items() if k != "traceEvents"}
+    yield orjson.dumps(header)[:-1] + b',"traceEvents":['
+    written = 0
+    for event in metadata:
+        piece = orjson.dumps(event) + b","
+        written += len(piece)
+        yield piece
+    copy = 0
+    while written < target_bytes:
+        shift, offset = copy * span, copy * id_range
+        piece = b",".join(orjson.dumps(_shifted(e, shift, offset)) for e in timed) + b","
+        written += len(piece)
+        yield piece
+        copy += 1
+    yield orjson.dumps({"ph": "i", "s": "g", "name": "Corpus End", "pid": "", "tid": "",
+                        "ts": start + copy * span}) + b"]}"
+
+
+def _links(events: list[dict]) -> Iterator[int]:
+    yield 0
+    for event in events:
+        if isinstance(event.get("id"), int):
+            yield event["id"]
+        args = event.get("args")
+        if isinstance(args, dict):
+            for key in LINK_ARGS:
+                value = args.get(key)
+                if isinstance(value, int) and not isinstance(value, bool):
+                    yield value
+
+
+def _shifted(event: dict, shift: float, offset: int) -> dict:
+    if not shift:
+        return event
+    copy: dict[str, Any] = dict(event)
+    copy["ts"] = event["ts"] + shift
+    if isinstance(event.get("id"), int):
+        copy["id"] = event["id"] + offset
+    args = event.get("args")
+    if isinstance(args, dict) and any(key in args for key in LINK_ARGS):
+        copy["args"] = {key: value + offset if key in LINK_ARGS and isinstance(value, int)
+                        and not isinstance(value, bool) and value > 0 else value
+                        for key, value in args.items()}
+    return copy
+
+
+def build(sizes: list[str], only: list[str], out: Path) -> list[dict]:
+    """Writes missing corpus files; returns one entry per file (name, size, path, bytes, events/bytes)."""
+    out.mkdir(parents=True, exist_ok=True)
+    built = []
+    for name, path in sources(only).items():
+        document = None
+        for size in sizes:
+            target = out / f"{name}_{size}.json"
+            if not target.exists():
+                document = document or load(name, path, out)
+                temporary = target.with_suffix(".partial")
+                with open(temporary, "wb") as stream:
+                    for piece in tiled(document, _bytes(size)):
+                        stream.write(piece)
+                temporary.rename(target)
+            built.append({"name": name, "size": size, "path": str(target), "bytes": target.stat().st_size})
+            print(f"{target}: {target.stat().st_size / 1e6:.0f} MB", file=sys.stderr)
+    return built
+
+
+def _bytes(size: str) -> int:
+    nbytes = parse_size(size).nbytes
+    if nbytes is None:
+        raise SystemExit(f"corpus: --sizes {size!r}: give bytes (100MB, 1GB), not events")
+    return nbytes
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="100MB", help="comma-separated sizes (MB = 10^6 bytes)")
+    parser.add_argument("--only", default="", help="comma-separated source names (default: all)")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    if not SHARED_TRACES.is_dir():
+        print("corpus: ../shared/traces is absent; nothing to tile", file=sys.stderr)
+        return 0
+    entries = build(args.sizes.split(","), [n for n in args.only.split(",") if n], args.out)
+    json.dump(entries, sys.stdout, indent=1)
+    print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
