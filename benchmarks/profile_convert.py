@@ -6,7 +6,7 @@
     python benchmarks/profile_convert.py IN.json --cprofile      # plus cProfile (slower, top functions)
     python benchmarks/profile_convert.py --size 1M               # input from run.py's cache (generated if absent)
 
-Runs convert_file (or compact_file) in-process (cyclic GC off, as the CLI does) with thin
+Runs the convert (or compact) job in-process (cyclic GC off, as the CLI does) with thin
 timers around the pipeline's stage functions, looked up by name at run time; a stage whose
 function no longer exists is reported as missing, not an error. Stage times are inclusive
 (a nested stage is also inside its parent) and the timers cost nothing measurable (one call
@@ -37,8 +37,9 @@ STAGES = [
     ("read file (bytes)", "converter.inputs.kineto_reader", "read_input_bytes", 1),
     ("find traceEvents (locate_events)", "converter.inputs.kineto_reader", "locate_events", 1),
     ("read events piece by piece", "converter.inputs.kineto_reader", "_parse_in_pieces", 1),
-    ("build model (event handlers; pieces decode before)", "converter.inputs.kineto_reader", "_TraceBuilder.add_events", 2),
-    ("finish (metadata + flows)", "converter.inputs.kineto_reader", "_TraceBuilder.finish", 2),
+    ("build model (event handlers; pieces decode before)", "converter.inputs.kineto_reader",
+     "_KinetoEvents.add_events", 2),
+    ("finish (metadata + flows)", "converter.inputs.kineto_reader", "_KinetoEvents.finish", 2),
     ("bind flows", "converter.inputs.kineto_reader", "bind_flows", 3),
     ("compaction (compact)", "converter.jobs.runner", "compact", 1),
     ("find PP blocks", "converter.jobs.runner", "find_blocks", 1),
@@ -46,8 +47,7 @@ STAGES = [
     ("layout (separate_overlaps)", "converter.jobs.runner", "separate_overlaps", 1),
     ("write (PerfettoWriter.write)", "converter.outputs.perfetto_writer", "PerfettoWriter.write", 1),
     ("descriptors", "converter.outputs.perfetto_writer", "PerfettoWriter._write_descriptors", 2),
-    ("flow ids", "converter.outputs.perfetto_writer", "PerfettoWriter._flow_ids", 2),
-    ("close + atomic rename", "converter.outputs.perfetto_writer", "PerfettoWriter.close", 1),
+    ("close", "converter.outputs.perfetto_writer", "PerfettoWriter.close", 1),
     ("summary", "converter.jobs.runner", "trace_summary", 1),
 ]
 
@@ -125,8 +125,7 @@ def main() -> int:
         args.input = Path(meta["paths"][0])
 
     missing = install_timers()
-    from converter.jobs.runner import compact_file, convert_file
-    run_job = compact_file if args.job == "compact" else convert_file
+    from converter.jobs.runner import JobOptions, run_job
 
     size = args.input.stat().st_size
     with tempfile.TemporaryDirectory() as tmp:
@@ -136,7 +135,7 @@ def main() -> int:
         t0 = time.perf_counter()
         if profiler:
             profiler.enable()
-        summary = run_job(args.input, out, overwrite=True)
+        summary = run_job(args.input, out, JobOptions(compact=args.job == "compact", overwrite=True))
         if profiler:
             profiler.disable()
         total = time.perf_counter() - t0
@@ -145,7 +144,7 @@ def main() -> int:
 
     print(f"input {args.input} ({size / 1e6:.0f} MB, {summary.get('events_read')} events)"
           f"{' under cProfile' if profiler else ''}")
-    print(f"total {run_job.__name__} {total:.2f} s = {size / 1e6 / total:.1f} MB/s; peak RSS {hwm / 1024:.0f} MiB "
+    print(f"total {args.job} {total:.2f} s = {size / 1e6 / total:.1f} MB/s; peak RSS {hwm / 1024:.0f} MiB "
           f"= {hwm * 1024 / size:.2f} x input\n")
     print("| stage | s | % of total | calls | RSS after MiB | peak so far MiB | system CPU s so far |")
     print("|---|--:|--:|--:|--:|--:|--:|")
