@@ -17,6 +17,9 @@ GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Mem
 GPU_ANNOTATION_CATEGORIES = ("gpu_user_annotation",)
 KERNEL_CATEGORIES = ("kernel", "Kernel")
 CUDA_GRAPH_LAUNCH = "cudaGraphLaunch"
+# The pids Kineto makes up for its own bookkeeping: the profiler's span ("Spans"), and its
+# trace markers ("Traces"); no OS process is behind them.
+BOOKKEEPING_PIDS = frozenset({"Spans", "Traces"})
 # torch 2.15's export_chrome_trace(..., graph_lanes="all") marks traces whose CUDA-graph work
 # it already moved onto annotation-named lanes (the real stream kept in args.original_stream).
 INLINE_LANED = "cudaGraphInlineAnnotated"

@@ -74,9 +74,8 @@ def assert_ranks_named_and_ordered(output, pp_size: int, pp_group: bool = True) 
     """Processes named "PP rank N (global rank G) | ...", or "rank N (...)" where no PP group
     orders the ranks, and their GPU lanes under the root in that order."""
     named = "PP rank *" if pp_group else "rank *"
-    processes = rows(output, f"select pid, name from process where name glob '{named}' order by pid")
-    pp_ranks = [int(RANK.match(p["name"]).group(1)) for p in processes]
-    assert pp_ranks == sorted(pp_ranks) and set(pp_ranks) == set(range(pp_size))
+    processes = rows(output, f"select pid, name from process where name glob '{named}'")
+    assert {int(RANK.match(p["name"]).group(1)) for p in processes} == set(range(pp_size))
     shown = rows(output, f"""
         include perfetto module viz.summary.track_event;
         select g.name from _track_event_tracks_ordered_groups g join track p on g.parent_id = p.id
@@ -166,6 +165,20 @@ def test_generated_pipelines_merge_with_exact_arrows(tmp_path, pp_size, schedule
     instants = rows(output, "select count(*) n, count(distinct track_id) rows from slice "
                             "where name = 'Record Window End'")[0]
     assert (instants["n"], instants["rows"]) == (pp_size, 1)
+
+
+def test_titles_keep_the_inputs_ids(tmp_path):
+    """The UI titles a process "<name> <pid>" and a thread "<name> <tid>": CPU processes and
+    threads keep the ids their input gave them (distinct across these ranks)."""
+    files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=1, seed=4, graphs_per_step=2,
+                         kernels_per_replay=4)
+    output, _ = merge(tmp_path, files)
+    inputs = [json.loads(path.read_text())["traceEvents"] for path in files]
+    cpu_pids = {e["pid"] for events in inputs for e in events
+                if e.get("name") == "process_labels" and e["args"]["labels"] == "CPU"}
+    cpu_tids = {e["tid"] for events in inputs for e in events if e.get("pid") in cpu_pids and e.get("ph") == "X"}
+    shown = rows(output, "select p.pid, t.tid from thread t join process p using (upid) where p.name glob '*| CPU'")
+    assert {r["pid"] for r in shown} == cpu_pids and {r["tid"] for r in shown} == cpu_tids
 
 
 TRACK_UUID = "(select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')"

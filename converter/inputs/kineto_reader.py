@@ -14,7 +14,7 @@ from typing import Any, Callable, Optional
 
 import msgspec
 
-from .. import progress
+from .. import kineto, progress
 from ..errors import CgtraceError
 from ..model import ArgsStore, CounterSample, Slice, Trace, decode_json, encode_json
 from ..model.builder import TraceBuilder
@@ -484,6 +484,8 @@ class _KinetoEvents(TraceBuilder):
             problem = self._metadata(event)
             if problem:
                 skipped[problem] += 1
+        for process in self.trace.processes:
+            process.row_group = process.source_pid in kineto.BOOKKEEPING_PIDS
         bound = bind_flows(self.flow_events, self.trace.slices)
         self.trace.flows.extend(bound.flows)
         self.trace.unbound_flows += bound.unbound

@@ -35,7 +35,11 @@ PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
 RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orders the ranks
 _ROOT_UUID = 1 << 62
 _GLOBAL_INSTANTS_UUID = _ROOT_UUID + 1  # every rank's global instants on one shared row
-_RANK_ID_STRIDE = 1 << 20          # pids and tids of merge position k: (k + 1) << 20 ...
+_BOOKKEEPING_UUID = _ROOT_UUID + 2      # where the profiler's bookkeeping rows of every rank hang
+BOOKKEEPING_ROOT_NAME = "Profiler bookkeeping"
+# Fresh pids and tids of merge position k: (k + 1) << 22 ..., above every Linux id (pid_max is
+# at most 1 << 22), so they never meet an id a rank keeps from its input.
+_RANK_ID_STRIDE = 1 << 22
 # For choosing how many ranks to hold at once (measured: see the README's merge table):
 # a rank's model per byte of its JSON, and a process's own interpreter and modules.
 _RANK_BYTES_PER_JSON_BYTE = 1.5
@@ -57,6 +61,7 @@ class RankInfo:
     absolute_clock: bool
     blocks: dict[BlockKey, Extent] = field(default_factory=dict)
     pp_annotations: str = ""  # which annotations its blocks came from (engine.pp's schemes)
+    input_ids: frozenset[int] = frozenset()  # the pids and tids it writes as its input had them
 
 
 @dataclass
@@ -68,6 +73,7 @@ class RankPlan:
     pp_rank: int   # its place in the PP group, or in global rank order without one
     global_rank: int
     in_pp_group: bool
+    kept_ids: frozenset[int] = frozenset()  # input pids and tids no earlier rank of the merge uses
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
 
@@ -167,6 +173,10 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     plans = [RankPlan(file=info.file, position=k, global_rank=info.global_rank, in_pp_group=info.pp_group is not None,
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
+    taken: set[int] = set()
+    for plan, info in zip(plans, members):
+        plan.kept_ids = info.input_ids - taken
+        taken |= plan.kept_ids
     extents = [info.blocks for info in members]
     stageless = all(info.pp_annotations == STAGELESS for info in members)
     arrows = pair_stages(extents) if stageless else \
@@ -249,7 +259,15 @@ def _scan_rank(file: str, options: JobOptions) -> RankInfo:
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=not isinstance(base, int) and first_ts > 10**15,
         blocks={key: block.extent() for key, block in prepared.blocks.items()},
-        pp_annotations=prepared.summary["pp_annotations"])
+        pp_annotations=prepared.summary["pp_annotations"], input_ids=_input_ids(trace))
+
+
+def _input_ids(trace: Trace) -> frozenset[int]:
+    """The pids and tids a rank writes that are its input's own (below the fresh ranges)."""
+    written = [p for p in trace.processes if not p.row_group]
+    ids = {p.pid for p in written if p.pid == p.source_pid}
+    ids |= {t.tid for t in trace.threads if not t.process.row_group and t.tid == t.source_tid}
+    return frozenset(i for i in ids if i < _RANK_ID_STRIDE)
 
 
 def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = False) -> tuple[list[list[RankInfo]], str]:
@@ -306,23 +324,30 @@ def _write_rank_part(plan: RankPlan, options: JobOptions, scratch: str) -> tuple
 
 
 def _place_rank(trace: Trace, plan: RankPlan) -> None:
-    """Rename processes after the rank, give ids no other rank uses, hang the GPU lanes under
+    """Rename processes after the rank, keep its input's pids and tids where no earlier rank
+    has them (titles show them) and give the rest ids no other rank uses, hang the GPU lanes under
     the pipeline root in PP order (the one ordering Perfetto v52 honours above processes), and
-    put global instants on the row all ranks share."""
+    the profiler's bookkeeping (global instants, on the row all ranks share, then each rank's
+    profiler span) under one root of its own."""
     trace.rank = RankIdentity(plan.pp_rank, plan.global_rank)
     prefix = f"{'PP rank' if plan.in_pp_group else 'rank'} {plan.pp_rank} (global rank {plan.global_rank})"
     base = (plan.position + 1) * _RANK_ID_STRIDE
     for index, process in enumerate(trace.processes):
         process.name = f"{prefix} | {process.short_name}"
         process.labels = []
-        process.pid = base + index
+        process.pid = process.pid if process.pid in plan.kept_ids else base + index
     for index, thread in enumerate(trace.threads):
-        # A process's main thread keeps tid == pid; the rest take ids no pid uses.
-        is_main = thread.source_tid == thread.process.source_pid
+        if thread.tid in plan.kept_ids:
+            continue
+        # The main thread of a process given a fresh pid shares it; the rest take ids no pid uses.
+        is_main = thread.source_tid == thread.process.source_pid and thread.process.pid not in plan.kept_ids
         thread.tid = thread.process.pid if is_main else base + _RANK_ID_STRIDE // 2 + index
     for track in trace.tracks:
         if track.role is TrackRole.GLOBAL:
-            track.uuid = _GLOBAL_INSTANTS_UUID
+            track.uuid, track.parent = _GLOBAL_INSTANTS_UUID, _BOOKKEEPING_PLACE
+    for process in trace.processes:
+        if process.row_group:
+            process.parent, process.sort_index = _BOOKKEEPING_PLACE, plan.position + 1
     containers = [t for t in trace.tracks if t.role is TrackRole.LANES and t.process is not None]
     for rank_in_part, container in enumerate(containers):
         assert container.process is not None  # picked for having one
@@ -332,12 +357,15 @@ def _place_rank(trace: Trace, plan: RankPlan) -> None:
         container.order = plan.position * 64 + rank_in_part + 1
 
 
-# Where each rank's GPU lanes hang: the root track _write_root names, by its uuid.
+# Where each rank's GPU lanes, and its profiler bookkeeping, hang: the roots _write_root names,
+# by their uuids.
 _ROOT_PLACE = Track(name="", orders_children=True, uuid=_ROOT_UUID)
+_BOOKKEEPING_PLACE = Track(name="", orders_children=True, uuid=_BOOKKEEPING_UUID)
 
 
 def _write_root(stream: BinaryIO, name: str) -> None:
-    root_only = Trace(tracks=[Track(name=name, orders_children=True, uuid=_ROOT_UUID)])
+    root_only = Trace(tracks=[Track(name=name, orders_children=True, uuid=_ROOT_UUID),
+                              Track(name=BOOKKEEPING_ROOT_NAME, orders_children=True, uuid=_BOOKKEEPING_UUID)])
     writer = PerfettoWriter(stream, sequence_id=1)
     writer.write(root_only)
     writer.close()

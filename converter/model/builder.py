@@ -21,8 +21,9 @@ class TraceBuilder:
     def __init__(self, trace: Trace):
         self.trace = trace
         self.args: ArgsStore = trace.args
-        self._pids = IdSpace(FIRST_FRESH_ID)
-        self._tids = IdSpace(FIRST_FRESH_ID)
+        # One space for pids and tids, as on Linux (a pid is its main thread's tid): a stream's
+        # tid 7 and GPU 7's pid 7 would otherwise be one thread to trace_processor.
+        self._ids = IdSpace(FIRST_FRESH_ID)
         self._processes: dict[Any, Process] = {}
         self._threads: dict[tuple[Any, Any], Thread] = {}
         self.thread_tracks: dict[tuple[Any, Any], Track] = {}
@@ -35,7 +36,7 @@ class TraceBuilder:
     def process(self, source_pid: Any) -> Process:
         process = self._processes.get(source_pid)
         if process is None:
-            process = Process(pid=self._pids.claim(source_pid), source_pid=source_pid)
+            process = Process(pid=self._ids.claim(source_pid), source_pid=source_pid)
             self._processes[source_pid] = process
             self.trace.processes.append(process)
         return process
@@ -45,8 +46,11 @@ class TraceBuilder:
         thread = self._threads.get(key)
         if thread is None:
             process = self.process(source_pid)
-            # A stream id repeats on every GPU, but thread ids must be unique in the output.
-            thread = Thread(process=process, tid=self._tids.claim(source_tid), source_tid=source_tid)
+            # A stream id repeats on every GPU, but thread ids must be unique in the output; a
+            # process's main thread (tid == pid in the input) keeps sharing its pid.
+            is_main = source_tid == source_pid and process.pid == source_pid
+            thread = Thread(process=process, tid=process.pid if is_main else self._ids.claim(source_tid),
+                            source_tid=source_tid)
             self._threads[key] = thread
             self.trace.threads.append(thread)
         return thread

@@ -26,10 +26,17 @@ class Process:
     name: Optional[str] = None
     labels: list[str] = field(default_factory=list)
     sort_index: Optional[int] = None
+    # Profiler bookkeeping under a made-up pid (Kineto's "Spans"): a group of rows, not an OS
+    # process, so it is written as plain tracks that show no invented process or thread id,
+    # under `parent` where a job gives one.
+    row_group: bool = False
+    parent: Optional["Track"] = None
 
     @property
     def display_name(self) -> str:
-        return self.name if self.name is not None else f"Process {self.source_pid}"
+        if self.name is not None:
+            return self.name
+        return str(self.source_pid) if self.row_group else f"Process {self.source_pid}"
 
     @property
     def short_name(self) -> str:

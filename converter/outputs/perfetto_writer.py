@@ -12,7 +12,7 @@ from typing import Any, BinaryIO, Callable, Optional
 
 import msgspec
 
-from ..model import Slice, Trace, Track, TrackRole
+from ..model import Process, Slice, Trace, Track, TrackRole
 from ..model.nesting import nesting_order
 from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
@@ -99,16 +99,10 @@ class PerfettoWriter:
 
     # -- descriptors ----------------------------------------------------------------------
     def _write_descriptors(self, trace: Trace) -> dict[int, int]:
-        uuids: dict[int, int] = {}
-        process_uuids: dict[int, int] = {}
+        process_uuids = {id(process): self._take_uuid() for process in trace.processes}
+        uuids = {id(track): track.uuid if track.uuid is not None else self._take_uuid() for track in trace.tracks}
         for process in trace.processes:
-            uuid = process_uuids[id(process)] = self._take_uuid()
-            descriptor = varint_field(1, process.pid) + string_field(6, process.display_name)
-            for label in process.labels:
-                descriptor += string_field(8, label)
-            self._emit_descriptor(varint_field(1, uuid) + bytes_field(3, descriptor))
-        for track in trace.tracks:
-            uuids[id(track)] = track.uuid if track.uuid is not None else self._take_uuid()
+            self._emit_descriptor(_process_descriptor(process, process_uuids[id(process)], uuids))
         for track in trace.tracks:
             self._emit_descriptor(self._track_descriptor(track, uuids, process_uuids))
         return uuids
@@ -116,13 +110,15 @@ class PerfettoWriter:
     def _track_descriptor(self, track: Track, uuids: dict, process_uuids: dict) -> bytes:
         body = varint_field(1, uuids[id(track)])
         thread = track.thread
+        if thread is not None and thread.process.row_group:
+            return body + varint_field(5, process_uuids[id(thread.process)]) + \
+                string_field(2, thread.display_name) + _SIBLING_MERGE_NONE
         if thread is not None:
             descriptor = varint_field(1, thread.process.pid) + varint_field(2, thread.tid) + \
                 string_field(5, thread.display_name)
             return body + bytes_field(4, descriptor)
         if track.parent is not None:
-            parent = track.parent
-            body += varint_field(5, parent.uuid if parent.uuid is not None else uuids[id(parent)])
+            body += varint_field(5, _parent_uuid(track.parent, uuids))
         elif track.process is not None:
             body += varint_field(5, process_uuids[id(track.process)])
         body += string_field(2, track.name) + _SIBLING_MERGE_NONE
@@ -263,6 +259,25 @@ class PerfettoWriter:
     def _flush(self) -> None:
         self.stream.write(self.buffer)
         self.buffer.clear()
+
+
+def _process_descriptor(process: Process, uuid: int, uuids: dict[int, int]) -> bytes:
+    """A process's descriptor, or for a row group a plain track (under its parent, if any,
+    ranked among its siblings by its sort index)."""
+    if process.row_group:
+        parent = b"" if process.parent is None else varint_field(5, _parent_uuid(process.parent, uuids))
+        order = b"" if process.sort_index is None else varint_field(12, process.sort_index)
+        return varint_field(1, uuid) + parent + string_field(2, process.display_name) + _SIBLING_MERGE_NONE + order
+    descriptor = varint_field(1, process.pid) + string_field(6, process.display_name)
+    for label in process.labels:
+        descriptor += string_field(8, label)
+    return varint_field(1, uuid) + bytes_field(3, descriptor)
+
+
+def _parent_uuid(parent: Track, uuids: dict[int, int]) -> int:
+    """A parent's uuid: its own where it has a fixed one (a place outside this trace, such as a
+    merge's root), else the one this writer gave it."""
+    return parent.uuid if parent.uuid is not None else uuids[id(parent)]
 
 
 def _track_role(track: Track, uuids: dict[int, int]) -> dict[str, Any]:
