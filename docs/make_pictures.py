@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""The README's pictures, made from generated traces so they show what cgtrace writes today.
+
+    python docs/make_pictures.py            # needs Playwright and Chromium (see tests/test_browser.py)
+
+Writes docs/before.png and docs/after.png (one CUDA-graph trace converted as it is, then compacted) and
+docs/pipeline.png (a merged 4-rank pipeline with its SEND -> RECV arrows), each opened in the
+offline Perfetto UI that `cgtrace view --offline` serves, groups expanded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from converter.analysis.view import TraceServer, find_web_dist  # noqa: E402
+from converter.generator import GeneratorConfig, write_pp_run, write_trace  # noqa: E402
+from converter.jobs.merge import merge_ranks  # noqa: E402
+from converter.jobs.runner import JobOptions, run_job  # noqa: E402
+
+DOCS = REPO / "docs"
+WIDTH = 1400
+TRACK_TITLE = ".pf-track__title-popup"
+
+
+def screenshot(browser, trace: Path, picture: Path, height: int, zoom_at: float = 0.0, zoom_ms: int = 0) -> None:
+    """Open `trace` in a window `height` pixels tall, expand every group, zoom in (holding W
+    for `zoom_ms`) around `zoom_at` (a fraction of the timeline's width), and keep the window
+    without the sidebar."""
+    server = TraceServer(trace, port=0, web_dist=find_web_dist())
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    page = browser.new_page(viewport={"width": WIDTH, "height": height})
+    try:
+        page.goto(server.ui_url)
+        page.wait_for_selector(TRACK_TITLE, state="attached", timeout=60_000)
+        page.evaluate("window.waitForPerfettoIdle()")
+        page.evaluate("app.commands.runCommand('dev.perfetto.ExpandAllGroups')")
+        page.evaluate("window.waitForPerfettoIdle()")
+        if zoom_ms:
+            timeline_left = 480  # the sidebar and the track titles
+            page.mouse.move(timeline_left + zoom_at * (WIDTH - timeline_left), height // 2)
+            page.keyboard.down("w")
+            page.wait_for_timeout(zoom_ms)
+            page.keyboard.up("w")
+        page.wait_for_timeout(500)
+        page.screenshot(path=str(picture), clip={"x": 200, "y": 0, "width": WIDTH - 200, "height": height})
+    finally:
+        page.close()
+        server.shutdown()
+        server.server_close()
+
+
+def main() -> int:
+    from playwright.sync_api import sync_playwright
+
+    chromium = os.environ.get("CGTRACE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    if not chromium:
+        print("make_pictures: Chromium not found; install it or set CGTRACE_CHROMIUM", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as scratch, sync_playwright() as playwright:
+        work = Path(scratch)
+        source = write_trace(GeneratorConfig(seed=7, steps=2, graphs_per_step=6, kernels_per_replay=24),
+                             work / "trace.json.gz")
+        run_job(source, work / "before.perfetto-trace", JobOptions())
+        run_job(source, work / "after.perfetto-trace", JobOptions(compact=True))
+        files = write_pp_run(work / "ranks", pp_size=4, microbatches=4, steps=1, seed=7, graphs_per_step=4,
+                             kernels_per_replay=12)
+        merge_ranks(files, lambda group, groups: work / "pipeline.perfetto-trace", JobOptions())
+        browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        try:
+            screenshot(browser, work / "before.perfetto-trace", DOCS / "before.png", 800)
+            screenshot(browser, work / "after.perfetto-trace", DOCS / "after.png", 800)
+            screenshot(browser, work / "pipeline.perfetto-trace", DOCS / "pipeline.png", 1500, zoom_at=0.92,
+                       zoom_ms=300)
+        finally:
+            browser.close()
+    for name in ("before.png", "after.png", "pipeline.png"):
+        print(f"{DOCS / name}: {(DOCS / name).stat().st_size // 1024} KB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
