@@ -36,7 +36,9 @@ class TraceBuilder:
     def process(self, source_pid: Any) -> Process:
         process = self._processes.get(source_pid)
         if process is None:
-            process = Process(pid=self._ids.claim(source_pid), source_pid=source_pid)
+            # pid 0 (GPU 0's in Kineto) is kept: the UI titles a process "<name> <pid>", and
+            # trace_processor takes it as upid 0, whose idle thread (tid 0) has no slices.
+            process = Process(pid=self._ids.claim(source_pid, lowest=0), source_pid=source_pid)
             self._processes[source_pid] = process
             self.trace.processes.append(process)
         return process
@@ -48,7 +50,7 @@ class TraceBuilder:
             process = self.process(source_pid)
             # A stream id repeats on every GPU, but thread ids must be unique in the output; a
             # process's main thread (tid == pid in the input) keeps sharing its pid.
-            is_main = source_tid == source_pid and process.pid == source_pid
+            is_main = source_tid == source_pid and process.pid == source_pid and process.pid > 0
             thread = Thread(process=process, tid=process.pid if is_main else self._ids.claim(source_tid),
                             source_tid=source_tid)
             self._threads[key] = thread

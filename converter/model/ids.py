@@ -24,8 +24,10 @@ class IdSpace:
         self._avoid = self._taken if avoid is None else avoid
         self._next = first_fresh
 
-    def claim(self, preferred: Any = None) -> int:
-        if type(preferred) is int and 0 < preferred <= INT32_MAX and preferred not in self._taken:
+    def claim(self, preferred: Any = None, lowest: int = 1) -> int:
+        """`preferred` where it is a free int32 of at least `lowest`, else a fresh id. Tid 0 is
+        the idle thread's, never a thread's; pid 0 is a process only where `lowest` says so."""
+        if type(preferred) is int and lowest <= preferred <= INT32_MAX and preferred not in self._taken:
             claimed = preferred
         else:
             while self._next in self._taken or self._next in self._avoid:
