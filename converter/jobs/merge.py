@@ -267,6 +267,7 @@ def _input_ids(trace: Trace) -> frozenset[int]:
     written = [p for p in trace.processes if not p.row_group]
     ids = {p.pid for p in written if p.pid == p.source_pid}
     ids |= {t.tid for t in trace.threads if not t.process.row_group and t.tid == t.source_tid}
+    ids |= {t.tid for t in trace.threads if t.is_main and t.process.pid in ids}  # tid 0 threads share the pid
     return frozenset(i for i in ids if i < _RANK_ID_STRIDE)
 
 
@@ -339,9 +340,8 @@ def _place_rank(trace: Trace, plan: RankPlan) -> None:
     for index, thread in enumerate(trace.threads):
         if thread.tid in plan.kept_ids:
             continue
-        # The main thread of a process given a fresh pid shares it; the rest take ids no pid uses.
-        is_main = thread.source_tid == thread.process.source_pid and thread.process.pid not in plan.kept_ids
-        thread.tid = thread.process.pid if is_main else base + _RANK_ID_STRIDE // 2 + index
+        # A main thread shares its process's (fresh) pid; the rest take ids no pid uses.
+        thread.tid = thread.process.pid if thread.is_main else base + _RANK_ID_STRIDE // 2 + index
     for track in trace.tracks:
         if track.role is TrackRole.GLOBAL:
             track.uuid, track.parent = _GLOBAL_INSTANTS_UUID, _BOOKKEEPING_PLACE

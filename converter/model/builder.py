@@ -24,6 +24,7 @@ class TraceBuilder:
         # One space for pids and tids, as on Linux (a pid is its main thread's tid): a stream's
         # tid 7 and GPU 7's pid 7 would otherwise be one thread to trace_processor.
         self._ids = IdSpace(FIRST_FRESH_ID)
+        self._mains: set[int] = set()  # pids already given to their main thread
         self._processes: dict[Any, Process] = {}
         self._threads: dict[tuple[Any, Any], Thread] = {}
         self.thread_tracks: dict[tuple[Any, Any], Track] = {}
@@ -38,7 +39,7 @@ class TraceBuilder:
         if process is None:
             # pid 0 (GPU 0's in Kineto) is kept: the UI titles a process "<name> <pid>", and
             # trace_processor takes it as upid 0, whose idle thread (tid 0) has no slices.
-            process = Process(pid=self._ids.claim(source_pid, lowest=0), source_pid=source_pid)
+            process = Process(pid=self._ids.claim(source_pid, zero=True), source_pid=source_pid)
             self._processes[source_pid] = process
             self.trace.processes.append(process)
         return process
@@ -49,10 +50,13 @@ class TraceBuilder:
         if thread is None:
             process = self.process(source_pid)
             # A stream id repeats on every GPU, but thread ids must be unique in the output; a
-            # process's main thread (tid == pid in the input) keeps sharing its pid.
-            is_main = source_tid == source_pid and process.pid == source_pid and process.pid > 0
+            # process's main thread (tid == pid in the input, or tid 0, which names no thread)
+            # shares its pid.
+            is_main = source_tid in (source_pid, 0) and process.pid != 0 and process.pid not in self._mains
+            if is_main:
+                self._mains.add(process.pid)
             thread = Thread(process=process, tid=process.pid if is_main else self._ids.claim(source_tid),
-                            source_tid=source_tid)
+                            source_tid=source_tid, is_main=is_main)
             self._threads[key] = thread
             self.trace.threads.append(thread)
         return thread

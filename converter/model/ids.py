@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from ..errors import CgtraceError
 
-INT32_MAX = (1 << 31) - 1
+INT32_MIN, INT32_MAX = -(1 << 31), (1 << 31) - 1
 
 
 class IdSpace:
@@ -24,10 +24,12 @@ class IdSpace:
         self._avoid = self._taken if avoid is None else avoid
         self._next = first_fresh
 
-    def claim(self, preferred: Any = None, lowest: int = 1) -> int:
-        """`preferred` where it is a free int32 of at least `lowest`, else a fresh id. Tid 0 is
-        the idle thread's, never a thread's; pid 0 is a process only where `lowest` says so."""
-        if type(preferred) is int and lowest <= preferred <= INT32_MAX and preferred not in self._taken:
+    def claim(self, preferred: Any = None, zero: bool = False) -> int:
+        """`preferred` where it is a free int32 (negative ones too: Kineto writes thread ids
+        that overflowed), else a fresh id. 0 only with `zero`: tid 0 is the idle thread's,
+        never a thread's, but pid 0 (GPU 0's) can be a process."""
+        if type(preferred) is int and INT32_MIN <= preferred <= INT32_MAX and (preferred or zero) \
+                and preferred not in self._taken:
             claimed = preferred
         else:
             while self._next in self._taken or self._next in self._avoid:

@@ -54,6 +54,7 @@ class Thread:
     source_tid: Any
     name: Optional[str] = None
     sort_index: Optional[int] = None
+    is_main: bool = False  # the process's main thread: its tid is the pid
 
     @property
     def display_name(self) -> str:

@@ -497,12 +497,12 @@ def _sort_keys(rows: list[_Row], position: dict[int, int]) -> None:
 
 
 class _OutputIds:
-    """pids and tids for the output: a model id is kept where valid (a pid 0..int32 max, as
-    Kineto's GPU 0 has; a tid 1..int32 max) and not yet taken, a fresh one is used otherwise;
+    """pids and tids for the output: a model id is kept where valid (an int32; 0 only for a
+    pid, as Kineto's GPU 0 has) and not yet taken, a fresh one is used otherwise;
     fresh ids never equal a pid or tid of the model."""
 
     def __init__(self, trace: Trace):
         avoid = {p.pid for p in trace.processes} | {t.tid for t in trace.threads}
         pids, tids = IdSpace(_FRESH_ID_START, avoid), IdSpace(_FRESH_ID_START, avoid)
-        self.pid = lambda preferred: pids.claim(preferred, lowest=0)
+        self.pid = lambda preferred: pids.claim(preferred, zero=True)
         self.tid = tids.claim
