@@ -269,6 +269,7 @@ def _run_demo(args) -> int:
 
 def _run_query(args) -> int:
     from .analysis.query import format_result, open_checked, run_sql
+    from .jobs.readable import as_perfetto
 
     if (args.sql is None) == (args.file is None):
         raise CgtraceError(f"{args.trace}: give the query either as SQL or with -f FILE (exactly one); "
@@ -281,8 +282,9 @@ def _run_query(args) -> int:
                                "check the -f path") from None
     else:
         sql = args.sql
-    with open_checked(args.trace, args.tp_bin) as tp:
+    with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin) as tp:
         result = run_sql(tp, sql, args.trace)
+    progress.finish()
     sys.stdout.write(format_result(result, args.format))
     return 0
 
@@ -290,10 +292,14 @@ def _run_query(args) -> int:
 def _run_report(args) -> int:
     from .analysis.report import build_report, render
     from .fileio.atomic import atomic_output, check_output_path
+    from .jobs.readable import as_perfetto
 
     if args.output is not None:
         check_output_path(args.output, args.overwrite)
-    text = render(build_report(args.trace, tp_bin=args.tp_bin, top=args.top, lanes_file=args.lanes), args.format)
+    with as_perfetto(args.trace, compact=True, lanes_file=args.lanes) as trace:
+        report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes_file=args.lanes, shown_as=args.trace)
+    text = render(report, args.format)
+    progress.finish()
     if args.output is None:
         sys.stdout.write(text)
         return 0

@@ -28,7 +28,7 @@ from ..lane_rules import load_lane_rules
 from ..model import FlowEnd, RankIdentity, Trace, Track, TrackRole
 from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
-from .runner import JobOptions, Prepared, prepare
+from .runner import PROFILER_OUTPUT, JobOptions, Prepared, prepare
 from .verify import Expected, verify_output
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
@@ -45,7 +45,6 @@ _RANK_ID_STRIDE = 1 << 22
 _RANK_BYTES_PER_JSON_BYTE = 1.5
 _PROCESS_BYTES = 24 << 20
 _ENCODED_ARGS_PER_JSON_BYTE = 0.25
-_TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_TRACE_NAME = re.compile(r"^(rank.*_trace|.*\.pt\.trace)\.json(\.gz)?$")
 
 
@@ -93,7 +92,7 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
     if len(inputs) == 1 and inputs[0].is_dir():
         directory = inputs[0]
         files = sorted(p for p in directory.iterdir()
-                       if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith("."))
+                       if p.is_file() and p.name.endswith(PROFILER_OUTPUT) and not p.name.startswith("."))
         if not files:
             raise CgtraceError(f"{directory}: no trace files (*.json, *.json.gz); pass a directory of rank traces")
         named = [p for p in files if _RANK_TRACE_NAME.match(p.name)]

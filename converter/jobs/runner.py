@@ -29,6 +29,7 @@ from ..outputs.perfetto_writer import PerfettoWriter
 from .verify import Expected, verify_output
 
 PERFETTO_SUFFIX = ".perfetto-trace"
+PROFILER_OUTPUT = (".json", ".json.gz")  # what our reader reads; anything else goes to trace_processor as it is
 SUFFIXES = {"perfetto": PERFETTO_SUFFIX, "json": ".json"}
 # in-process: the main process keeps args in a temporary file and encodes them when writing;
 # helper: a forked helper encodes them for Perfetto while the trace is read;
