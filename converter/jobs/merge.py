@@ -258,7 +258,7 @@ def _scan_rank(file: str, options: JobOptions) -> RankInfo:
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=not isinstance(base, int) and first_ts > 10**15,
         blocks={key: block.extent() for key, block in prepared.blocks.items()},
-        pp_annotations=prepared.summary["pp_annotations"], input_ids=_input_ids(trace))
+        pp_annotations=prepared.pp_annotations, input_ids=_input_ids(trace))
 
 
 def _input_ids(trace: Trace) -> frozenset[int]:
@@ -318,7 +318,8 @@ def _write_rank_part(plan: RankPlan, options: JobOptions, scratch: str) -> tuple
         writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32, flow_id_base=stride << 40)
         writer.write(trace)
         writer.close()
-    summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, file=plan.file)
+    summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,
+                   file=plan.file)
     return str(path), summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters))
 
 
