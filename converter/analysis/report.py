@@ -519,8 +519,7 @@ vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-s
 .wrap{overflow-wrap:anywhere;min-width:10em;max-width:40em}svg{vertical-align:middle}
 .rest{fill:#e8e8e8}.bar{fill:#4a7bd0}.step{stroke:#555;stroke-width:1}.note{color:#555}
 dl{max-width:60em}dt{font-weight:600}dd{margin:0 0 .5em 1.5em}.key{display:inline-block;margin-right:1.2em}
-""" + "".join(f".k{i}{{fill:{color}}}" for i, (_, color) in enumerate(_COLORS))
-_KIND_CLASS = {kind: f"k{i}" for i, (kind, _) in enumerate(_COLORS)}
+""" + "".join(f'[data-kind="{kind}"]{{fill:{color}}}' for kind, color in _COLORS)
 _TIMELINE_WIDTH = 900
 # Bands of one rank's strip: (y, height, what it shows).
 _BANDS = ((2, 12, ("F", "B", "I", "W", "F+B", "other")), (16, 8, ("RECV", "SEND")), (26, 8, ("bubble",)))
@@ -566,7 +565,7 @@ def _strip(timeline: Timeline, origin: int, scale: float) -> str:
     for y, height, kinds in _BANDS:
         for kind in kinds:
             intervals = timeline.bubbles if kind == "bubble" else timeline.blocks.get(kind, [])
-            shapes += [f'<rect class="{_KIND_CLASS[kind]}" x="{x0:.1f}" y="{y}" width="{x1 - x0:.2f}" height="{height}"/>'
+            shapes += [f'<rect data-kind="{kind}" x="{x0:.1f}" y="{y}" width="{x1 - x0:.2f}" height="{height}"/>'
                        for x0, x1 in _runs(intervals, origin, scale)]
     shapes += [f'<line class="step" x1="{(start - origin) * scale:.1f}" x2="{(start - origin) * scale:.1f}" '
                f'y1="0" y2="{_STRIP_HEIGHT}"/>' for _, start, _ in timeline.steps]
@@ -578,7 +577,7 @@ def _timeline(timelines: list[Timeline]) -> str:
     origin = min(start for t in timelines for _, start, _ in t.steps)
     end = max(stop for t in timelines for _, _, stop in t.steps)
     scale = _TIMELINE_WIDTH / max(end - origin, 1)
-    key = "".join(f'<span class="key"><svg width="12" height="12"><rect class="{_KIND_CLASS[kind]}" width="12" '
+    key = "".join(f'<span class="key"><svg width="12" height="12"><rect data-kind="{kind}" width="12" '
                   f'height="12"/></svg> {html.escape(kind)}</span>' for kind, _ in _COLORS)
     rows = "".join(f'<tr class="rank"><th class="wrap">{html.escape(t.label)}</th><td>{_strip(t, origin, scale)}</td></tr>'
                    for t in timelines)
