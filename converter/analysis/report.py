@@ -79,6 +79,11 @@ def subtract(base: Intervals, cut: Intervals) -> Intervals:
     return out
 
 
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Parts of `a` that `b` also covers."""
+    return subtract(a, subtract(a, b))
+
+
 def covered(intervals: Intervals, windows: Intervals) -> list[int]:
     """For each window, how much of it `intervals` covers."""
     ends = [end for _, end in intervals]
@@ -309,15 +314,16 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes_
             from cgtrace_gpu g join cgtrace_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
             where g.category in ({_quoted(KERNEL_CATEGORIES)})
             group by g.name order by total desc, g.name limit {max(int(top), 0)}""")
+    per_gpu = [gpu.figures(counts) for gpu in gpus]
     figures = {
         "input": {"trace": str(shown_as or path),
                   "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories"},
         "definitions": DEFINITIONS,
-        "gpus": [gpu.figures(counts) for gpu in gpus],
+        "gpus": per_gpu,
         "top_kernels": [{"name": name, "count": count, "total_ns": total, "mean_ns": total / count}
                         for name, count, total in kernels],
     }
-    return Report(figures, [gpu.timeline() for gpu in gpus if gpu.blocks])
+    return Report(figures, [gpu.timeline(_gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks])
 
 
 def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:
@@ -366,11 +372,10 @@ class _Gpu:
         self.name, self.device = name
         self.rank = trace.rank(owner)
         self.lane_groups = [group for group in trace.groups.values() if group.id in groups]
-        everything = union(interval for intervals in groups.values() for interval in intervals)
+        self.busy = union(interval for intervals in groups.values() for interval in intervals)
         self.steps = steps.get(self.rank, [])
-        self.periods = self.steps or [("active span", everything[0][0], everything[-1][1])]
+        self.periods = self.steps or [("active span", self.busy[0][0], self.busy[-1][1])]
         self.window = union((start, end) for _, start, end in self.periods)
-        self.busy = everything
         self.compute = self._of_kind(LaneKind.COMPUTE)
         self.communication = self._of_kind(LaneKind.COMMUNICATION)
 
@@ -379,10 +384,6 @@ class _Gpu:
 
     def order(self) -> tuple:
         return (self.rank or (-1, -1), self.device if self.device is not None else -1, self.name)
-
-    @property
-    def label(self) -> str:
-        return self.name if self.rank is None else f"{self.name}, PP rank {self.rank[0]} (global rank {self.rank[1]})"
 
     def within(self, intervals: Intervals) -> int:
         return sum(covered(intervals, self.window))
@@ -412,13 +413,12 @@ class _Gpu:
         if self.blocks:
             for kind in ("RECV", "SEND"):
                 inside = self.blocks.get(kind, [])
-                [row[f"{kind.lower()}_ns"]] = covered(inside, [(start, end)])
-                [row[f"{kind.lower()}_compute_ns"]] = covered(subtract(inside, subtract(inside, self.compute)),
-                                                              [(start, end)])
+                row[f"{kind.lower()}_ns"] = covered(inside, [(start, end)])[0]
+                row[f"{kind.lower()}_compute_ns"] = covered(intersect(inside, self.compute), [(start, end)])[0]
         return row
 
-    def timeline(self) -> Timeline:
-        return Timeline(self.label, self.periods, self.blocks, subtract(self.window, self.compute))
+    def timeline(self, label: str) -> Timeline:
+        return Timeline(label, self.periods, self.blocks, subtract(self.window, self.compute))
 
 
 def _share(part: int, whole: int) -> float:
