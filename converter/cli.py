@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import gc
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -34,14 +35,13 @@ def main(argv: list[str] | None = None) -> int:
         progress.start(enabled=not getattr(args, "quiet", False))
         return args.run(args)
     except CgtraceError as error:
-        print(f"cgtrace: error: {error.message}", file=sys.stderr)
+        _say(f"cgtrace: error: {error.message}")
         return EXIT_USAGE
     except KeyboardInterrupt:
-        print("cgtrace: interrupted; nothing was written", file=sys.stderr)
+        _say("cgtrace: interrupted; nothing was written")
         return 130
     except MemoryError:
-        print("cgtrace: error: out of memory; try a machine with more memory or cut the trace down",
-              file=sys.stderr)
+        _say("cgtrace: error: out of memory; try a machine with more memory or cut the trace down")
         return EXIT_USAGE
     finally:
         progress.finish()
@@ -91,9 +91,8 @@ def _parser() -> argparse.ArgumentParser:
 
     lanes = commands.add_parser("lanes", help="show the lane rules compact uses",
                                 description="Print the built-in lane rules in the --lanes TOML format.")
-    lanes.add_argument("--print-default", action="store_true", required=True,
-                       help="print the built-in rules")
-    lanes.set_defaults(run=_run_lanes)
+    lanes.add_argument("--print-default", action="store_true", help="print the built-in rules")
+    lanes.set_defaults(run=lambda args: _run_lanes(args, lanes))
 
     demo = commands.add_parser(
         "demo", help="generate an example CUDA-graph trace and convert it",
@@ -109,6 +108,8 @@ def _parser() -> argparse.ArgumentParser:
     query.add_argument("sql", nargs="?", metavar="SQL", help="the query (or use -f)")
     query.add_argument("-f", "--file", type=Path, metavar="FILE", help="read the query from FILE")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.add_argument("--wide", action="store_true",
+                       help="table: keep long cells whole (by default they are cut, marked …, to fit the terminal)")
     _add_tp_bin(query)
     query.set_defaults(run=_run_query)
 
@@ -254,8 +255,9 @@ def _run_merge(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_lanes(args) -> int:
-    sys.stdout.write(DEFAULT_LANES_TOML)
+def _run_lanes(args, parser: argparse.ArgumentParser) -> int:
+    """The rules with --print-default; alone, how to use the command."""
+    sys.stdout.write(DEFAULT_LANES_TOML if args.print_default else parser.format_help())
     return 0
 
 
@@ -269,6 +271,7 @@ def _run_demo(args) -> int:
 
 def _run_query(args) -> int:
     from .analysis.query import format_result, open_checked, run_sql
+    from .jobs.readable import as_perfetto
 
     if (args.sql is None) == (args.file is None):
         raise CgtraceError(f"{args.trace}: give the query either as SQL or with -f FILE (exactly one); "
@@ -281,25 +284,31 @@ def _run_query(args) -> int:
                                "check the -f path") from None
     else:
         sql = args.sql
-    with open_checked(args.trace, args.tp_bin) as tp:
+    with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin) as tp:
         result = run_sql(tp, sql, args.trace)
-    sys.stdout.write(format_result(result, args.format))
+    progress.finish()
+    width = None if args.wide else shutil.get_terminal_size().columns
+    sys.stdout.write(format_result(result, args.format, width))
     return 0
 
 
 def _run_report(args) -> int:
     from .analysis.report import build_report, render
     from .fileio.atomic import atomic_output, check_output_path
+    from .jobs.readable import as_perfetto
 
     if args.output is not None:
         check_output_path(args.output, args.overwrite)
-    text = render(build_report(args.trace, tp_bin=args.tp_bin, top=args.top, lanes_file=args.lanes), args.format)
+    with as_perfetto(args.trace, compact=True, lanes_file=args.lanes) as trace:
+        report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes_file=args.lanes, shown_as=args.trace)
+    text = render(report, args.format)
+    progress.finish()
     if args.output is None:
         sys.stdout.write(text)
         return 0
     with atomic_output(args.output, args.overwrite) as stream:
         stream.write(text.encode())
-    print(f"cgtrace: wrote {args.format} report -> {args.output}", file=sys.stderr)
+    _say(f"cgtrace: wrote {args.format} report -> {args.output}")
     return 0
 
 
@@ -309,7 +318,7 @@ def _run_view(args) -> int:
 
     trace, done = viewable(args.trace)
     if done:
-        print(f"cgtrace: {done}", file=sys.stderr)
+        _say(f"cgtrace: {done}")
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
     return serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
 
@@ -320,7 +329,13 @@ def _report(summary: dict, quiet: bool, human: str) -> None:
     if not quiet:
         skipped = summary.get("events_skipped")
         note = f" ({skipped} unusable events skipped; see skipped_by_reason)" if skipped else ""
-        print(f"cgtrace: {human}{note}", file=sys.stderr)
+        _say(f"cgtrace: {human}{note}")
+
+
+def _say(line: str) -> None:
+    """One line on stderr, on a line of its own even where progress was shown."""
+    progress.finish()
+    print(line, file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -83,8 +83,10 @@ group = "memcpy"
 category = '(?i)^(gpu_)?memset$'
 group = "memset"
 
+# Symmetric-memory collectives (torch.distributed._symmetric_memory; NVLS `multimem_*`
+# kernels, as in `multimem_all_reduce_kernel`) move data between GPUs: communication.
 [[rules]]
-name = '(?i)symmetric_memory|symm_mem|symmmem'
+name = '(?i)symmetric_memory|symm_mem|symmmem|multimem'
 group = "symm_mem"
 
 [[rules]]

@@ -16,11 +16,13 @@ class Progress:
         self.shown = False
         self.last_draw = 0.0
 
-    def update(self, message: str) -> None:
+    def update(self, message: str, new_stage: bool = False) -> None:
+        """Draws `message`; counts within a stage at most ten times a second, while a new stage
+        always shows (the last one, such as --verify's reload, may run for seconds)."""
         if not self.enabled:
             return
         now = time.monotonic()
-        if now - self.started < _DELAY_S or now - self.last_draw < 0.1:
+        if now - self.started < _DELAY_S or (now - self.last_draw < 0.1 and not new_stage):
             return
         self.last_draw = now
         self.shown = True
@@ -28,9 +30,11 @@ class Progress:
         sys.stderr.flush()
 
     def done(self) -> None:
+        """Clears the progress line, so whatever is written next starts a line of its own."""
         if self.shown:
             sys.stderr.write("\r\x1b[2K")
             sys.stderr.flush()
+            self.shown = False
 
 
 _current = Progress(enabled=False)
@@ -42,8 +46,15 @@ def start(enabled: bool) -> None:
 
 
 def report(message: str) -> None:
+    """How far the current stage is (drawn at most ten times a second)."""
     _current.update(message)
 
 
+def stage(message: str) -> None:
+    """A new stage begins (always drawn, once past the first second)."""
+    _current.update(message, new_stage=True)
+
+
 def finish() -> None:
+    """Ends the progress line: call before writing anything else to stderr."""
     _current.done()

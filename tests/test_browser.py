@@ -10,6 +10,7 @@ Other tests reuse the `load_in_ui` fixture: `names, screenshot = load_in_ui(trac
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import threading
 from pathlib import Path
@@ -138,3 +139,35 @@ def test_view_opens_profiler_output_compacted_or_merged(load_in_ui, tmp_path):
     names, _ = load_in_ui(viewable(tmp_path / "ranks")[0])
     ranks = [n for n in names if n.startswith("PP rank ") and "| GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1], names
+
+
+def test_report_html_of_a_merged_pipeline_reads_whole(browser, tmp_path):
+    """The report's HTML as a person sees it: every label whole (no cell, heading or legend
+    narrower than its text), and a timeline row per rank with its blocks and its bubble."""
+    from converter.analysis.report import build_report, render
+
+    files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=4, steps=2, seed=2, graphs_per_step=2,
+                         kernels_per_replay=8)
+    merged = tmp_path / "merged.perfetto-trace"
+    merge_ranks(files, lambda group, groups: merged, jobs=1)
+    page_path = tmp_path / "report.html"
+    page_path.write_text(render(build_report(merged), "html"))
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    try:
+        page.goto(page_path.as_uri())
+        cut = page.eval_on_selector_all(
+            "h1, h2, p, th, td, dt, dd, .key",
+            "nodes => nodes.filter(n => n.scrollWidth > n.clientWidth + 1).map(n => n.textContent)")
+        assert cut == []
+        labels = page.eval_on_selector_all("tr.rank th", "cells => cells.map(c => c.innerText)")
+        ranks = [re.fullmatch(r"GPU \d+, PP rank (\d+) \(global rank \d+\)", label) for label in labels]
+        assert [int(match.group(1)) for match in ranks if match] == [0, 1, 2, 3], labels
+        drawn = page.eval_on_selector_all("tr.rank svg", """strips => strips.map(s => Object.fromEntries(
+            ['F', 'B', 'RECV', 'SEND', 'bubble'].map(k => [k, s.querySelectorAll(`rect[data-kind="${k}"]`).length])))""")
+        assert len(drawn) == 4 and all(min(kinds.values()) > 0 for kinds in drawn), drawn
+        assert page.eval_on_selector_all("script, link, img", "n => n.length") == 0
+        page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+    finally:
+        page.close()
+    assert (tmp_path / "report.png").stat().st_size > 10_000
+

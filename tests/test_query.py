@@ -90,3 +90,34 @@ def test_missing_trace(capsys, tmp_path):
     code, _, err = query(capsys, tmp_path / "missing.perfetto-trace", "select 1")
     assert code == 2
     assert err == f"cgtrace: error: {tmp_path / 'missing.perfetto-trace'}: no such file; check the path and try again\n"
+
+
+LONG = "void at::native::elementwise_kernel<128, 4, at::native::gpu_kernel_impl_nocast<" + "x" * 400 + ">"
+WIDE_EVENTS = {"traceEvents": [
+    {"ph": "X", "name": LONG, "cat": "kernel", "pid": 1, "tid": 7, "ts": 10, "dur": 123456.789},
+    {"ph": "X", "name": "gemm", "cat": "kernel", "pid": 1, "tid": 7, "ts": 200000, "dur": 1},
+]}
+WIDE_SQL = "select name, category, dur, count(*) as n from slice group by name order by dur desc"
+
+
+def test_table_fits_the_terminal_and_wide_keeps_cells(capsys, monkeypatch, tmp_path):
+    trace = write_json(tmp_path / "long.json", WIDE_EVENTS)
+    monkeypatch.setenv("COLUMNS", "60")   # what the terminal says it is
+    code, out, _ = query(capsys, trace, WIDE_SQL)
+    lines = out.splitlines()
+    assert code == 0 and max(map(len, lines)) == 60
+    assert lines[2].split()[-2:] == ["123456789", "1"]   # numbers are never cut
+    assert lines[2].startswith("void at::native::") and "…" in lines[2] and LONG not in out
+    assert lines[3].split() == ["gemm", "kernel", "1000", "1"]
+    code, out, _ = query(capsys, trace, WIDE_SQL, "--wide")
+    assert code == 0 and out.splitlines()[2].startswith(LONG + "  ")
+
+
+def test_raw_json_reads_as_its_conversion(capsys, tmp_path):
+    """Partially overlapping slices on one thread: trace_processor's JSON importer drops one,
+    our reader keeps both, so a raw trace answers as its .perfetto-trace does."""
+    trace = write_json(tmp_path / "overlap.json", {"traceEvents": [
+        {"ph": "X", "name": "a", "cat": "kernel", "pid": 1, "tid": 7, "ts": 0, "dur": 10},
+        {"ph": "X", "name": "b", "cat": "kernel", "pid": 1, "tid": 7, "ts": 5, "dur": 10}]})
+    code, out, _ = query(capsys, trace, "select count(*) as n from slice", "--format", "json")
+    assert (code, json.loads(out)) == (0, [{"n": 2}])

@@ -9,6 +9,10 @@ from contextlib import redirect_stdout
 
 import pytest
 
+from html import escape
+from pathlib import Path
+
+from converter.analysis.report import DEFINITIONS
 from converter.cli import main
 from converter.generator import write_pp_run
 from .helpers import compact_file, convert_file
@@ -81,10 +85,10 @@ def single_gpu(tmp_path_factory):
 
 
 def assert_single_gpu(report: dict, lanes_from: str) -> None:
-    assert report["lanes_from"] == lanes_from
+    assert report["input"]["lanes_from"] == lanes_from
     [gpu] = report["gpus"]
-    assert (gpu["gpu"], gpu["pp_rank"], gpu["window"], gpu["steps"]) == ("GPU 0", None, "steps", 1)
-    assert gpu["window_ns"] == STEP * US
+    assert (gpu["gpu"], gpu["pp_rank"], gpu["window"], len(gpu["steps"])) == ("GPU 0", None, "steps", 1)
+    assert (gpu["window_start_ns"], gpu["window_end_ns"], gpu["window_ns"]) == (5 * US, 95 * US, STEP * US)
     assert gpu["busy_ns"] == BUSY * US
     assert gpu["exposed_comm_ns"] == EXPOSED * US
     assert gpu["exposed_comm_share"] == pytest.approx(EXPOSED / STEP, abs=1e-6)
@@ -94,29 +98,32 @@ def assert_single_gpu(report: dict, lanes_from: str) -> None:
         "Compute", "Symmetric memory", "NCCL all-gather", "NCCL reduce-scatter", "NCCL other", "Memcpy"]
     compute = gpu["lane_groups"][0]
     assert compute["share"] == pytest.approx(33 / STEP, abs=1e-6)
+    [step] = gpu["steps"]   # compute [10,40] and gemm_c [75,78] in [5,95]; not a pipeline: no RECV/SEND
+    assert step == {"step": "ProfilerStep#1", "start_ns": 5 * US, "step_ns": STEP * US, "compute_busy_ns": 33 * US,
+                    "bubble_ns": 57 * US, "bubble_share": round(57 / STEP, 6)}
 
 
 def test_busy_time_is_a_union_and_exposed_comm_subtracts_compute(single_gpu):
     _, converted, _ = single_gpu
     report = report_json(converted)
     assert_single_gpu(report, "lane rules on GPU slice names and categories")
-    assert report["pipeline"] == []
 
 
-def test_compacted_lanes_give_the_same_figures(single_gpu):
-    _, _, compacted = single_gpu
-    report = report_json(compacted)
-    assert_single_gpu(report, "track roles")
-    compute = report["gpus"][0]["lane_groups"][0]
-    assert compute["tracks"] == 3   # three compute kernels run at once at 25-30 µs: three lanes
+def test_compacted_lanes_and_raw_json_give_the_same_figures(single_gpu):
+    source, converted, compacted = single_gpu
+    assert_single_gpu(report_json(compacted), "track roles")
+    assert_single_gpu(report_json(source), "track roles")   # raw JSON is compacted by our reader first
+    forms = [report_json(path) for path in (source, converted, compacted)]
+    assert all(without(form, "input") == without(forms[0], "input") for form in forms)
 
 
-def test_top_kernels(single_gpu):
+def test_top_kernels_are_cut_to_the_window(single_gpu):
     _, converted, _ = single_gpu
-    kernels = report_json(converted, "--top", "4")["top_kernels"]
+    kernels = report_json(converted, "--top", "6")["top_kernels"]
     assert [(k["name"], k["count"], k["total_ns"] // US) for k in kernels] == [
         ("gemm_a", 2, 35), ("ncclDevKernel_AllGather_RING_LL", 1, 25), ("gemm_b", 1, 15),
-        ("ncclDevKernel_ReduceScatter_Sum", 1, 10)]   # ties by name; memcpy is not a kernel
+        ("ncclDevKernel_ReduceScatter_Sum", 1, 10), ("ncclDevKernel_SendRecv", 1, 5),  # [90,100] in [5,95]
+        ("gemm_c", 1, 3)]   # ties by name; memcpy is not a kernel
     assert kernels[0]["mean_ns"] == 17.5 * US
 
 
@@ -126,6 +133,7 @@ def test_raw_json_and_no_steps_use_the_active_span(tmp_path):
         kernel("ncclDevKernel_AllReduce_Sum", 9, 140, 150)]})
     [gpu] = report_json(source)["gpus"]
     assert (gpu["window"], gpu["window_ns"], gpu["busy_ns"]) == ("active span", 50 * US, 40 * US)
+    assert [(step["step"], step["bubble_ns"]) for step in gpu["steps"]] == [("active span", 20 * US)]
     assert gpu["exposed_comm_ns"] == 10 * US
     assert {g["group"]: g["busy_ns"] // US for g in gpu["lane_groups"]} == {"Compute": 30, "NCCL all-reduce": 10}
 
@@ -139,24 +147,24 @@ def pp_rank_events(pp_rank, global_rank, cpu_pid, gpu_pid, steps, blocks, kernel
     return events
 
 
-# PP rank 0: step 3 [0,100]: F0 on two streams (union [10,32]), SEND_F0 [32,40], RECV_B0 [50,60],
-# B0 [60,90], W0 [95,105] across the step boundary. Busy [10,40]+[50,90]+[95,100] = 75.
-# Step 4 [100,200]: UNSHARD [100,110], F1 [120,150], I1 [150,170], W1 [170,190]: busy 10+70 = 80.
-# PP rank 1 (global 5): step 3 [0,100]: F0 [40,60], an OVERLAP_F_B [60,80]: busy 40.
+# PP rank 0: step 3 [0,100]: F0 on two streams, SEND_F0 [32,40], RECV_B0 [50,60], B0 [60,90], W0 [95,105]
+# across the step boundary; compute kernels [10,30] and [55,70] (5 of it inside RECV_B0): busy 35, bubble 65.
+# Step 4 [100,200]: UNSHARD, F1, I1, W1; one kernel [150,160]: bubble 90.
+# PP rank 1 (global 5): step 3 [0,100]: F0 [40,60], an OVERLAP_F_B [60,80]; kernel [40,60]: bubble 80.
 PP_TRACE = {"traceEvents": [
     *pp_rank_events(0, 0, 1, 2, [(3, 0, 100), (4, 100, 200)], [
         ("PP:0F0", 7, 10, 30), ("PP:0F0", 8, 12, 32), ("PP:0SEND_F0", 7, 32, 40), ("PP:0RECV_B0", 8, 50, 60),
         ("PP:0B0", 7, 60, 90), ("PP:0W0", 7, 95, 105), ("PP:0UNSHARD", 7, 100, 110), ("PP:0F1", 7, 120, 150),
-        ("PP:0I1", 7, 150, 170), ("PP:0W1", 7, 170, 190)], [("gemm", 7, 10, 30)]),
+        ("PP:0I1", 7, 150, 170), ("PP:0W1", 7, 170, 190)],
+        [("gemm", 7, 10, 30), ("gemm", 7, 55, 70), ("gemm", 7, 150, 160)]),
     *pp_rank_events(1, 5, 3, 4, [(3, 0, 100)], [
         ("PP:1F0", 7, 40, 60), ("PP:(1F1;1B0)OVERLAP_F_B", 7, 60, 80)], [("gemm", 7, 40, 60)]),
     span("PP:0F0", "user_annotation", 1, 1, 1, 5),   # the CPU side of a PP block does not count
 ]}
-NO_TIME = dict.fromkeys(("F", "B", "I", "W", "F+B", "SEND", "RECV", "other"), 0)
-PP_EXPECTED = [  # (pp rank, global rank, step, {kind: µs}, idle µs)
-    (0, 0, "ProfilerStep#3", {**NO_TIME, "F": 22, "SEND": 8, "RECV": 10, "B": 30, "W": 5}, 25),
-    (0, 0, "ProfilerStep#4", {**NO_TIME, "other": 10, "F": 30, "I": 20, "W": 25}, 20),
-    (1, 5, "ProfilerStep#3", {**NO_TIME, "F": 20, "F+B": 20}, 60),
+PP_EXPECTED = [  # (step, compute µs, bubble µs, RECV, RECV with compute, SEND, SEND with compute)
+    ("ProfilerStep#3", 35, 65, 10, 5, 8, 0),
+    ("ProfilerStep#4", 10, 90, 0, 0, 0, 0),
+    ("ProfilerStep#3", 20, 80, 0, 0, 0, 0),
 ]
 
 
@@ -165,30 +173,33 @@ def test_pp_bubble_per_rank_and_step(tmp_path):
     (process names are display text, never read back), so its rows carry no PP rank."""
     events = PP_TRACE["traceEvents"]
     ranks = {0: [e for e in events if e.get("pid") in (1, 2)], 1: [e for e in events if e.get("pid") in (3, 4)]}
-    got, bubbles = [], []
-    for pp_rank, global_rank in ((0, 0), (1, 5)):
+    got = []
+    for pp_rank in (0, 1):
         source = write_json(tmp_path / f"pp{pp_rank}.json", {"traceEvents": ranks[pp_rank]})
         converted = tmp_path / f"pp{pp_rank}.perfetto-trace"
         convert_file(source, converted)
-        report = report_json(converted)
-        assert {(r["pp_rank"], r["global_rank"]) for r in report["pipeline"]} == {(None, None)}
-        got += [(pp_rank, global_rank, r["step"], {k: v // US for k, v in r["time_ns"].items()},
-                 r["idle_ns"] // US) for r in report["pipeline"]]
-        bubbles += [r["bubble_fraction"] for r in report["pipeline"]]
-        [gpu] = report["gpus"]
-        assert gpu["steps"] == (2 if pp_rank == 0 else 1)
+        [gpu] = report_json(converted)["gpus"]
+        assert (gpu["pp_rank"], gpu["global_rank"]) == (None, None)
+        got += [(row["step"], row["compute_busy_ns"] // US, row["bubble_ns"] // US, row["recv_ns"] // US,
+                 row["recv_compute_ns"] // US, row["send_ns"] // US, row["send_compute_ns"] // US)
+                for row in gpu["steps"]]
+        assert all(row["bubble_share"] == round(row["bubble_ns"] / row["step_ns"], 6) for row in gpu["steps"])
     assert got == PP_EXPECTED
-    assert bubbles == [0.25, 0.2, 0.6]
 
 
 def test_text_and_html(single_gpu, tmp_path):
     _, converted, _ = single_gpu
     text = run_report(converted)
-    assert re.search(r"GPU 0\s+Compute\s+0\.033\s+36\.7%\s+4\s+3", text)   # 3 tracks: streams 7, 8, overlap
+    assert re.search(r"GPU 0\s+Compute\s+compute\s+0\.033\s+36\.7%\s+4\n", text)
+    assert re.search(r"GPU 0\s+ProfilerStep#1\s+0\.090\s+0\.033\s+0\.057\s+63\.3%\n", text)
+    legend = text.split("\nDefinitions\n", 1)[1]
+    assert all(f"  {term}: {meaning}\n" in legend for term, meaning in DEFINITIONS.items())
     page = tmp_path / "report.html"
     run_report(converted, "--format", "html", "-o", str(page))
     html = page.read_text()
-    assert html.startswith("<!doctype html>") and html.count("<svg") == 3 and "gemm_a" in html
+    assert html.startswith("<!doctype html>") and "gemm_a" in html
+    assert all(escape(meaning) in html for meaning in DEFINITIONS.values())
+    assert "Pipeline timeline" not in html   # no PP blocks, no timeline
     assert not re.search(r"https?:|src=|<script|<link", html)   # self-contained
     assert main(["report", str(converted), "--format", "html", "-o", str(page)]) == 2   # no --overwrite
 
@@ -206,20 +217,20 @@ def test_merged_pipeline_matches_each_rank_alone(tmp_path):
     merged = tmp_path / "merged.perfetto-trace"
     assert main(["merge", str(tmp_path / "ranks"), "-o", str(merged), "-q"]) == 0
     report = report_json(merged)
-    assert len(report["gpus"]) == 2 and {row["pp_rank"] for row in report["pipeline"]} == {0, 1}
+    assert [gpu["pp_rank"] for gpu in report["gpus"]] == [0, 1]   # the generator's device is the global rank
+    assert all(gpu["gpu"] == f"GPU {gpu['global_rank']}" == f"GPU {gpu['device']}" for gpu in report["gpus"])
     for gpu in report["gpus"]:
-        alone = report_json(next(p for p in ranks if p.name == f"rank{gpu['global_rank']}_trace.json"))
-        assert figures(gpu) == figures(alone["gpus"][0])
-        assert [without(row, "pp_rank", "global_rank") for row in report["pipeline"]
-                if row["global_rank"] == gpu["global_rank"]] == [
-            without(row, "pp_rank", "global_rank") for row in alone["pipeline"]]
+        [alone] = report_json(next(p for p in ranks if p.name == f"rank{gpu['global_rank']}_trace.json"))["gpus"]
+        assert without(gpu, "pp_rank", "global_rank") == without(alone, "pp_rank", "global_rank")
+        assert {"recv_ns", "send_compute_ns"} <= set(gpu["steps"][0])
 
 
 def without(row: dict, *keys) -> dict:
     return {k: v for k, v in row.items() if k not in keys}
 
 
-def figures(gpu: dict) -> dict:
-    """What must not depend on how the trace is laid out (lanes vs streams, merged or not)."""
-    return {"window_ns": gpu["window_ns"], "busy_ns": gpu["busy_ns"], "exposed_comm_ns": gpu["exposed_comm_ns"],
-            "lane_groups": [without(group, "tracks") for group in gpu["lane_groups"]]}
+def test_readme_defines_each_figure_as_the_report_does():
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("<!-- report definitions", 1)[1].split("<!-- end of report definitions", 1)[0]
+    flat = " ".join(section.split())
+    assert all(f"**{term}**: {meaning}." in flat for term, meaning in DEFINITIONS.items())

@@ -58,19 +58,27 @@ def sql_error(message: str) -> str:
     return f"SQL error at line {line}, column {column}" + (f" (near `{near}`)" if near else "") + f": {text}"
 
 
-def format_result(result: Result, fmt: str) -> str:
+def format_result(result: Result, fmt: str, width: Optional[int] = None) -> str:
+    """`width`: the table's most characters a line (text cells are cut to fit); None keeps all."""
     if fmt == "csv":
         return format_csv(result)
     if fmt == "json":
         return format_json(result)
-    return format_table(result.columns, result.rows)
+    return format_table(result.columns, result.rows, width=width)
 
 
-def format_table(columns: Sequence[str], rows: Sequence[Sequence], numeric_columns: Sequence[int] = ()) -> str:
-    """Aligned text table; numbers (and cells of `numeric_columns`) are right-aligned."""
+def format_table(columns: Sequence[str], rows: Sequence[Sequence], numeric_columns: Sequence[int] = (),
+                 width: Optional[int] = None) -> str:
+    """Aligned text table; numbers (and cells of `numeric_columns`) are right-aligned. With
+    `width`, the widest text columns are narrowed until a line fits, their cells cut with
+    "…"; numbers are never cut (a cut number would read as another number)."""
     texts = [[_cell_text(value, "NULL").translate(_ESCAPES) for value in row] for row in rows]
     widths = [max([len(name)] + [len(row[i]) for row in texts]) for i, name in enumerate(columns)]
     numeric_heads = [i in numeric_columns or _all_numbers(row[i] for row in rows) for i in range(len(columns))]
+    if width is not None:
+        widths = _fit(widths, [i for i, numeric in enumerate(numeric_heads) if not numeric], width)
+        columns = [_cut(name, w) for name, w in zip(columns, widths)]
+        texts = [[_cut(text, w) for text, w in zip(row, widths)] for row in texts]
     lines = ["  ".join(name.rjust(w) if right else name.ljust(w)
                        for name, w, right in zip(columns, widths, numeric_heads)).rstrip(),
              "  ".join("-" * w for w in widths)]
@@ -79,6 +87,29 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence], numeric_colum
                  for i, (text, value, w) in enumerate(zip(row, values, widths))]
         lines.append("  ".join(cells).rstrip())
     return "\n".join(lines) + "\n"
+
+
+_NARROWEST = 8  # a text column is not cut below this (or its own width)
+
+
+def _fit(widths: list[int], text_columns: list[int], limit: int) -> list[int]:
+    """Column widths whose line (two spaces between columns) fits `limit`, taking one
+    character at a time from the widest text column; as near as it gets where it cannot."""
+    widths = list(widths)
+    excess = sum(widths) + 2 * (len(widths) - 1) - limit
+    while excess > 0:
+        widest = max((i for i in text_columns if widths[i] > _NARROWEST), key=widths.__getitem__, default=None)
+        if widest is None:
+            break
+        narrower = max(_NARROWEST, max((widths[i] for i in text_columns if widths[i] < widths[widest]), default=0))
+        step = min(excess, widths[widest] - narrower) or 1
+        widths[widest] -= step
+        excess -= step
+    return widths
+
+
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 def format_csv(result: Result) -> str:

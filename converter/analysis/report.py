@@ -1,24 +1,23 @@
 """`cgtrace report`: where GPU time goes, from SQL over the trace in trace_processor.
 
-Figures per GPU and lane group (busy time as the union of slice intervals, so overlapping
-kernels count once), exposed communication, pipeline-parallel bubbles per PP rank and step,
-and the top kernels. In a trace cgtrace compacted, lanes, their groups and kinds and the
-ranks of a merge come from the track roles it wrote (the `metadata` entries
-"cr-[<k>-]cgtrace_track_roles", see README), never from track names; in any other trace
-each GPU slice is grouped by lane rules (`--lanes FILE`, else the built-in ones `cgtrace
-compact` uses), so both give the same figures. SQL merges each group's slices into disjoint
-busy intervals; the set arithmetic on those (clipping to steps, comm minus compute) is a
-linear sweep in Python.
+Every figure is defined once, in DEFINITIONS, which the text and HTML legends, the JSON's
+"definitions" and the README repeat word for word; all of them cover one window per GPU
+(its profiled steps, else its active span), with slices cut at the window's edges. Lanes,
+their groups and kinds, and the ranks of a merge come from the track roles cgtrace wrote
+(the `metadata` entries "cr-[<k>-]cgtrace_track_roles", see README), never from track
+names; in a trace cgtrace did not compact each GPU slice is grouped by lane rules (`--lanes
+FILE`, else the built-in ones), so both give the same figures. SQL merges each group's
+slices into disjoint busy intervals; the set arithmetic on those is a linear sweep in Python.
 """
 
 from __future__ import annotations
 
 import html
 from bisect import bisect_right
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import orjson
 
@@ -28,7 +27,22 @@ from ..model import LaneGroup, LaneKind
 from .query import format_table, open_checked, run_sql
 
 TRACK_ROLES_SQL = "select str_value from metadata where name glob 'cr-*cgtrace_track_roles' order by id"
-PP_KINDS = ("F", "B", "I", "W", "F+B", "SEND", "RECV", "other")
+# The figures, each defined once: keys as in the JSON's "definitions".
+DEFINITIONS = {
+    "window": "each GPU's profiled steps (its rank's ProfilerStep#N spans on the CPU side), else its active "
+              "span (from its first GPU slice's start to its last one's end); every figure covers this window "
+              "only, slices cut at its edges",
+    "busy": "time at least one slice runs: the union of slice intervals, so concurrent slices count once",
+    "exposed communication": "time some communication lane is busy while no compute lane is; a kernel that "
+                             "waits for data inside a compute lane is compute, so this is not time blocked",
+    "bubble": "per GPU and step: time in the step with no compute lane busy",
+    "RECV, SEND": "per GPU and step, apart from the bubble: time inside PP RECV_F/RECV_B (SEND_F/SEND_B) "
+                  "blocks, and how much of it a compute lane is busy; blocks overlap compute and each other, "
+                  "so they do not add up to the step",
+    "top kernels": "kernels by their total time in the window; count is the kernels that overlap it",
+    "kind": "what a lane group counts as (compute, communication, memory, other): the lane rules' `kind`, "
+            "kept in the track roles of a trace cgtrace compacted",
+}
 _PP_KIND_OF = {"F": "F", "B": "B", "I": "I", "W": "W", "SEND_F": "SEND", "SEND_B": "SEND",
                "RECV_F": "RECV", "RECV_B": "RECV"}
 
@@ -63,6 +77,11 @@ def subtract(base: Intervals, cut: Intervals) -> Intervals:
         if start < end:
             out.append((start, end))
     return out
+
+
+def intersect(a: Intervals, b: Intervals) -> Intervals:
+    """Parts of `a` that `b` also covers."""
+    return subtract(a, subtract(a, b))
 
 
 def covered(intervals: Intervals, windows: Intervals) -> list[int]:
@@ -121,17 +140,22 @@ class _Roles:
     @classmethod
     def read(cls, documents: list[str]) -> "_Roles":
         roles = cls()
+        order: list[str] = []  # each document's lane groups in its order, merged (a rank may lack some)
         for text in documents:
             document = orjson.loads(text)
             rank = document.get("rank")
             identity = (rank["pp_rank"], rank["global_rank"]) if rank else None
+            place = 0
             for role in document["tracks"]:
                 roles.by_uuid[role["uuid"]] = role
+                if role["role"] == "lane" and role["group"] not in order:
+                    order.insert(place, role["group"])
                 if role["role"] == "lane":
-                    roles.group_order.setdefault(role["group"], len(roles.group_order))
+                    place = order.index(role["group"]) + 1
                 roles.rank_of_uuid[role["uuid"]] = identity
             for pid in rank["pids"] if rank else ():
                 roles.rank_of_pid[pid] = identity
+        roles.group_order = {group: index for index, group in enumerate(order)}
         return roles
 
 
@@ -203,7 +227,7 @@ class _Trace:
         self.create("cgtrace_track", "id integer primary key, owner int, lane text, annotation int", owned)
         if self.groups:
             self.rows("""create table cgtrace_gpu as
-                select t.owner, t.lane as grp, s.track_id, s.ts, s.dur, s.name, s.category
+                select s.id, s.arg_set_id, t.owner, t.lane as grp, s.ts, s.dur, s.name, s.category
                 from slice s join cgtrace_track t on t.id = s.track_id where s.dur > 0 and t.lane is not null""")
             return True
         # Not compacted by cgtrace: group each distinct (name, category) by the lane rules.
@@ -214,19 +238,30 @@ class _Trace:
         self.create("cgtrace_group", "name text, category text, grp text, primary key (name, category)",
                     [(name, category, rules.group_of(name, category)) for name, category in kinds])
         self.rows("""create table cgtrace_gpu as
-            select t.owner, g.grp, s.track_id, s.ts, s.dur, s.name, s.category
+            select s.id, s.arg_set_id, t.owner, g.grp, s.ts, s.dur, s.name, s.category
             from slice s join cgtrace_track t on t.id = s.track_id
             join cgtrace_group g on g.name = coalesce(s.name, '') and g.category = s.category
             where s.dur > 0""")
         return False
 
-    def owners(self) -> dict[int, tuple[Optional[int], Optional[str], Optional[str]]]:
-        """owner -> (pid or None, name, process labels joined by '|')."""
-        found = {upid: (pid, name, labels) for upid, pid, name, labels in self.rows("""
+    def gpu_names(self) -> dict[int, tuple[str, Optional[int]]]:
+        """owner -> (name, device): "GPU <n>" from the `device` arg Kineto gives every GPU slice
+        (kept in every form of the trace, merged too), else the process's "GPU ..." label, else
+        its name."""
+        devices = {owner: device for owner, device in self.rows("""
+            select owner, min(device) from (
+              select owner, extract_arg(arg_set_id, 'debug.args.device') as device from cgtrace_gpu)
+            group by owner having count(distinct device) = 1 and min(device) is not null""")}
+        names = {upid: (labels or "", name or f"process {pid}") for upid, pid, name, labels in self.rows("""
             select p.upid, p.pid, p.name, (select group_concat(a.display_value, '|') from args a
               where a.arg_set_id = p.arg_set_id and a.flat_key = 'chrome.process_label')
             from process p""")}
-        found.update({owner: (None, name, None) for owner, name in self.track_owners.items()})
+        names.update({owner: ("", name) for owner, name in self.track_owners.items()})
+        found = {}
+        for owner, (labels, name) in names.items():
+            device = devices.get(owner)
+            label = next((label for label in labels.split("|") if label.startswith("GPU")), None)
+            found[owner] = (f"GPU {device}" if device is not None else label or name, device)
         return found
 
     def rank(self, owner: Optional[int]) -> Rank:
@@ -234,34 +269,61 @@ class _Trace:
 
 
 # -- the report ----------------------------------------------------------------------------------
-def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10,
-                 lanes_file: Optional[Path] = None) -> dict[str, Any]:
-    """All figures as one JSON-ready dict (times in integer ns). `lanes_file`: lane rules for
-    traces cgtrace did not compact (default: the built-in rules)."""
+@dataclass
+class Timeline:
+    """One GPU's PP blocks and bubbles over its steps: what the HTML draws per rank."""
+
+    label: str
+    steps: list[tuple[str, int, int]]
+    blocks: dict[str, Intervals]   # PP kind -> the time inside its blocks
+    bubbles: Intervals
+
+
+@dataclass
+class Report:
+    """The figures (JSON-ready, times in integer ns) and the pipeline timelines HTML draws."""
+
+    figures: dict[str, Any]
+    timelines: list[Timeline] = field(default_factory=list)
+
+
+def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes_file: Optional[Path] = None,
+                 shown_as: Optional[Path] = None) -> Report:
+    """All figures of the trace at `path` (named `shown_as` where it was made from another file).
+    `lanes_file`: lane rules for traces cgtrace did not compact (default: the built-in rules)."""
     rules = load_lane_rules(lanes_file)
     with open_checked(path, tp_bin) as tp:
         trace = _Trace(tp, path, rules)
         by_roles = trace.prepare()
-        owners = trace.owners()
         islands: dict[int, dict[str, Intervals]] = defaultdict(lambda: defaultdict(list))
         for owner, group, start, end in trace.rows(_ISLANDS_SQL):
             islands[owner][group].append((start, end))
-        counts = {(owner, group): (slices, tracks) for owner, group, slices, tracks in trace.rows(
-            "select owner, grp, count(*), count(distinct track_id) from cgtrace_gpu group by 1, 2")}
+        names = trace.gpu_names()
         steps = _steps(trace)
-        pipeline = _pipeline(trace, steps)
+        blocks = _blocks(trace)
+        gpus = sorted((_Gpu(trace, owner, groups, names[owner], steps, blocks.get(owner, {}))
+                       for owner, groups in islands.items()), key=_Gpu.order)
+        trace.create("cgtrace_window", "owner int, start int, end int",
+                     [(gpu.owner, start, end) for gpu in gpus for start, end in gpu.window])
+        counts = {(owner, group): slices for owner, group, slices in trace.rows("""
+            select g.owner, g.grp, count(distinct g.id) from cgtrace_gpu g
+            join cgtrace_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
+            group by 1, 2""")}
         kernels = trace.rows(f"""
-            select name, count(*), sum(dur) as total from cgtrace_gpu
-            where category in ({_quoted(KERNEL_CATEGORIES)})
-            group by name order by total desc, name limit {max(int(top), 0)}""")
-    return {
-        "trace": str(path),
-        "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories",
-        "gpus": _gpus(trace, islands, counts, owners, steps),
-        "pipeline": pipeline,
+            select g.name, count(distinct g.id), sum(min(g.ts + g.dur, w.end) - max(g.ts, w.start)) as total
+            from cgtrace_gpu g join cgtrace_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
+            where g.category in ({_quoted(KERNEL_CATEGORIES)})
+            group by g.name order by total desc, g.name limit {max(int(top), 0)}""")
+    per_gpu = [gpu.figures(counts) for gpu in gpus]
+    figures = {
+        "input": {"trace": str(shown_as or path),
+                  "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories"},
+        "definitions": DEFINITIONS,
+        "gpus": per_gpu,
         "top_kernels": [{"name": name, "count": count, "total_ns": total, "mean_ns": total / count}
                         for name, count, total in kernels],
     }
+    return Report(figures, [gpu.timeline(_gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks])
 
 
 def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:
@@ -282,55 +344,6 @@ def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:
     return {rank: sorted(items, key=lambda item: item[1]) for rank, items in by_rank.items()}
 
 
-def _gpu_name(pid: Optional[int], name: Optional[str], labels: Optional[str]) -> str:
-    """The process name when it says GPU (merged traces), else Kineto's "GPU n" label, else
-    the name and pid (a raw JSON trace keeps no labels; Kineto's GPU pid is the device)."""
-    gpu_label = next((label for label in (labels or "").split("|") if label.startswith("GPU")), None)
-    if name and "GPU" in name:
-        return name
-    if gpu_label:
-        return gpu_label
-    return f"{name or 'process'} (pid {pid})" if pid is not None else name or "unnamed"
-
-
-def _gpus(trace: _Trace, islands: dict[int, dict[str, Intervals]], counts: dict[tuple[int, str], tuple[int, int]],
-          owners: dict[int, tuple[Optional[int], Optional[str], Optional[str]]],
-          steps: dict[Rank, list[tuple[str, int, int]]]) -> list[dict[str, Any]]:
-    names = {owner: _gpu_name(*owners[owner]) for owner in islands}
-    repeated = {name for name, n in Counter(names.values()).items() if n > 1}
-    compute = [group.id for group in trace.groups.values() if group.kind is LaneKind.COMPUTE]
-    communication = [group.id for group in trace.groups.values() if group.kind is LaneKind.COMMUNICATION]
-    gpus = []
-    for owner in sorted(islands, key=lambda o: (names[o], str(owners[o][0]))):
-        groups = islands[owner]
-        pid = owners[owner][0]
-        rank = trace.rank(owner)
-        all_busy = union(interval for intervals in groups.values() for interval in intervals)
-        rank_steps = steps.get(rank, [])
-        window = union((start, end) for _, start, end in rank_steps) or [(all_busy[0][0], all_busy[-1][1])]
-        window_ns = sum(end - start for start, end in window)
-        busy_communication = union(interval for group in communication for interval in groups.get(group, ()))
-        busy_compute = union(interval for group in compute for interval in groups.get(group, ()))
-        exposed = sum(covered(subtract(busy_communication, busy_compute), window))
-        busy = sum(covered(all_busy, window))
-        lane_groups = []
-        for group in trace.groups.values():
-            if group.id in groups:
-                group_busy = sum(covered(groups[group.id], window))
-                slices, tracks = counts[(owner, group.id)]
-                lane_groups.append({"group": group.label, "kind": group.kind.value, "busy_ns": group_busy,
-                                    "share": _share(group_busy, window_ns), "slices": slices, "tracks": tracks})
-        gpus.append({
-            "gpu": names[owner] + (f" (pid {pid})" if names[owner] in repeated else ""),
-            "pid": pid, "pp_rank": rank[0] if rank else None, "global_rank": rank[1] if rank else None,
-            "window": "steps" if rank_steps else "active span", "steps": len(rank_steps),
-            "window_ns": window_ns, "busy_ns": busy, "busy_share": _share(busy, window_ns),
-            "exposed_comm_ns": exposed, "exposed_comm_share": _share(exposed, window_ns),
-            "lane_groups": lane_groups,
-        })
-    return gpus
-
-
 def _pp_kind(name: str, rules: LaneRules) -> str:
     """F, B, I, W, SEND, RECV; F+B for a composite `(...)OVERLAP_F_B`; else other (UNSHARD, ...)."""
     if name.endswith(")OVERLAP_F_B"):
@@ -339,32 +352,73 @@ def _pp_kind(name: str, rules: LaneRules) -> str:
     return _PP_KIND_OF.get(match.group("action"), "other") if match else "other"
 
 
-def _pipeline(trace: _Trace, steps: dict[Rank, list[tuple[str, int, int]]]) -> list[dict[str, Any]]:
-    """Per PP rank and step: time in each kind of PP block, and the idle rest (the bubble)."""
-    blocks: dict[Rank, dict[str, Intervals]] = defaultdict(lambda: defaultdict(list))
+def _blocks(trace: _Trace) -> dict[int, dict[str, Intervals]]:
+    """The GPU side of PP blocks (`PP:` annotations), per owner and kind, as busy intervals."""
+    found: dict[int, dict[str, Intervals]] = defaultdict(lambda: defaultdict(list))
     for name, start, end, owner in trace.rows(f"""
             select s.name, s.ts, s.ts + s.dur, t.owner from slice s join cgtrace_track t on t.id = s.track_id
             where s.name glob 'PP:*' and s.dur > 0
               and (s.category in ({_quoted(sorted(trace.rules.annotation_categories))}) or t.annotation)"""):
-        blocks[trace.rank(owner)][_pp_kind(name, trace.rules)].append((start, end))
-    rows = []
-    for rank in sorted(blocks, key=lambda r: r or (-1, -1)):
-        kinds = {kind: union(intervals) for kind, intervals in blocks[rank].items()}
-        every = union(interval for intervals in kinds.values() for interval in intervals)
-        periods = steps.get(rank) or [("whole trace", every[0][0], every[-1][1])]
-        windows = [(start, end) for _, start, end in periods]
-        per_kind = {kind: covered(kinds.get(kind, []), windows) for kind in PP_KINDS}
-        busy = covered(every, windows)
-        for i, (step, start, end) in enumerate(periods):
-            step_ns = end - start
-            rows.append({
-                "pp_rank": rank[0] if rank else None, "global_rank": rank[1] if rank else None,
-                "step": step, "step_ns": step_ns,
-                "time_ns": {kind: per_kind[kind][i] for kind in PP_KINDS},
-                "pp_busy_ns": busy[i], "idle_ns": step_ns - busy[i],
-                "bubble_fraction": _share(step_ns - busy[i], step_ns),
-            })
-    return rows
+        found[owner][_pp_kind(name, trace.rules)].append((start, end))
+    return {owner: {kind: union(intervals) for kind, intervals in kinds.items()} for owner, kinds in found.items()}
+
+
+class _Gpu:
+    """One GPU's busy intervals per lane group, cut to its window."""
+
+    def __init__(self, trace: _Trace, owner: int, groups: dict[str, Intervals], name: tuple[str, Optional[int]],
+                 steps: dict[Rank, list[tuple[str, int, int]]], blocks: dict[str, Intervals]):
+        self.owner, self.groups, self.blocks = owner, groups, blocks
+        self.name, self.device = name
+        self.rank = trace.rank(owner)
+        self.lane_groups = [group for group in trace.groups.values() if group.id in groups]
+        self.busy = union(interval for intervals in groups.values() for interval in intervals)
+        self.steps = steps.get(self.rank, [])
+        self.periods = self.steps or [("active span", self.busy[0][0], self.busy[-1][1])]
+        self.window = union((start, end) for _, start, end in self.periods)
+        self.compute = self._of_kind(LaneKind.COMPUTE)
+        self.communication = self._of_kind(LaneKind.COMMUNICATION)
+
+    def _of_kind(self, kind: LaneKind) -> Intervals:
+        return union(interval for group in self.lane_groups if group.kind is kind for interval in self.groups[group.id])
+
+    def order(self) -> tuple:
+        return (self.rank or (-1, -1), self.device if self.device is not None else -1, self.name)
+
+    def within(self, intervals: Intervals) -> int:
+        return sum(covered(intervals, self.window))
+
+    def figures(self, counts: dict[tuple[int, str], int]) -> dict[str, Any]:
+        window_ns = sum(end - start for start, end in self.window)
+        busy, exposed = self.within(self.busy), self.within(subtract(self.communication, self.compute))
+        return {
+            "gpu": self.name, "device": self.device,
+            "pp_rank": self.rank[0] if self.rank else None, "global_rank": self.rank[1] if self.rank else None,
+            "window": "steps" if self.steps else "active span",
+            "window_start_ns": self.window[0][0], "window_end_ns": self.window[-1][1], "window_ns": window_ns,
+            "busy_ns": busy, "busy_share": _share(busy, window_ns),
+            "exposed_comm_ns": exposed, "exposed_comm_share": _share(exposed, window_ns),
+            "lane_groups": [{"group": group.label, "kind": group.kind.value,
+                             "busy_ns": self.within(self.groups[group.id]),
+                             "share": _share(self.within(self.groups[group.id]), window_ns),
+                             "slices": counts.get((self.owner, group.id), 0)} for group in self.lane_groups],
+            "steps": [self._step(*period) for period in self.periods],
+        }
+
+    def _step(self, name: str, start: int, end: int) -> dict[str, Any]:
+        [compute] = covered(self.compute, [(start, end)])
+        row: dict[str, Any] = {"step": name, "start_ns": start, "step_ns": end - start, "compute_busy_ns": compute,
+                               "bubble_ns": end - start - compute, "bubble_share": _share(end - start - compute,
+                                                                                           end - start)}
+        if self.blocks:
+            for kind in ("RECV", "SEND"):
+                inside = self.blocks.get(kind, [])
+                row[f"{kind.lower()}_ns"] = covered(inside, [(start, end)])[0]
+                row[f"{kind.lower()}_compute_ns"] = covered(intersect(inside, self.compute), [(start, end)])[0]
+        return row
+
+    def timeline(self, label: str) -> Timeline:
+        return Timeline(label, self.periods, self.blocks, subtract(self.window, self.compute))
 
 
 def _share(part: int, whole: int) -> float:
@@ -372,10 +426,10 @@ def _share(part: int, whole: int) -> float:
 
 
 # -- output --------------------------------------------------------------------------------------
-def render(report: dict, fmt: str) -> str:
+def render(report: Report, fmt: str) -> str:
     if fmt == "json":
-        return orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
-    return render_html(report) if fmt == "html" else render_text(report)
+        return orjson.dumps(report.figures, option=orjson.OPT_INDENT_2).decode() + "\n"
+    return render_html(report) if fmt == "html" else render_text(report.figures)
 
 
 def _ms(ns: float) -> str:
@@ -386,108 +440,165 @@ def _pct(share: float) -> str:
     return f"{share * 100:.1f}%"
 
 
-def _tables(report: dict) -> list[tuple[str, list[str], list[list[str]], list[int]]]:
-    """(title, columns, rows of display text, numeric column indexes) for both text and HTML."""
-    lanes = [[gpu["gpu"], lane["group"], _ms(lane["busy_ns"]), _pct(lane["share"]), str(lane["slices"]),
-              str(lane["tracks"])] for gpu in report["gpus"] for lane in gpu["lane_groups"]]
-    gpus = [[gpu["gpu"], f"{gpu['window']} ({gpu['steps']})" if gpu["steps"] else gpu["window"],
-             _ms(gpu["window_ns"]), _ms(gpu["busy_ns"]), _pct(gpu["busy_share"]),
-             _ms(gpu["exposed_comm_ns"]), _pct(gpu["exposed_comm_share"])] for gpu in report["gpus"]]
-    tables = [
-        ("GPUs: busy time (any lane) and exposed communication (an NCCL lane busy, no compute lane)",
-         ["gpu", "window", "window ms", "busy ms", "busy", "exposed comm ms", "exposed"], gpus, [2, 3, 4, 5, 6]),
-        ("Lane groups: busy time is the union of slice intervals, share is of the window",
-         ["gpu", "lane group", "busy ms", "share", "slices", "tracks"], lanes, [2, 3, 4, 5]),
-    ]
-    if report["pipeline"]:
-        pipeline = [[_rank_text(row), row["step"], _ms(row["step_ns"])]
-                    + [_ms(row["time_ns"][kind]) for kind in PP_KINDS]
-                    + [_ms(row["idle_ns"]), _pct(row["bubble_fraction"])] for row in report["pipeline"]]
-        tables.append(("Pipeline: time in PP blocks per rank and step; idle is the step outside every block",
-                       ["rank", "step", "step ms"] + [f"{kind} ms" for kind in PP_KINDS] + ["idle ms", "bubble"],
-                       pipeline, list(range(2, 5 + len(PP_KINDS)))))
-    kernels = [[_short(k["name"]), str(k["count"]), _ms(k["total_ns"]), f"{k['mean_ns'] / 1e3:.3f}"]
-               for k in report["top_kernels"]]
-    tables.append(("Top kernels by total time", ["kernel", "count", "total ms", "mean us"], kernels, [1, 2, 3]))
-    return tables
+@dataclass
+class _Table:
+    """One section as display text, shared by text and HTML; HTML draws `bar` (a column of
+    shares 0..1) as bars beside the numbers and lets `wrap` (a label column) wrap."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    numeric: list[int]
+    bar: Optional[tuple[int, list[float]]] = None
+    wrap: int = 0
+
+
+def _gpu_label(gpu: dict) -> str:
+    rank = "" if gpu["pp_rank"] is None else f", PP rank {gpu['pp_rank']} (global rank {gpu['global_rank']})"
+    return gpu["gpu"] + rank
+
+
+def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[_Table]:
+    gpus = figures["gpus"]
+    tables = [_Table(
+        "GPUs: busy (any lane) and exposed communication, over the window",
+        ["gpu", "window", "window ms", "busy ms", "busy", "exposed comm ms", "exposed comm"],
+        [[_gpu_label(g), f"{len(g['steps'])} steps" if g["window"] == "steps" else g["window"], _ms(g["window_ns"]), _ms(g["busy_ns"]), _pct(g["busy_share"]),
+          _ms(g["exposed_comm_ns"]), _pct(g["exposed_comm_share"])] for g in gpus],
+        [2, 3, 4, 5, 6], (4, [g["busy_share"] for g in gpus]))]
+    lanes = [(g, lane) for g in gpus for lane in g["lane_groups"]]
+    tables.append(_Table(
+        "Lane groups: busy, share of the window",
+        ["gpu", "lane group", "kind", "busy ms", "share", "slices"],
+        [[_gpu_label(g), lane["group"], lane["kind"], _ms(lane["busy_ns"]), _pct(lane["share"]), str(lane["slices"])]
+         for g, lane in lanes], [3, 4, 5], (4, [lane["share"] for _, lane in lanes])))
+    steps = [(g, step) for g in gpus for step in g["steps"]]
+    pp = any("recv_ns" in step for _, step in steps)
+    pp_columns = ["RECV ms", "RECV with compute ms", "SEND ms", "SEND with compute ms"] if pp else []
+    tables.append(_Table(
+        "Steps: compute busy and bubble" + (", and time in RECV and SEND blocks" if pp else ""),
+        ["gpu", "step", "step ms", "compute busy ms", "bubble ms", "bubble"] + pp_columns,
+        [[_gpu_label(g), step["step"], _ms(step["step_ns"]), _ms(step["compute_busy_ns"]), _ms(step["bubble_ns"]),
+          _pct(step["bubble_share"])]
+         + [_ms(step[key]) if key in step else "-" for key in
+            (("recv_ns", "recv_compute_ns", "send_ns", "send_compute_ns") if pp else ())] for g, step in steps],
+        list(range(2, 6 + len(pp_columns))), (5, [step["bubble_share"] for _, step in steps])))
+    kernels = figures["top_kernels"]
+    longest = max((k["total_ns"] for k in kernels), default=0) or 1
+    tables.append(_Table(
+        "Top kernels by total time in the window",
+        ["kernel", "count", "total ms", "mean us"],
+        [[kernel_name(k["name"]), str(k["count"]), _ms(k["total_ns"]), f"{k['mean_ns'] / 1e3:.3f}"] for k in kernels],
+        [1, 2, 3], (2, [k["total_ns"] / longest for k in kernels])))
+    return [table for table in tables if table.rows]
 
 
 def _short(name: str, limit: int = 100) -> str:
-    """Templated kernel names run to hundreds of characters; tables show the head (JSON keeps all)."""
+    """Templated kernel names run to hundreds of characters; text shows the head (JSON and HTML keep all)."""
     return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
-def _rank_text(row: dict) -> str:
-    return "-" if row["pp_rank"] is None else f"PP {row['pp_rank']} (global {row['global_rank']})"
-
-
-def render_text(report: dict) -> str:
-    parts = [f"cgtrace report: {report['trace']} (lanes from {report['lanes_from']})\n"]
-    if not report["gpus"]:
+def render_text(figures: dict) -> str:
+    source = figures["input"]
+    parts = [f"cgtrace report: {source['trace']} (lanes from {source['lanes_from']})\n"]
+    if not figures["gpus"]:
         parts.append("\nNo GPU slices found.\n")
-    for title, columns, rows, numeric in _tables(report):
-        if rows:
-            parts.append(f"\n{title}\n" + format_table(columns, rows, numeric))
+    for table in _tables(figures, _short):
+        parts.append(f"\n{table.title}\n" + format_table(table.columns, table.rows, table.numeric))
+    parts.append("\nDefinitions\n" + "".join(f"  {term}: {text}\n" for term, text in figures["definitions"].items()))
     return "".join(parts)
 
 
-_CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:80em}
+# PP block kinds and the bubble as the timeline colours them.
+_COLORS = (("F", "#4a7bd0"), ("B", "#3c9d5d"), ("I", "#8fcf9a"), ("W", "#2a6b3d"), ("F+B", "#7a5cc4"),
+           ("other", "#9a9a9a"), ("RECV", "#e0892b"), ("SEND", "#f2c94c"), ("bubble", "#d64545"))
+_CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}
-table{border-collapse:collapse;margin:.5em 0}th,td{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left}
-.n{text-align:right;font-variant-numeric:tabular-nums}svg text{font:12px system-ui,sans-serif}
-.bar{fill:#4a7bd0}.rest{fill:#e8e8e8}.note{color:#666}"""
+table{border-collapse:collapse;margin:.5em 0}th,td{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left;
+vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+.wrap{overflow-wrap:anywhere;min-width:10em;max-width:40em}svg{vertical-align:middle}
+.rest{fill:#e8e8e8}.bar{fill:#4a7bd0}.step{stroke:#555;stroke-width:1}.note{color:#555}
+dl{max-width:60em}dt{font-weight:600}dd{margin:0 0 .5em 1.5em}.key{display:inline-block;margin-right:1.2em}
+""" + "".join(f'[data-kind="{kind}"]{{fill:{color}}}' for kind, color in _COLORS)
+_TIMELINE_WIDTH = 900
+# Bands of one rank's strip: (y, height, what it shows).
+_BANDS = ((2, 12, ("F", "B", "I", "W", "F+B", "other")), (16, 8, ("RECV", "SEND")), (26, 8, ("bubble",)))
+_STRIP_HEIGHT = 36
 
 
-def _bars(items: list[tuple[str, float, str]]) -> str:
-    """Inline SVG: one horizontal bar per (label, fraction 0..1, value text)."""
-    label_width, bar_width, row = 330, 360, 20
-    shapes = []
-    for i, (label, fraction, text) in enumerate(items):
-        y = i * row
-        width = max(0.0, min(1.0, fraction)) * bar_width
-        shapes.append(
-            f'<text x="{label_width - 8}" y="{y + 14}" text-anchor="end">{html.escape(_short(label, 44))}</text>'
-            f'<rect class="rest" x="{label_width}" y="{y + 3}" width="{bar_width}" height="{row - 6}"/>'
-            f'<rect class="bar" x="{label_width}" y="{y + 3}" width="{width:.1f}" height="{row - 6}"/>'
-            f'<text x="{label_width + bar_width + 8}" y="{y + 14}">{html.escape(text)}</text>')
-    return (f'<svg width="{label_width + bar_width + 120}" height="{len(items) * row}" role="img">'
-            + "".join(shapes) + "</svg>")
+def _bar(share: float, width: int = 120) -> str:
+    filled = max(0.0, min(1.0, share)) * width
+    return (f'<svg width="{width}" height="10" aria-hidden="true"><rect class="rest" width="{width}" height="10"/>'
+            f'<rect class="bar" width="{filled:.1f}" height="10"/></svg>')
 
 
-def _charts(report: dict) -> list[str]:
-    """Bar charts in the order of _tables: GPUs, lane groups, pipeline, kernels."""
-    gpus = _bars([(f"{g['gpu']} busy", g["busy_share"], _pct(g["busy_share"])) for g in report["gpus"]]
-                 + [(f"{g['gpu']} exposed comm", g["exposed_comm_share"], _pct(g["exposed_comm_share"]))
-                    for g in report["gpus"]])
-    lanes = _bars([(f"{g['gpu']} {lane['group']}", lane["share"], _pct(lane["share"]))
-                   for g in report["gpus"] for lane in g["lane_groups"]])
-    charts = [gpus, lanes]
-    if report["pipeline"]:
-        charts.append(_bars([(("" if row["pp_rank"] is None else f"PP {row['pp_rank']} ") + row["step"],
-                              row["bubble_fraction"], f"{_pct(row['bubble_fraction'])} bubble")
-                             for row in report["pipeline"]]))
-    longest = max((k["total_ns"] for k in report["top_kernels"]), default=0) or 1
-    charts.append(_bars([(k["name"], k["total_ns"] / longest, f"{_ms(k['total_ns'])} ms")
-                         for k in report["top_kernels"]]))
-    return charts
+def _html_table(table: _Table) -> str:
+    bar_column, shares = table.bar or (-1, [])
+    head = "".join(f"<th{' class=n' if i in table.numeric else ''}>{html.escape(c)}</th>"
+                   for i, c in enumerate(table.columns))
+    rows = []
+    for r, row in enumerate(table.rows):
+        cells = []
+        for i, value in enumerate(row):
+            css = " class=n" if i in table.numeric else " class=wrap" if i == table.wrap else ""
+            bar = " " + _bar(shares[r]) if i == bar_column else ""
+            cells.append(f"<td{css}>{html.escape(value)}{bar}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<h2>{html.escape(table.title)}</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def _html_row(tag: str, values: list[str], numeric: list[int]) -> str:
-    return "<tr>" + "".join(f"<{tag}{' class=n' if i in numeric else ''}>{html.escape(v)}</{tag}>"
-                            for i, v in enumerate(values)) + "</tr>"
+def _runs(intervals: Intervals, origin: int, scale: float) -> list[tuple[float, float]]:
+    """Intervals as x ranges, those less than half a pixel apart joined, so the SVG's size
+    follows its width, not the trace's size."""
+    runs: list[tuple[float, float]] = []
+    for start, end in intervals:
+        x0, x1 = (start - origin) * scale, (end - origin) * scale
+        if runs and x0 - runs[-1][1] < 0.5:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], x1))
+        else:
+            runs.append((x0, x1))
+    return runs
 
 
-def render_html(report: dict) -> str:
+def _strip(timeline: Timeline, origin: int, scale: float) -> str:
+    shapes = [f'<rect class="rest" width="{_TIMELINE_WIDTH}" height="{_STRIP_HEIGHT}" fill-opacity=".35"/>']
+    for y, height, kinds in _BANDS:
+        for kind in kinds:
+            intervals = timeline.bubbles if kind == "bubble" else timeline.blocks.get(kind, [])
+            shapes += [f'<rect data-kind="{kind}" x="{x0:.1f}" y="{y}" width="{x1 - x0:.2f}" height="{height}"/>'
+                       for x0, x1 in _runs(intervals, origin, scale)]
+    shapes += [f'<line class="step" x1="{(start - origin) * scale:.1f}" x2="{(start - origin) * scale:.1f}" '
+               f'y1="0" y2="{_STRIP_HEIGHT}"/>' for _, start, _ in timeline.steps]
+    return f'<svg class="strip" width="{_TIMELINE_WIDTH}" height="{_STRIP_HEIGHT}">{"".join(shapes)}</svg>'
+
+
+def _timeline(timelines: list[Timeline]) -> str:
+    """Per rank, one strip over the steps: PP blocks by kind, RECV and SEND, and the bubble."""
+    origin = min(start for t in timelines for _, start, _ in t.steps)
+    end = max(stop for t in timelines for _, _, stop in t.steps)
+    scale = _TIMELINE_WIDTH / max(end - origin, 1)
+    key = "".join(f'<span class="key"><svg width="12" height="12"><rect data-kind="{kind}" width="12" '
+                  f'height="12"/></svg> {html.escape(kind)}</span>' for kind, _ in _COLORS)
+    rows = "".join(f'<tr class="rank"><th class="wrap">{html.escape(t.label)}</th><td>{_strip(t, origin, scale)}</td></tr>'
+                   for t in timelines)
+    return (f"<h2>Pipeline timeline: {_ms(end - origin)} ms, steps marked by lines</h2>"
+            f"<p class=note>Each rank: PP blocks by kind (top band), RECV and SEND blocks (middle), the bubble "
+            f"(bottom: no compute lane busy).</p><p>{key}</p><table class=timeline>{rows}</table>")
+
+
+def render_html(report: Report) -> str:
     """One self-contained page (inline CSS and SVG, no scripts, no external URLs)."""
-    title = html.escape(f"cgtrace report: {Path(report['trace']).name}")
+    figures = report.figures
+    source = figures["input"]
+    title = html.escape(f"cgtrace report: {Path(source['trace']).name}")
     body = [f"<h1>{title}</h1>",
-            f"<p class=note>{html.escape(report['trace'])}; lanes from {html.escape(report['lanes_from'])}</p>"]
-    if not report["gpus"]:
+            f"<p class=note>{html.escape(source['trace'])}; lanes from {html.escape(source['lanes_from'])}</p>"]
+    if not figures["gpus"]:
         body.append("<p>No GPU slices found.</p>")
-    for (heading, columns, rows, numeric), chart in zip(_tables(report), _charts(report)):
-        if not rows:
-            continue
-        lines = [_html_row("th", columns, numeric)] + [_html_row("td", row, numeric) for row in rows]
-        body.append(f"<h2>{html.escape(heading)}</h2>{chart}<table>{''.join(lines)}</table>")
+    if report.timelines:
+        body.append(_timeline(report.timelines))
+    body += [_html_table(table) for table in _tables(figures, lambda name: name)]
+    body.append("<h2>Definitions</h2><dl>" + "".join(f"<dt>{html.escape(term)}</dt><dd>{html.escape(text)}</dd>"
+                                                    for term, text in figures["definitions"].items()) + "</dl>")
     return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")

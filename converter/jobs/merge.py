@@ -28,7 +28,7 @@ from ..lane_rules import load_lane_rules
 from ..model import FlowEnd, RankIdentity, Trace, Track, TrackRole
 from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
-from .runner import JobOptions, Prepared, prepare
+from .runner import PROFILER_OUTPUT, JobOptions, Prepared, prepare
 from .verify import Expected, verify_output
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
@@ -45,7 +45,6 @@ _RANK_ID_STRIDE = 1 << 22
 _RANK_BYTES_PER_JSON_BYTE = 1.5
 _PROCESS_BYTES = 24 << 20
 _ENCODED_ARGS_PER_JSON_BYTE = 0.25
-_TRACE_SUFFIXES = (".json", ".json.gz")
 _RANK_TRACE_NAME = re.compile(r"^(rank.*_trace|.*\.pt\.trace)\.json(\.gz)?$")
 
 
@@ -93,7 +92,7 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
     if len(inputs) == 1 and inputs[0].is_dir():
         directory = inputs[0]
         files = sorted(p for p in directory.iterdir()
-                       if p.is_file() and p.name.endswith(_TRACE_SUFFIXES) and not p.name.startswith("."))
+                       if p.is_file() and p.name.endswith(PROFILER_OUTPUT) and not p.name.startswith("."))
         if not files:
             raise CgtraceError(f"{directory}: no trace files (*.json, *.json.gz); pass a directory of rank traces")
         named = [p for p in files if _RANK_TRACE_NAME.match(p.name)]
@@ -259,7 +258,7 @@ def _scan_rank(file: str, options: JobOptions) -> RankInfo:
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=not isinstance(base, int) and first_ts > 10**15,
         blocks={key: block.extent() for key, block in prepared.blocks.items()},
-        pp_annotations=prepared.summary["pp_annotations"], input_ids=_input_ids(trace))
+        pp_annotations=prepared.pp_annotations, input_ids=_input_ids(trace))
 
 
 def _input_ids(trace: Trace) -> frozenset[int]:
@@ -320,7 +319,8 @@ def _write_rank_part(plan: RankPlan, options: JobOptions, scratch: str) -> tuple
         writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32, flow_id_base=stride << 40)
         writer.write(trace)
         writer.close()
-    summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, file=plan.file)
+    summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,
+                   file=plan.file)
     return str(path), summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters))
 
 

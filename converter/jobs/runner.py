@@ -15,7 +15,7 @@ from .. import kineto, progress
 from ..engine.compaction import compact
 from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
-from ..engine.pp import Block, BlockKey, find_blocks, link_rank_local, pp_rank_of
+from ..engine.pp import NO_PP, Block, BlockKey, find_blocks, link_rank_local, pp_rank_of
 from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bounds
 from ..errors import CgtraceError
 from ..fileio.args_file import FileArgsStore
@@ -29,6 +29,7 @@ from ..outputs.perfetto_writer import PerfettoWriter
 from .verify import Expected, verify_output
 
 PERFETTO_SUFFIX = ".perfetto-trace"
+PROFILER_OUTPUT = (".json", ".json.gz")  # what our reader reads; anything else goes to trace_processor as it is
 SUFFIXES = {"perfetto": PERFETTO_SUFFIX, "json": ".json"}
 # in-process: the main process keeps args in a temporary file and encodes them when writing;
 # helper: a forked helper encodes them for Perfetto while the trace is read;
@@ -58,6 +59,7 @@ class Prepared:
     trace: Trace
     summary: dict[str, Any]
     blocks: dict[BlockKey, Block] = field(default_factory=dict)
+    pp_annotations: str = NO_PP  # which annotations the blocks came from (engine.pp's schemes)
 
 
 def default_output_path(input_path: Path, tag: str = "", output_format: str = "perfetto") -> Path:
@@ -86,7 +88,7 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
         raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
     prepared = prepare(input_path, options, rules)
     trace, summary = prepared.trace, prepared.summary
-    if rules is not None:
+    if prepared.pp_annotations != NO_PP:
         summary.update(link_rank_local(trace, prepared.blocks))
         summary["flows"] = len(trace.flows)
     summary["overlaps_moved"] = separate_overlaps(trace)
@@ -122,13 +124,14 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules]) -
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
     pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata)
     blocks, scheme = find_blocks(trace, rules, pp_rank)
-    summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source, pp_annotations=scheme)
-    return Prepared(trace, summary, blocks)
+    if scheme != NO_PP:  # a summary leaves out what does not apply
+        summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source, pp_annotations=scheme)
+    return Prepared(trace, summary, blocks, scheme)
 
 
 def write_trace(trace: Trace, stream: BinaryIO, output_format: str = "perfetto") -> dict[str, Any]:
     """Write one trace in the chosen format; the JSON writer reports how it placed times and arrows."""
-    progress.report(f"writing {len(trace.slices)} slices")
+    progress.stage(f"writing {len(trace.slices)} slices")
     if output_format == "json":
         return ChromeJsonWriter(stream).write(trace)
     writer = PerfettoWriter(stream)
@@ -153,7 +156,7 @@ def _commit(files: AtomicFiles, expected: dict[Path, Expected], options: JobOpti
     verified: dict[Path, dict[str, int]] = {}
 
     def check(temporary: Path, target: Path) -> None:
-        progress.report(f"verifying {target.name}")
+        progress.stage(f"verifying {target.name}")
         verified[target] = verify_output(temporary, expected[target], options.tp_bin, shown_as=target)
 
     files.commit(check if options.verify else None)

@@ -9,16 +9,14 @@ from typing import Optional
 
 from ..errors import CgtraceError
 from .merge import default_merge_output, find_rank_files, merge_ranks
-from .runner import JobOptions, default_output_path, run_job
-
-_PROFILER_OUTPUT = (".json", ".json.gz")
+from .runner import PROFILER_OUTPUT, JobOptions, default_output_path, run_job
 
 
 def viewable(path: Path) -> tuple[Path, str]:
     """(the trace to open, what was done to get it, for the user)."""
     if path.is_dir():
         return _merged(path)
-    if not path.name.endswith(_PROFILER_OUTPUT):
+    if not path.name.endswith(PROFILER_OUTPUT):
         return path, ""
     output = default_output_path(path, "_compacted")
     if _fresh(output, [path]):

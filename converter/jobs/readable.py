@@ -1,0 +1,28 @@
+"""What `cgtrace report` and `cgtrace query` read: a Perfetto trace as given, or profiler
+output (.json, .json.gz) turned into one first, in a temporary file, by our own reader.
+
+So every form of a trace is read by one set of rules with one set of messages, and nothing
+reaches trace_processor's JSON importer, which drops partially overlapping slices.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator, Optional
+
+from .runner import PROFILER_OUTPUT, JobOptions, default_output_path, run_job
+
+
+@contextmanager
+def as_perfetto(path: Path, compact: bool, lanes_file: Optional[Path] = None) -> Iterator[Path]:
+    """`path` itself, or for profiler output a temporary Perfetto trace of it, converted (or,
+    with `compact`, compacted by `lanes_file` or the built-in rules), removed afterwards."""
+    if not path.name.endswith(PROFILER_OUTPUT):
+        yield path
+        return
+    with tempfile.TemporaryDirectory(prefix="cgtrace-") as folder:
+        output = Path(folder) / default_output_path(path).name
+        run_job(path, output, JobOptions(compact=compact, lanes_file=lanes_file, args_strategy="auto"))
+        yield output
