@@ -515,7 +515,7 @@ _COLORS = (("F", "#4a7bd0"), ("B", "#3c9d5d"), ("I", "#8fcf9a"), ("W", "#2a6b3d"
 _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}
 table{border-collapse:collapse;margin:.5em 0}th,td{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left;
-vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
+vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th.n{white-space:normal}
 .wrap{overflow-wrap:anywhere;min-width:10em;max-width:40em}svg{vertical-align:middle}
 .rest{fill:#e8e8e8}.bar{fill:#4a7bd0}.step{stroke:#555;stroke-width:1}.note{color:#555}
 dl{max-width:60em}dt{font-weight:600}dd{margin:0 0 .5em 1.5em}.key{display:inline-block;margin-right:1.2em}
