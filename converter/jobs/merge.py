@@ -16,7 +16,7 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Optional, cast
+from typing import Any, BinaryIO, Callable, Container, Optional, cast
 
 from ..engine.layout import separate_overlaps
 from ..engine.pp import (STAGELESS, Anchor, BlockKey, Extent, link_rank_local, pair_sends_and_receives,
@@ -106,7 +106,7 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
 
 def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
                 jobs: Optional[int] = None, assume_aligned: bool = False, pp_group: Optional[int] = None,
-                ranks: Optional[set[int]] = None) -> dict[str, Any]:
+                ranks: Optional[Container[int]] = None) -> dict[str, Any]:
     """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
     only those global ranks. The args strategy "auto" gives pass two's ranks an args helper
