@@ -61,6 +61,7 @@ _EVENT_LIST = msgspec.json.Decoder(list[_Event])
 _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
 _EXACT_TS = msgspec.json.Decoder(_ExactTs)
 _UTF8_CHUNK = 1 << 24
+_INFINITIES = (float("inf"), float("-inf"))
 _MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 nanoseconds: beyond, trace_processor drops or wraps them
 
 
@@ -126,7 +127,7 @@ def _parse_whole(text: Any, store: ArgsStore) -> Trace:
         raise CgtraceError("'traceEvents' is not a list, so not a Chrome/Kineto trace; "
                            "pass a PyTorch profiler trace (.json or .json.gz)") from None
     except msgspec.DecodeError as error:
-        raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
+        raise _not_valid_json(error) from None
     trace = Trace(metadata=header, args=store)
     builder = _KinetoEvents(trace, base_ns=_base_time(header))
     builder.add_events(events)
@@ -168,13 +169,20 @@ def _split_document(text) -> tuple[dict, msgspec.Raw]:
     try:
         top = HEADER_DECODER.decode(text)
     except msgspec.DecodeError as error:
-        raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
+        raise _not_valid_json(error) from None
     events_text = top.pop("traceEvents", None)
     if events_text is None:
         raise CgtraceError("no 'traceEvents' key, so not a Chrome/Kineto trace; "
                            "pass a PyTorch profiler trace (.json or .json.gz)")
     header = {key: decode_json(raw) for key, raw in top.items()}
     return header, events_text
+
+
+def _not_valid_json(error: msgspec.DecodeError) -> CgtraceError:
+    """msgspec says "truncated" only where the text ends early; other errors are in the text itself."""
+    advice = ("the file may be truncated: re-export it" if "truncated" in str(error) else
+              "JSON has no NaN, Infinity or lone surrogate escape (\\ud800): fix the file or re-export the trace")
+    return CgtraceError(f"not valid JSON ({error}); {advice}")
 
 
 def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
@@ -187,7 +195,7 @@ def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
         except msgspec.ValidationError:
             return None
     except msgspec.DecodeError as error:  # e.g. invalid UTF-8 inside a string, which the list pass skips over
-        raise CgtraceError(f"not valid JSON ({error}); the file is corrupt: re-export the trace") from None
+        raise _not_valid_json(error) from None
     ts = event.ts
     if type(ts) is float and not -_FLOAT_EXACT_LIMIT_US < ts < _FLOAT_EXACT_LIMIT_US:
         try:
@@ -212,9 +220,11 @@ def to_ns(value) -> Optional[int]:
     if kind is int:
         return value * 1000
     if kind is float:
-        if value != value or value in (float("inf"), float("-inf")):
+        if value != value or value in _INFINITIES:
             return None
-        return round(value * 1000)
+        scaled = value * 1000
+        # Beyond 1.8e305 us the product is infinite; the exact int is far out of range all the same.
+        return int(value) * 1000 if scaled in _INFINITIES else round(scaled)
     if kind is Decimal:
         if not value.is_finite():
             return None
@@ -329,7 +339,7 @@ class _KinetoEvents(TraceBuilder):
 
     def _complete(self, event: _Event):
         ts, dur = event.ts, event.dur
-        if type(ts) is float and type(dur) is float and dur >= 0:
+        if type(ts) is float and type(dur) is float and 0 <= dur < _FLOAT_EXACT_LIMIT_US:
             ts, dur = round(ts * 1000) + self.base_ns, round(dur * 1000)  # the common case, inline
             if not 0 <= ts <= _MAX_NS - dur:
                 return "ts_out_of_range"
