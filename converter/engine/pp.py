@@ -16,7 +16,7 @@ import re
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from ..kineto import profiler_step
 from ..lane_rules import LaneRules
@@ -30,6 +30,13 @@ _CROSS_RANK_FLOW_BASE = 1 << 61
 # The lane kind each action's work runs on (UNSHARD, RESHARD, REDUCE_GRAD are FSDP collectives).
 _ACTION_KIND = {**{action: LaneKind.COMPUTE for action in COMPUTE_ACTIONS},
                 **{action: LaneKind.COMMUNICATION for action in (*COMPUTE_OF, "UNSHARD", "RESHARD", "REDUCE_GRAD")}}
+
+
+class Groups(Protocol):
+    """A PP annotation's match: of the lane rules' pattern (`regex`) or the stage-less one (`re`).
+    Its named groups always take part (load_lane_rules checks the pattern names them)."""
+
+    def group(self, name: str, /) -> str: ...
 
 
 @dataclass(frozen=True, order=True)
@@ -131,11 +138,11 @@ class _Annotations:
     """What one naming scheme's annotations a pass over the slices found."""
 
     stage_of_all: Optional[int] = None  # the stage of every block, for stage-less names
-    fragments: list[tuple[Slice, re.Match[str]]] = field(default_factory=list)   # GPU side
-    cpu: list[tuple[Slice, re.Match[str]]] = field(default_factory=list)
+    fragments: list[tuple[Slice, Groups]] = field(default_factory=list)   # GPU side
+    cpu: list[tuple[Slice, Groups]] = field(default_factory=list)
     cpu_starts: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
 
-    def add(self, slice_: Slice, match: re.Match[str], annotation_categories: frozenset[str]) -> None:
+    def add(self, slice_: Slice, match: Groups, annotation_categories: frozenset[str]) -> None:
         stage, microbatch = _stage(match, self.stage_of_all), match.group("microbatch")
         if len(stage) > 18 or len(microbatch or "") > 18:
             return  # not a stage or microbatch number (user patterns may allow any digits)
@@ -151,7 +158,7 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
     the GPU annotation fragments, or, in a trace with none (a CPU-only pipeline), the CPU
     annotations themselves, each run its own block. A trace with no `PP:` annotation at all
     is read for GPipe's stage-less `Forward <mb>` / `Backward <mb>`, on stage `pp_rank`."""
-    pattern, categories = rules.pp_pattern, rules.annotation_categories
+    categories = rules.annotation_categories
     steps: list[tuple[int, int]] = []                 # (start, step number)
     pp, stageless = _Annotations(), _Annotations(stage_of_all=pp_rank)
     for slice_ in trace.slices:
@@ -160,7 +167,7 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
         if step is not None:
             steps.append((slice_.ts, step))
             continue
-        match = pattern.match(name)
+        match = rules.pp_match(name)
         if match is not None:
             pp.add(slice_, match, categories)
         elif name.startswith(("Forward ", "Backward ")) and (match := _STAGELESS.match(name)) is not None:
@@ -218,7 +225,7 @@ def _nest_inner(trace: Trace, compute: list[Block]) -> None:
         block.inner = children
 
 
-def _stage(match: re.Match[str], stage_of_all: Optional[int]) -> str:
+def _stage(match: Groups, stage_of_all: Optional[int]) -> str:
     return match.group("stage") if stage_of_all is None else str(stage_of_all)
 
 
@@ -232,7 +239,7 @@ def _cpu_runs(starts: list[int], step_at: Callable[[int], int]) -> tuple[list[in
     return starts, labels
 
 
-def _runs_between_other_actions(fragments: list[tuple[Slice, re.Match[str]]], step_at: Callable[[int], int],
+def _runs_between_other_actions(fragments: list[tuple[Slice, Groups]], step_at: Callable[[int], int],
                                 stage_of_all: Optional[int]) -> dict[Slice, tuple[int, int]]:
     """(step, run) per fragment of actions with no CPU annotation: a new run of an action
     begins when another action of its stage started at or after its current run ended."""
