@@ -14,11 +14,10 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..errors import CgtraceError
-from ..kineto import GPU_ANNOTATION_CATEGORIES, GPU_CATEGORIES, profiler_step
+from ..kineto import GPU_ANNOTATION_CATEGORIES, GPU_CATEGORIES, MAX_NS, profiler_step
 from ..model import Slice, Trace
 
-_MAX_NS = (1 << 63) - 1  # Perfetto times are int64 ns
-_MAX_MS = _MAX_NS / 1e6
+_MAX_MS = MAX_NS / 1e6
 _RANGE = re.compile(r"^\s*(\d+(?:\.\d*)?)?\s*:\s*(\d+(?:\.\d*)?)?\s*$")
 
 
@@ -86,8 +85,8 @@ def window_bounds(trace: Trace, window: Window, source: str) -> tuple[int, int]:
         return min(start for start, _ in chosen), max(end for _, end in chosen)
     origin = min((s.ts for s in trace.slices), default=0)
     last = max((s.ts + s.dur for s in trace.slices), default=0)
-    start = origin + round(window.start_ms * 1e6) if window.start_ms is not None else -_MAX_NS
-    end = min(origin + round(window.end_ms * 1e6), _MAX_NS) if window.end_ms is not None else _MAX_NS
+    start = origin + round(window.start_ms * 1e6) if window.start_ms is not None else -MAX_NS
+    end = min(origin + round(window.end_ms * 1e6), MAX_NS) if window.end_ms is not None else MAX_NS
     if trace.slices and start > last:
         raise CgtraceError(f"{source}: --window starts after the trace ends (it spans 0 to "
                            f"{(last - origin) / 1e6:.3f} ms from its start); pick a window inside that")

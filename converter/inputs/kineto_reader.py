@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import msgspec
 
 from .. import kineto, progress
+from ..kineto import MAX_NS
 from ..errors import CgtraceError
 from ..model import ArgsStore, CounterSample, Slice, Trace, decode_json, encode_json
 from ..model.builder import TraceBuilder
@@ -62,7 +63,6 @@ _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
 _EXACT_TS = msgspec.json.Decoder(_ExactTs)
 _UTF8_CHUNK = 1 << 24
 _INFINITIES = (float("inf"), float("-inf"))
-_MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 nanoseconds: beyond, trace_processor drops or wraps them
 
 
 def read_trace(path: Path, strict: bool = False, args: Optional[ArgsStore] = None) -> Trace:
@@ -100,7 +100,7 @@ def _parse_in_pieces(text: Any, layout: EventsLayout, store: ArgsStore) -> Trace
     _check_utf8(text, 0, layout.start)
     header = {key: decode_json(raw) for key, raw in layout.header.items()}
     trace = Trace(metadata=header, args=store)
-    builder = _KinetoEvents(trace, base_ns=_base_time(header))
+    builder = _KinetoEvents(trace, base_ns=kineto.base_time_ns(header) or 0)
     checked, total = layout.start, len(text)
     # A piece is decoded whole into events where it can be: one pass over its bytes, not two.
     for events, start, end in iter_pieces(text, layout, (_EVENT_LIST,)):
@@ -129,7 +129,7 @@ def _parse_whole(text: Any, store: ArgsStore) -> Trace:
     except msgspec.DecodeError as error:
         raise _not_valid_json(error) from None
     trace = Trace(metadata=header, args=store)
-    builder = _KinetoEvents(trace, base_ns=_base_time(header))
+    builder = _KinetoEvents(trace, base_ns=kineto.base_time_ns(header) or 0)
     builder.add_events(events)
     del events
     builder.finish()
@@ -203,15 +203,6 @@ def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
         except msgspec.ValidationError:  # e.g. "dur": [1]: keep the event (bad_dur says why), ts exact
             event.ts = _EXACT_TS.decode(raw).ts
     return event
-
-
-def _base_time(header: dict) -> int:
-    base = header.get("baseTimeNanoseconds")
-    if isinstance(base, int) and not isinstance(base, bool):
-        return base
-    if isinstance(base, str) and base.strip().isascii() and base.strip().isdigit() and len(base.strip()) <= 20:
-        return int(base)
-    return 0
 
 
 def to_ns(value) -> Optional[int]:
@@ -319,7 +310,7 @@ class _KinetoEvents(TraceBuilder):
         if ts is None:
             return None, None, "missing_ts" if event.ts is None else "bad_ts"
         ts += self.base_ns
-        if not 0 <= ts <= _MAX_NS:
+        if not 0 <= ts <= MAX_NS:
             return None, None, "ts_out_of_range"
         if not need_dur:
             return ts, None, None
@@ -328,7 +319,7 @@ class _KinetoEvents(TraceBuilder):
             return None, None, "missing_dur" if event.dur is None else "bad_dur"
         if dur < 0:
             return None, None, "negative_dur"
-        if dur > _MAX_NS - ts:
+        if dur > MAX_NS - ts:
             return None, None, "ts_out_of_range"
         return ts, dur, None
 
@@ -341,7 +332,7 @@ class _KinetoEvents(TraceBuilder):
         ts, dur = event.ts, event.dur
         if type(ts) is float and type(dur) is float and 0 <= dur < _FLOAT_EXACT_LIMIT_US:
             ts, dur = round(ts * 1000) + self.base_ns, round(dur * 1000)  # the common case, inline
-            if not 0 <= ts <= _MAX_NS - dur:
+            if not 0 <= ts <= MAX_NS - dur:
                 return "ts_out_of_range"
         else:
             ts, dur, problem = self._times(event, need_dur=True)
@@ -421,7 +412,7 @@ class _KinetoEvents(TraceBuilder):
         ts = event.ts
         if type(ts) is float:  # the common case, inline (as in _complete)
             ts = round(ts * 1000) + self.base_ns
-            if not 0 <= ts <= _MAX_NS:
+            if not 0 <= ts <= MAX_NS:
                 return "ts_out_of_range"
         else:
             ts, _, problem = self._times(event, need_dur=False)
