@@ -114,7 +114,8 @@ def _parser() -> argparse.ArgumentParser:
         "demo", help="generate an example CUDA-graph trace and convert it",
         description="Write an example CUDA-graph training trace and its converted .perfetto-trace.")
     demo.add_argument("directory", type=Path, nargs="?", default=Path("cgtrace-demo"), metavar="DIR")
-    demo.add_argument("--overwrite", action="store_true", help="replace files from an earlier demo")
+    demo.add_argument("--overwrite", action="store_true",
+                      help="write into a DIR that holds other files (an earlier demo's DIR needs no flag)")
     demo.set_defaults(run=_run_demo)
 
     query = commands.add_parser(
@@ -132,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Summarise where GPU time goes, computed with SQL in trace_processor.")
     report.add_argument("trace", type=Path, metavar="TRACE")
     report.add_argument("--format", choices=("text", "json", "html"), default="text")
-    report.add_argument("-o", "--output", type=Path, metavar="OUT", help="write to OUT instead of stdout")
+    report.add_argument("-o", "--output", type=_output_path, metavar="OUT", help="write to OUT instead of stdout")
     report.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     report.add_argument("--top", type=_int_from(0, _MAX_TOP), default=10, metavar="N", help="how many kernels to list (default 10)")
     report.add_argument("--lanes", type=Path, metavar="FILE",
@@ -163,8 +164,15 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _output_path(text: str) -> Path:
+    """-o: `Path("")` would be the current directory, reported as `.` already existing."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the output path is empty; pass a file path")
+    return Path(text)
+
+
 def _add_output_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("-o", "--output", type=Path, metavar="OUT",
+    command.add_argument("-o", "--output", type=_output_path, metavar="OUT",
                          help="output path (default: beside the input, .perfetto-trace)")
     command.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     command.add_argument("--strict", action="store_true",
