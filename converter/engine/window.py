@@ -39,7 +39,7 @@ def parse_window(text: str) -> Window:
     """`START:END` in ms from the trace start; either side may be empty."""
     match = _RANGE.match(text)
     if not match or (match.group(1) is None and match.group(2) is None):
-        raise CgtraceError(f"--window {text!r}: expected START:END in milliseconds from the trace start, e.g. 100:250")
+        raise CgtraceError(f"--window {text!r}: not START:END; pass milliseconds from the trace start, e.g. 100:250")
     start = float(match.group(1)) if match.group(1) else None
     end = float(match.group(2)) if match.group(2) else None
     if max(start or 0, end or 0) > _MAX_MS:
@@ -54,11 +54,11 @@ def parse_steps(text: str) -> Window:
     """`N` or `N-M`: ProfilerStep numbers, inclusive."""
     match = re.match(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$", text)
     if not match:
-        raise CgtraceError(f"--steps {text!r}: expected a ProfilerStep number N or a range N-M, e.g. 3-5")
+        raise CgtraceError(f"--steps {text!r}: not N or N-M; pass ProfilerStep numbers, e.g. 3-5")
     first = int(match.group(1))
     last = int(match.group(2)) if match.group(2) else first
     if last < first:
-        raise CgtraceError(f"--steps {text!r}: the range must go upwards, e.g. 3-5")
+        raise CgtraceError(f"--steps {text!r}: the range goes downwards; pass it upwards, e.g. 3-5")
     return Window(first_step=first, last_step=last)
 
 

@@ -132,7 +132,8 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     if ranks is not None:
         infos = [info for info in infos if info.global_rank in ranks]
         if len(infos) < 2:
-            raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; a merge needs two or more")
+            raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; pass --ranks that "
+                               "name two or more of their global ranks")
     groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
     if not groups:
         raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
