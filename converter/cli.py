@@ -8,27 +8,34 @@ import os
 import shutil
 import sys
 from pathlib import Path
+from typing import Callable, NoReturn
 
 import orjson
 
 from . import __version__, progress
 from .engine.window import parse_steps, parse_window
 from .errors import CgtraceError
+from .fileio.regular import read_small_text
 from .jobs.merge import default_merge_output, merge_ranks
 from .jobs.runner import JobOptions, default_output_path, run_job
 from .lane_rules import DEFAULT_LANES_TOML
 from .outputs.args_accelerator import available_cores
 
 EXIT_USAGE = 2
+_MAX_TOP = 100_000
+_QUERY_FILE_LIMIT = 1 << 20
+_MAX_JOBS = 1024  # ranks held at once; far beyond any machine's cores
+_MAX_RANK = (1 << 31) - 1  # torch.distributed ranks are int32; pipelines are fewer
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "run", None):
-        parser.print_help(sys.stderr)
-        return EXIT_USAGE
     try:
+        # Parsing is inside: option types raise CgtraceError too, with the same one line.
+        args = parser.parse_args(argv)
+        if not getattr(args, "run", None):
+            parser.print_help(sys.stderr)
+            return EXIT_USAGE
         # The model is millions of small acyclic objects: cyclic GC passes over them cost
         # a quarter of the run and free nothing.
         gc.disable()
@@ -48,8 +55,16 @@ def main(argv: list[str] | None = None) -> int:
         gc.enable()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's own errors (a bad int, a missing argument) as the one-line CgtraceError every
+    other problem gives, instead of usage text and a second exit path."""
+
+    def error(self, message: str) -> NoReturn:
+        raise CgtraceError(f"{message.removeprefix('argument ')}; run `{self.prog} --help` for the options")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="cgtrace",
         description="Turn PyTorch profiler (Kineto) traces of CUDA-graph runs into native Perfetto traces.")
     parser.add_argument("--version", action="version", version=f"cgtrace {__version__}")
@@ -98,7 +113,8 @@ def _parser() -> argparse.ArgumentParser:
         "demo", help="generate an example CUDA-graph trace and convert it",
         description="Write an example CUDA-graph training trace and its converted .perfetto-trace.")
     demo.add_argument("directory", type=Path, nargs="?", default=Path("cgtrace-demo"), metavar="DIR")
-    demo.add_argument("--overwrite", action="store_true", help="replace files from an earlier demo")
+    demo.add_argument("--overwrite", action="store_true",
+                      help="write into a DIR that holds other files (an earlier demo's DIR needs no flag)")
     demo.set_defaults(run=_run_demo)
 
     query = commands.add_parser(
@@ -118,9 +134,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Summarise where GPU time goes, computed with SQL in trace_processor.")
     report.add_argument("trace", type=Path, metavar="TRACE")
     report.add_argument("--format", choices=("text", "json", "html"), default="text")
-    report.add_argument("-o", "--output", type=Path, metavar="OUT", help="write to OUT instead of stdout")
+    report.add_argument("-o", "--output", type=_output_path, metavar="OUT", help="write to OUT instead of stdout")
     report.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    report.add_argument("--top", type=int, default=10, metavar="N", help="how many kernels to list (default 10)")
+    report.add_argument("--top", type=_int_from(0, _MAX_TOP), default=10, metavar="N", help="how many kernels to list (default 10)")
     report.add_argument("--lanes", type=Path, metavar="FILE",
                         help="lane rules (TOML) for a trace cgtrace did not compact; a compacted trace's "
                              "own lanes always win")
@@ -149,8 +165,15 @@ def _port(text: str) -> int:
     return int(text)
 
 
+def _output_path(text: str) -> Path:
+    """-o: `Path("")` would be the current directory, reported as `.` already existing."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("the output path is empty; pass a file path")
+    return Path(text)
+
+
 def _add_output_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("-o", "--output", type=Path, metavar="OUT",
+    command.add_argument("-o", "--output", type=_output_path, metavar="OUT",
                          help="output path (default: beside the input, .perfetto-trace)")
     command.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     command.add_argument("--strict", action="store_true",
@@ -180,22 +203,45 @@ def _add_split_option(command: argparse.ArgumentParser) -> None:
 def _add_merge_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--ranks", type=_rank_list, metavar="G,G,...",
                          help="merge only these global ranks (e.g. 0,1,4-7)")
-    command.add_argument("--jobs", type=int, metavar="N", help="ranks processed at once (default: as many as there are cores while the "
+    command.add_argument("--jobs", type=_int_from(1, _MAX_JOBS), metavar="N", help="ranks processed at once (default: as many as there are cores while the "
                               "estimated peak memory stays below the inputs' total size)")
     command.add_argument("--assume-aligned", action="store_true",
                          help="accept ranks without baseTimeNanoseconds as sharing one clock")
-    command.add_argument("--pp-group", type=int, metavar="K",
+    command.add_argument("--pp-group", type=_int_from(0, _MAX_RANK), metavar="K",
                          help="with several pipelines (DP x PP), merge only pipeline K (from 0)")
 
 
-def _rank_list(text: str) -> set[int]:
-    ranks: set[int] = set()
+class _RankList:
+    """--ranks kept as ranges, so `0-99999999999` costs nothing, not a set of 10**11 ints."""
+
+    def __init__(self, spans: list[range]):
+        self.spans = spans
+
+    def __contains__(self, rank: object) -> bool:
+        return any(rank in span for span in self.spans)
+
+
+def _rank_list(text: str) -> _RankList:
+    spans = []
     for part in text.split(","):
         low, _, high = part.strip().partition("-")
-        if not low.isdigit() or (high and not high.isdigit()):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a rank list like 0,1,4-7")
-        ranks.update(range(int(low), int(high or low) + 1))
-    return ranks
+        if not low.isdecimal() or (high and not high.isdecimal()) or int(high or low) < int(low):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a rank list like 0,1,4-7 (ranges go upwards)")
+        spans.append(range(int(low), int(high or low) + 1))
+    return _RankList(spans)
+
+
+def _int_from(low: int, high: int) -> Callable[[str], int]:
+    """An int option bounded where it stops meaning anything (0 jobs) or fitting (SQL's LIMIT)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number from {low} to {high}")
+        return value
+    return parse
 
 
 def _add_lane_options(command: argparse.ArgumentParser) -> None:
@@ -276,14 +322,7 @@ def _run_query(args) -> int:
     if (args.sql is None) == (args.file is None):
         raise CgtraceError(f"{args.trace}: give the query either as SQL or with -f FILE (exactly one); "
                            "see `cgtrace query --help`")
-    if args.file is not None:
-        try:
-            sql = args.file.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as error:
-            raise CgtraceError(f"{args.file}: cannot read the query ({getattr(error, 'strerror', None) or error}); "
-                               "check the -f path") from None
-    else:
-        sql = args.sql
+    sql = args.sql if args.file is None else read_small_text(args.file, _QUERY_FILE_LIMIT, "an SQL query file (-f)")
     with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin) as tp:
         result = run_sql(tp, sql, args.trace)
     progress.finish()

@@ -11,6 +11,8 @@ from typing import Any, Optional
 
 import msgspec
 
+from .errors import CgtraceError
+
 # GPU activity (current names, then the 2021 ones) and the record_function regions projected
 # onto GPU streams; the lane rules start from these and may change them.
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
@@ -24,6 +26,7 @@ BOOKKEEPING_PIDS = frozenset({"Spans", "Traces"})
 # it already moved onto annotation-named lanes (the real stream kept in args.original_stream).
 INLINE_LANED = "cudaGraphInlineAnnotated"
 
+MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 ns: beyond, trace_processor drops or wraps them
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # more digits are no step number int() takes
 
 
@@ -31,6 +34,25 @@ def profiler_step(name: str) -> Optional[int]:
     """The step number of a `ProfilerStep#N` slice name, else None."""
     match = _PROFILER_STEP.match(name)
     return int(match.group(1)) if match else None
+
+
+def base_time_ns(metadata: dict) -> Optional[int]:
+    """The header's `baseTimeNanoseconds` (an int, or its digits as text), None when absent.
+    Any other value would shift every event out of range or overflow int64: CgtraceError."""
+    base = metadata.get("baseTimeNanoseconds")
+    if base is None:
+        return None
+    if isinstance(base, str) and base.strip().isascii() and base.strip().isdigit():
+        base = int(base)
+    if type(base) is not int or not 0 <= base <= MAX_NS:
+        raise CgtraceError(f"baseTimeNanoseconds {base!r:.40} is not a time in ns (0 to {MAX_NS}); "
+                           "fix it in the trace's header or remove it")
+    return base
+
+
+def is_rank(value: Any) -> bool:
+    """A torch.distributed rank: a non-negative int (JSON's `true` is no rank, though Python's bool is an int)."""
+    return type(value) is int and value >= 0
 
 
 def inline_laned(metadata: dict) -> bool:

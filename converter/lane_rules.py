@@ -6,11 +6,12 @@ grouping without editing code and `cgtrace lanes --print-default` prints a start
 
 from __future__ import annotations
 
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
+
+import regex
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -19,11 +20,17 @@ else:  # pragma: no cover - Python 3.10
 
 from . import kineto
 from .errors import CgtraceError
+from .fileio.regular import read_small_text
 from .model import LaneGroup, LaneKind
+
+LANES_FILE_LIMIT = 1 << 20
+# The rules' regexes run on every distinct kernel name; a sane one takes microseconds, one that
+# backtracks without end (`^(a+)+$`) would hang the run: `regex` stops it past this budget.
+MATCH_SECONDS = 0.1
 
 DEFAULT_LANES_TOML = r'''# cgtrace lane rules. Pass a copy with --lanes FILE.
 # GPU slices (categories below) are grouped by the first rule whose regexes match
-# (Python `re.search`; `name` and/or `category`); unmatched slices go to `default_group`.
+# (Python `re` syntax, searched; `name` and/or `category`); unmatched slices go to `default_group`.
 # Each group becomes lanes "<label>", "<label> 2", ... in the order of [[groups]].
 # A group's `kind` (compute, communication, memory or other) is what `cgtrace report`
 # counts it as: busy time, exposed communication. Without one, the default group is
@@ -110,19 +117,21 @@ group = "nccl_other"
 @dataclass(frozen=True)
 class Rule:
     group: str
-    name: Optional[re.Pattern]
-    category: Optional[re.Pattern]
+    name: Optional[regex.Pattern]
+    category: Optional[regex.Pattern]
 
     def matches(self, name: str, category: str) -> bool:
-        return (self.name is None or self.name.search(name) is not None) and \
-            (self.category is None or self.category.search(category) is not None)
+        return (self.name is None or self.name.search(name, timeout=MATCH_SECONDS) is not None) and \
+            (self.category is None or self.category.search(category, timeout=MATCH_SECONDS) is not None)
 
 
 class LaneRules:
-    """Parsed rules; `group_of` is cached per (name, category), since kernel names repeat."""
+    """Parsed rules from `source`; `group_of` and `pp_match` are cached per name, since names
+    repeat (and a cached name costs a dict look-up, not a timed match)."""
 
-    def __init__(self, groups: list[LaneGroup], rules: list[Rule], default_group: str,
-                 gpu_categories: frozenset, annotation_categories: frozenset, pp_pattern: re.Pattern):
+    def __init__(self, source: str, groups: list[LaneGroup], rules: list[Rule], default_group: str,
+                 gpu_categories: frozenset, annotation_categories: frozenset, pp_pattern: regex.Pattern):
+        self.source = source
         self.groups = groups
         self.rules = rules
         self.default_group = default_group
@@ -131,15 +140,32 @@ class LaneRules:
         self.pp_pattern = pp_pattern
         self.group_order = {group.id: index for index, group in enumerate(groups)}
         self._cache: dict[tuple[str, str], str] = {}
+        self._pp_cache: dict[str, Optional[regex.Match]] = {}
 
     def group_of(self, name: str, category: str) -> str:
         key = (name, category)
         group = self._cache.get(key)
         if group is None:
-            group = next((rule.group for rule in self.rules if rule.matches(name, category)),
-                         self.default_group)
+            try:
+                group = next((rule.group for rule in self.rules if rule.matches(name, category)),
+                             self.default_group)
+            except TimeoutError:
+                raise self._too_slow("a rule", name) from None
             self._cache[key] = group
         return group
+
+    def pp_match(self, name: str) -> Optional[regex.Match]:
+        """`pp_pattern` matched at the start of `name`, or None."""
+        if name not in self._pp_cache:
+            try:
+                self._pp_cache[name] = self.pp_pattern.match(name, timeout=MATCH_SECONDS)
+            except TimeoutError:
+                raise self._too_slow("pp_pattern", name) from None
+        return self._pp_cache[name]
+
+    def _too_slow(self, what: str, name: str) -> CgtraceError:
+        return CgtraceError(f"{self.source}: {what} took over {MATCH_SECONDS} s to match {name[:60]!r}; simplify "
+                            "its regex (a repeat inside a repeat, like (a+)+, can backtrack without end)")
 
     def group(self, group_id: str) -> LaneGroup:
         return self.groups[self.group_order[group_id]]
@@ -151,19 +177,17 @@ class LaneRules:
 def load_lane_rules(path: Optional[Path] = None) -> LaneRules:
     """The built-in rules, or those in a TOML file; a bad file raises CgtraceError."""
     source = str(path) if path else "built-in lane rules"
-    try:
-        text = DEFAULT_LANES_TOML if path is None else path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise CgtraceError(f"{path}: cannot read lane rules ({error.strerror}); check the --lanes path") from None
+    text = DEFAULT_LANES_TOML if path is None else \
+        read_small_text(path, LANES_FILE_LIMIT, "a lane rules TOML file (--lanes)")
     try:
         data = tomllib.loads(text)
-        return _parse(data)
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, re.error) as error:
+        return _parse(source, data)
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, regex.error) as error:
         raise CgtraceError(f"{source}: invalid lane rules ({error}); start from "
                            "`cgtrace lanes --print-default`") from None
 
 
-def _parse(data: dict) -> LaneRules:
+def _parse(source: str, data: dict) -> LaneRules:
     default_group = data.get("default_group", data["groups"][0]["id"] if data["groups"] else None)
     groups = [LaneGroup(id=str(g["id"]), label=str(g["label"]), kind=_kind(g, default_group)) for g in data["groups"]]
     ids = {group.id for group in groups}
@@ -176,14 +200,14 @@ def _parse(data: dict) -> LaneRules:
         if "name" not in rule and "category" not in rule:
             raise ValueError("each rule needs `name` and/or `category`")
         rules.append(Rule(group=rule["group"],
-                          name=re.compile(rule["name"]) if "name" in rule else None,
-                          category=re.compile(rule["category"]) if "category" in rule else None))
+                          name=regex.compile(rule["name"]) if "name" in rule else None,
+                          category=regex.compile(rule["category"]) if "category" in rule else None))
     if default_group not in ids:
         raise ValueError(f"default_group {default_group!r} is not a group")
-    pp_pattern = re.compile(data.get("pp_pattern", r"^PP:(?P<stage>\d+)(?P<action>[A-Z_]+)(?P<microbatch>\d*)$"))
+    pp_pattern = regex.compile(data.get("pp_pattern", r"^PP:(?P<stage>\d+)(?P<action>[A-Z_]+)(?P<microbatch>\d*)$"))
     if not {"stage", "action", "microbatch"} <= set(pp_pattern.groupindex):
         raise ValueError("pp_pattern needs the named groups stage, action and microbatch")
-    return LaneRules(groups, rules, default_group,
+    return LaneRules(source, groups, rules, default_group,
                      frozenset(data.get("gpu_categories", kineto.GPU_CATEGORIES)),
                      frozenset(data.get("annotation_categories", kineto.GPU_ANNOTATION_CATEGORIES)),
                      pp_pattern)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Callable
 
 import pytest
 
@@ -27,6 +29,7 @@ VALID_KEPT = 201  # 200 slices + 1 instant
 GARBAGE = b"\x89PNG\r\n\x1a\n" + random.Random(1).randbytes(2048)
 PACKED = gzip.compress(VALID, mtime=0)
 DIR = "<a directory>"
+FIFO = "<a FIFO>"
 
 
 def trace(*events, header: bytes = b"") -> bytes:
@@ -93,6 +96,9 @@ ERROR_CASES = [
     E("invalid_utf8_in_event", junk(b'{"name":"\xff\xfe","ph":"X","ts":1,"dur":1,"pid":1,"tid":1}'),
       "not valid JSON"),
     E("nested_beyond_decoder_limit", junk(deep_x(5000)), "nested"),
+    E("nan_is_not_json", junk(b'{"name":"x","ph":"X","ts":NaN,"dur":1,"pid":1,"tid":1}'), "no NaN"),
+    E("lone_surrogate_escape", junk(b'{"name":"a\\ud800","ph":"X","ts":1,"dur":1,"pid":1,"tid":1}'), "lone surrogate"),
+    E("input_is_a_fifo", FIFO, "not a regular file"),
     E("missing_input", None, "no such file"),
     E("input_is_directory", DIR, "is a directory"),
     E("output_exists", VALID, "already exists", pre=("trace.perfetto-trace",)),
@@ -101,12 +107,14 @@ ERROR_CASES = [
     E("output_dir_missing", VALID, "does not exist", "-o", "{nodir}"),
     E("output_is_directory", VALID, "is a directory", "-o", "{out}", "--overwrite",
       pre=("out.perfetto-trace/",)),
+    E("output_is_directory_without_overwrite", VALID, "is a directory", "-o", "{out}", pre=("out.perfetto-trace/",)),
     E("strict_missing_ts", junk(without(X(), "ts")), "missing_ts: 1", "--strict"),
     E("strict_negative_dur", junk(X(dur=-1)), "negative_dur: 1", "--strict"),
     E("strict_both", junk(without(X(), "ts"), X(dur=-3), X(dur=-4)), "missing_ts: 1, negative_dur: 2",
       "--strict"),
 ]
-_DO_NEXT = re.compile(r"; .*\b(pass|re-export|re-copy|check|fix|create|choose|make|run|try|free|cut)\b")
+_DO_NEXT = re.compile(r"; .*\b(pass|re-export|re-copy|check|fix|create|choose|make|run|try|free|cut|pick|save|"
+                      r"simplify)\b")
 
 
 def cgtrace(tmp_path: Path, *args) -> subprocess.CompletedProcess:
@@ -115,7 +123,7 @@ def cgtrace(tmp_path: Path, *args) -> subprocess.CompletedProcess:
 
 
 def snapshot(root: Path) -> dict:
-    return {str(p.relative_to(root)): None if p.is_dir() else (p.read_bytes(), p.stat().st_mtime_ns)
+    return {str(p.relative_to(root)): (p.read_bytes(), p.stat().st_mtime_ns) if p.is_file() else p.stat().st_mode
             for p in sorted(root.rglob("*"))}
 
 
@@ -123,6 +131,8 @@ def make_input(tmp_path: Path, data, name: str) -> Path:
     path = tmp_path / name
     if data is DIR:
         path.mkdir()
+    elif data is FIFO:
+        os.mkfifo(path)
     elif data is not None:
         path.write_bytes(data)
     return path
@@ -200,6 +210,8 @@ SKIP_CASES = [
       {"ts_out_of_range": 1}, 1),
     S("ts_outside_protobuf_range", junk(X(ts=-5), X(ts=10**30), X(ts=1e300), X(dur=10**30), X(dur=1e300)),
       {"ts_out_of_range": 5}, 1, tp=True),
+    S("dur_infinite_once_in_ns", junk(X(dur=1.7976931348623157e308), X(dur=1e306), X(ts=1.7976931348623157e308)),
+      {"ts_out_of_range": 3}, 1),
 ]
 
 
@@ -226,3 +238,145 @@ def test_junk_events_are_skipped_and_counted(tmp_path, data, skipped, kept, name
             losses = [(r.name, r.value) for r in processor.query(
                 "select name, value from stats where severity in ('error', 'data_loss') and value > 0")]
             assert losses == []
+
+
+# -- every command: bad options, odd files and odd rank metadata fail as cleanly ---------------------------------
+def run_cli(cwd: Path, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "converter.cli", *map(str, args)],
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
+
+
+def assert_clean_error(run: subprocess.CompletedProcess, expect: str, root: Path, before: dict) -> None:
+    """Exit 2, one `cgtrace: error:` line that says `expect` and what to do, nothing written."""
+    assert "Traceback" not in run.stderr and run.returncode == 2, run.stderr[-1500:]
+    lines = run.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("cgtrace: error: "), run.stderr[-1500:]
+    assert expect in lines[0] and _DO_NEXT.search(lines[0]), lines[0]
+    assert snapshot(root) == before  # no output, no temp file
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory) -> list[Path]:
+    from converter.generator import write_pp_run
+
+    return write_pp_run(tmp_path_factory.mktemp("ranks"), pp_size=2, steps=1, seed=1, graphs_per_step=1,
+                        kernels_per_replay=2, microbatches=2)
+
+
+def O(id, expect, *args, pre=()):
+    """args may name {in} (VALID), {ranks} (two rank traces), {bad} (a file that is no trace) or {dir};
+    pre: files (dirs if ending in /) made beforehand."""
+    return pytest.param(list(args), expect, pre, id=id)
+
+
+OPTION_CASES = [
+    *[O(f"window_{text or 'empty'}", "--window", "convert", "{in}", "--window", text)
+      for text in ("abc", "5:1", "1:1", "nan:inf", "1e400:", ":", "", "-1:2")],
+    O("window_beyond_int64", "beyond", "convert", "{in}", "--window", "99999999999999999999999:"),
+    O("window_past_the_end", "spans 0 to 1.995 ms", "compact", "{in}", "--window", "500:"),
+    O("steps_downwards", "--steps", "convert", "{in}", "--steps", "5-1"),
+    O("steps_negative", "--steps", "convert", "{in}", "--steps", "-1"),
+    O("steps_huge_range", "no ProfilerStep#1..", "compact", "{in}", "--steps", "1-99999999999999999999999"),
+    O("ranks_downwards", "--ranks", "merge", "{ranks}", "--ranks", "4-1"),
+    O("ranks_huge_range", "--ranks leaves 0", "merge", "{ranks}", "--ranks", "7-99999999999"),
+    O("jobs_zero", "--jobs", "merge", "{ranks}", "--jobs", "0"),
+    O("jobs_negative", "--jobs", "merge", "{ranks}", "--jobs", "-3"),
+    O("jobs_not_a_number", "--jobs", "merge", "{ranks}", "--jobs", "two"),
+    O("top_negative", "--top", "report", "{in}", "--top", "-1"),
+    O("top_beyond_sql", "--top", "report", "{in}", "--top", "99999999999999999999"),
+    O("output_empty", "output path is empty", "convert", "{in}", "-o", ""),
+    O("output_is_a_directory", "is a directory", "compact", "{in}", "-o", "{dir}"),
+    O("missing_input_argument", "required", "convert"),
+    O("lanes_not_utf8", "not UTF-8", "compact", "{in}", "--lanes", "{bad}"),
+    O("lanes_device", "not a regular file", "compact", "{in}", "--lanes", "/dev/zero"),
+    O("query_file_device", "not a regular file", "query", "{in}", "-f", "/dev/zero"),
+    # merge refuses its output before reading a rank: the inputs here are no traces at all
+    O("merge_output_exists", "already exists", "merge", "{bad}", "{bad}", "-o", "{out}", pre=("out.perfetto-trace",)),
+    O("merge_output_dir_missing", "does not exist", "merge", "{bad}", "{bad}", "-o", "{dir}/missing/out"),
+    O("view_empty_directory", "is a directory with no trace files", "view", "{dir}", "--no-browser"),
+]
+
+
+@pytest.mark.parametrize("args, expect, pre", OPTION_CASES)
+def test_bad_options_fail_cleanly(tmp_path, ranks, args, expect, pre):
+    source = make_input(tmp_path, VALID, "trace.json")
+    bad = make_input(tmp_path, b"\xff\xfe not text", "bad.toml")
+    (tmp_path / "dir").mkdir()
+    for entry in pre:
+        (tmp_path / entry).mkdir() if entry.endswith("/") else (tmp_path / entry).write_bytes(b"earlier output")
+    paths = {"in": source, "bad": bad, "dir": tmp_path / "dir", "out": tmp_path / "out.perfetto-trace"}
+    expanded = [str(r) for a in args for r in (ranks if a == "{ranks}" else [a.format(**paths)])]
+    before, ranks_before = snapshot(tmp_path), snapshot(ranks[0].parent)
+
+    run = run_cli(tmp_path, *expanded)
+
+    assert_clean_error(run, expect, tmp_path, before)
+    assert snapshot(ranks[0].parent) == ranks_before
+
+
+def rank_header(case: str) -> Callable[[dict], None]:
+    def mutate(document: dict) -> None:
+        info = document["distributedInfo"]
+        pp = next(group for group in info["pg_config"] if group["pg_desc"] == "mesh_pp")
+        exec(case, {"d": document, "info": info, "pp": pp})
+    return mutate
+
+
+@pytest.mark.parametrize("case, field", [
+    ('info["world_size"] = [2]', "distributedInfo.world_size"),
+    ('info["world_size"] = {"n": 2}', "distributedInfo.world_size"),
+    ('pp["ranks"] = [1, [0]]', "distributedInfo.pg_config"),
+    ('pp["ranks"] = [1, "0"]', "distributedInfo.pg_config"),
+    ('info["rank"] = True', "distributedInfo.rank"),
+    ('d["baseTimeNanoseconds"] = 2**70', "baseTimeNanoseconds"),
+    ('d["baseTimeNanoseconds"] = -10**18', "baseTimeNanoseconds"),
+])
+def test_odd_rank_metadata_fails_cleanly(tmp_path, ranks, case, field):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for path in ranks:
+        document = json.loads(path.read_text())
+        if path == ranks[0]:
+            rank_header(case)(document)
+        (run_dir / path.name).write_text(json.dumps(document))
+    before = snapshot(tmp_path)
+
+    run = run_cli(tmp_path, "merge", run_dir)
+
+    assert_clean_error(run, field, tmp_path, before)
+    assert str(run_dir / ranks[0].name) in run.stderr
+
+
+KERNELS_OF_AS = junk(X(name="a" * 33 + "b", cat="kernel"), X(name="a" * 60 + "b", cat="kernel"),
+                     X(name="a" * 40, cat="kernel"))
+
+
+@pytest.mark.parametrize("pattern, outcome", [("^(a+)+$", 0), ("^(a|aa)+$", 2)])
+def test_lane_rules_that_backtrack_cannot_hang(tmp_path, pattern, outcome):
+    """regex stops a match past its budget; one that it finishes fast gives the right lanes."""
+    from converter.lane_rules import DEFAULT_LANES_TOML
+
+    source = make_input(tmp_path, KERNELS_OF_AS, "trace.json")
+    rules = tmp_path / "lanes.toml"
+    rules.write_text(DEFAULT_LANES_TOML + f"\n[[rules]]\nname = '{pattern}'\ngroup = \"memset\"\n")
+    before = snapshot(tmp_path)
+
+    run = run_cli(tmp_path, "compact", source, "--lanes", rules)
+
+    if outcome == 2:
+        assert_clean_error(run, "simplify its regex", tmp_path, before)
+    else:
+        assert run.returncode == 0, run.stderr[-1500:]
+        assert json.loads(run.stdout)["slice_groups"] == {"Compute": 2, "Memset": 1}
+
+
+def test_demo_reruns_in_its_own_directory_and_says_how_to_view(tmp_path):
+    for _ in range(2):
+        run = run_cli(tmp_path, "demo")
+        assert run.returncode == 0, run.stderr[-1500:]
+    assert "cgtrace view cgtrace-demo" in run.stderr.replace(os.sep, "/")
+    foreign = tmp_path / "foreign"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("mine")
+    before = snapshot(tmp_path)
+    assert_clean_error(run_cli(tmp_path, "demo", foreign), "did not write", tmp_path, before)

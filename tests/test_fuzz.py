@@ -1,5 +1,9 @@
 """Fuzzing the command line with mutated and truncated traces: never a traceback, a hang or a partial file.
 
+Option fuzzing (the last test) runs random values of --window, --steps, --ranks, --jobs,
+--pp-group and -o targets, and merges of ranks whose distributedInfo fields hold weird values,
+judged the same way.
+
 Inputs: a small generated CUDA-graph trace and, when ../shared/traces is present, two small real
 ones. Each case applies 1-3 seeded mutations -- truncation, byte flips / inserts / deletes, numbers
 replaced by strings, NaN or huge values, duplicate and deleted keys, swapped types, deep nesting,
@@ -424,3 +428,97 @@ def test_mutated_traces_fail_cleanly_or_convert_completely(inputs, tmp_path, sou
         + "\n  ".join(problems) for case, problems in failures)
     # The fuzzing must reach both outcomes, or it tests little.
     assert successful and len(successful) < 2 * len(cases)
+
+
+# -- option and rank-metadata fuzzing: random values for every option that takes one --------------------------
+OPTION_CASES = 12
+MERGE_CASES = 6
+_NUMBERS = ["0", "1", "2", "-1", "1.5", "", "x", "nan", "inf", "1e400", "9" * 25, " 3 ", "\u00b2", "1_0"]
+
+
+def _number(rng: random.Random) -> str:
+    return rng.choice(_NUMBERS) if rng.random() < 0.7 else str(rng.randint(-5, 10**rng.randint(1, 12)))
+
+
+def random_options(rng: random.Random, merge: bool) -> list[str]:
+    """One or two options, each with a value that is sometimes sound and often not."""
+    makers = {
+        "--window": lambda: f"{_number(rng)}{rng.choice([':', ':', '-', ''])}{_number(rng)}",
+        "--steps": lambda: f"{_number(rng)}{rng.choice(['-', '', ':'])}{_number(rng) if rng.random() < 0.5 else ''}",
+        "--jobs": lambda: _number(rng),
+        "--ranks": lambda: ",".join(f"{_number(rng)}{rng.choice(['', '-' + _number(rng)])}"
+                                    for _ in range(rng.randint(1, 3))),
+        "--pp-group": lambda: _number(rng),
+    }
+    names = list(makers) if merge else ["--window", "--steps"]
+    chosen = rng.sample(names, k=rng.randint(1, 2))
+    if "--window" in chosen and "--steps" in chosen:
+        chosen.remove("--steps")
+    return [part for name in chosen for part in (name, makers[name]())]
+
+
+def random_rank_header(rng: random.Random, document: dict) -> str:
+    """Set one distributedInfo (or clock) field to a weird value; returns what it did."""
+    info = document["distributedInfo"]
+    pp = next(group for group in info["pg_config"] if group["pg_desc"] == "mesh_pp")
+    value = weird_value(rng)
+    target, key = rng.choice([(info, "rank"), (info, "world_size"), (info, "pg_config"), (pp, "ranks"),
+                              (pp, "pg_desc"), (document, "baseTimeNanoseconds"), (document, "distributedInfo")])
+    target[key] = value
+    return f"{key} = {value!r:.60}"
+
+
+def run_option_case(rng_seed: str, text: bytes, ranks: list[Path], workdir: Path) -> tuple[list[str], int]:
+    """(problems, exit code) of one random command line."""
+    rng = random.Random(rng_seed)
+    directory = workdir / rng_seed.replace(":", "_")
+    directory.mkdir()
+    merge = rng_seed.startswith("merge")
+    notes = []
+    if merge:
+        sources = []
+        for path in ranks:
+            document = json.loads(path.read_text())
+            if rng.random() < 0.5:
+                notes.append(random_rank_header(rng, document))
+            sources.append(directory / path.name)
+            sources[-1].write_text(json.dumps(document))
+        command = ["merge", *map(str, sources)]
+    else:
+        source = directory / "trace.json"
+        source.write_bytes(text)
+        command = [rng.choice(["convert", "compact"]), str(source)]
+    target = rng.choice(["fresh", "fresh", "fresh", "directory", "missing directory", "empty"])
+    output = {"fresh": directory / "out.perfetto-trace", "directory": directory,
+              "missing directory": directory / "missing" / "out.perfetto-trace", "empty": Path("")}[target]
+    options = random_options(rng, merge) if rng.random() < 0.7 else []  # some runs must succeed
+    args = [*command, "-o", str(output) if target != "empty" else "", *options]
+    notes.append(f"cgtrace {' '.join(args[:1] + args[2 if not merge else 3:])} (-o {target})")
+    try:
+        run = subprocess.run([sys.executable, "-m", "converter.cli", *args], cwd=REPO, capture_output=True,
+                             text=True, timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return [f"{notes}: no result after {TIMEOUT_S} s (a hang)"], -1
+    problems = []
+    if target != "fresh" and run.returncode != 2:
+        problems.append(f"-o {target} gave exit {run.returncode}:\n{run.stderr[-2000:]}")
+    problem = judge(run, output if target == "fresh" else directory / "never-written")
+    if problem:
+        problems.append(problem)
+    leftovers = sorted(p.name for p in directory.rglob("*") if p.name.endswith(".tmp") or ".cgtrace-merge-" in p.name)
+    if leftovers:
+        problems.append(f"temp files left behind: {leftovers}")
+    return [f"{' | '.join(notes)}: {problem}" for problem in problems], run.returncode
+
+
+def test_random_options_and_rank_headers_fail_cleanly_or_work(inputs, tmp_path):
+    from converter.generator import write_pp_run
+
+    ranks = write_pp_run(tmp_path / "ranks", pp_size=2, steps=2, seed=3, graphs_per_step=1, kernels_per_replay=2,
+                         microbatches=2)
+    seeds = [f"options:{index}" for index in range(OPTION_CASES)] + [f"merge:{index}" for index in range(MERGE_CASES)]
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results = list(pool.map(lambda seed: run_option_case(seed, inputs["generated"], ranks, tmp_path), seeds))
+    failures = [problem for problems, _ in results for problem in problems]
+    assert not failures, "\n\n".join(failures)
+    assert {0, 2} <= {code for _, code in results}  # both outcomes reached, or it tests little

@@ -348,7 +348,7 @@ def _pp_kind(name: str, rules: LaneRules) -> str:
     """F, B, I, W, SEND, RECV; F+B for a composite `(...)OVERLAP_F_B`; else other (UNSHARD, ...)."""
     if name.endswith(")OVERLAP_F_B"):
         return "F+B"
-    match = rules.pp_pattern.match(name)
+    match = rules.pp_match(name)
     return _PP_KIND_OF.get(match.group("action"), "other") if match else "other"
 
 

@@ -16,9 +16,10 @@ import re
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
-from ..kineto import profiler_step
+from ..errors import CgtraceError
+from ..kineto import is_rank, profiler_step
 from ..lane_rules import LaneRules
 from ..model import Flow, LaneKind, Slice, Trace
 
@@ -30,6 +31,13 @@ _CROSS_RANK_FLOW_BASE = 1 << 61
 # The lane kind each action's work runs on (UNSHARD, RESHARD, REDUCE_GRAD are FSDP collectives).
 _ACTION_KIND = {**{action: LaneKind.COMPUTE for action in COMPUTE_ACTIONS},
                 **{action: LaneKind.COMMUNICATION for action in (*COMPUTE_OF, "UNSHARD", "RESHARD", "REDUCE_GRAD")}}
+
+
+class Groups(Protocol):
+    """A PP annotation's match: of the lane rules' pattern (`regex`) or the stage-less one (`re`).
+    Its named groups always take part (load_lane_rules checks the pattern names them)."""
+
+    def group(self, name: str, /) -> str: ...
 
 
 @dataclass(frozen=True, order=True)
@@ -131,11 +139,11 @@ class _Annotations:
     """What one naming scheme's annotations a pass over the slices found."""
 
     stage_of_all: Optional[int] = None  # the stage of every block, for stage-less names
-    fragments: list[tuple[Slice, re.Match[str]]] = field(default_factory=list)   # GPU side
-    cpu: list[tuple[Slice, re.Match[str]]] = field(default_factory=list)
+    fragments: list[tuple[Slice, Groups]] = field(default_factory=list)   # GPU side
+    cpu: list[tuple[Slice, Groups]] = field(default_factory=list)
     cpu_starts: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
 
-    def add(self, slice_: Slice, match: re.Match[str], annotation_categories: frozenset[str]) -> None:
+    def add(self, slice_: Slice, match: Groups, annotation_categories: frozenset[str]) -> None:
         stage, microbatch = _stage(match, self.stage_of_all), match.group("microbatch")
         if len(stage) > 18 or len(microbatch or "") > 18:
             return  # not a stage or microbatch number (user patterns may allow any digits)
@@ -151,7 +159,7 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
     the GPU annotation fragments, or, in a trace with none (a CPU-only pipeline), the CPU
     annotations themselves, each run its own block. A trace with no `PP:` annotation at all
     is read for GPipe's stage-less `Forward <mb>` / `Backward <mb>`, on stage `pp_rank`."""
-    pattern, categories = rules.pp_pattern, rules.annotation_categories
+    categories = rules.annotation_categories
     steps: list[tuple[int, int]] = []                 # (start, step number)
     pp, stageless = _Annotations(), _Annotations(stage_of_all=pp_rank)
     for slice_ in trace.slices:
@@ -160,7 +168,7 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
         if step is not None:
             steps.append((slice_.ts, step))
             continue
-        match = pattern.match(name)
+        match = rules.pp_match(name)
         if match is not None:
             pp.add(slice_, match, categories)
         elif name.startswith(("Forward ", "Backward ")) and (match := _STAGELESS.match(name)) is not None:
@@ -218,7 +226,7 @@ def _nest_inner(trace: Trace, compute: list[Block]) -> None:
         block.inner = children
 
 
-def _stage(match: re.Match[str], stage_of_all: Optional[int]) -> str:
+def _stage(match: Groups, stage_of_all: Optional[int]) -> str:
     return match.group("stage") if stage_of_all is None else str(stage_of_all)
 
 
@@ -232,7 +240,7 @@ def _cpu_runs(starts: list[int], step_at: Callable[[int], int]) -> tuple[list[in
     return starts, labels
 
 
-def _runs_between_other_actions(fragments: list[tuple[Slice, re.Match[str]]], step_at: Callable[[int], int],
+def _runs_between_other_actions(fragments: list[tuple[Slice, Groups]], step_at: Callable[[int], int],
                                 stage_of_all: Optional[int]) -> dict[Slice, tuple[int, int]]:
     """(step, run) per fragment of actions with no CPU annotation: a new run of an action
     begins when another action of its stage started at or after its current run ended."""
@@ -301,30 +309,35 @@ def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
             "pp_unmatched_examples": unmatched_names[:20]}
 
 
-def pp_rank_of(metadata: dict) -> tuple[int, str, Optional[list[int]]]:
+def pp_rank_of(metadata: dict, source: str) -> tuple[int, str, Optional[list[int]]]:
     """(PP rank, where it came from, the PP group's ranks) from distributedInfo.pg_config."""
     info = metadata.get("distributedInfo")
     if not isinstance(info, dict):
         return 0, "default: no distributedInfo", None
-    group = pp_group_of(info)
-    rank = info.get("rank")
-    if group is None or rank not in group:
+    group = pp_group_of(info, source)
+    if group is None:
         return 0, "default: no PP group in distributedInfo.pg_config", None
-    return group.index(rank), "distributedInfo.pg_config", group
+    return group.index(info["rank"]), "distributedInfo.pg_config", group
 
 
-def pp_group_of(info: dict) -> Optional[list[int]]:
+def pp_group_of(info: dict, source: str) -> Optional[list[int]]:
     """The ranks of the PP group containing this rank: pg_desc "mesh_pp" or pg_name
-    "torchtitan_real_pp"; pg_config may be a list of groups or a single one."""
+    "torchtitan_real_pp"; pg_config may be a list of groups or a single one. A PP group whose
+    ranks are not distinct rank numbers cannot order a pipeline: CgtraceError naming `source`."""
     config = info.get("pg_config")
     groups = config if isinstance(config, list) else [config] if isinstance(config, dict) else []
     rank = info.get("rank")
+    if not is_rank(rank):
+        return None
     for group in groups:
         if not isinstance(group, dict):
             continue
         if group.get("pg_desc") == "mesh_pp" or group.get("pg_name") == "torchtitan_real_pp":
             ranks = group.get("ranks")
-            if isinstance(ranks, list) and rank in ranks:
+            if not (isinstance(ranks, list) and all(map(is_rank, ranks)) and len(set(ranks)) == len(ranks)):
+                raise CgtraceError(f"{source}: distributedInfo.pg_config PP group ranks {ranks!r:.60} are not "
+                                   "distinct rank numbers; fix the trace's header")
+            if rank in ranks:
                 return ranks
     return None
 

@@ -14,9 +14,10 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from ..errors import CgtraceError
-from ..kineto import GPU_ANNOTATION_CATEGORIES, GPU_CATEGORIES, profiler_step
+from ..kineto import GPU_ANNOTATION_CATEGORIES, GPU_CATEGORIES, MAX_NS, profiler_step
 from ..model import Slice, Trace
 
+_MAX_MS = MAX_NS / 1e6
 _RANGE = re.compile(r"^\s*(\d+(?:\.\d*)?)?\s*:\s*(\d+(?:\.\d*)?)?\s*$")
 
 
@@ -38,11 +39,14 @@ def parse_window(text: str) -> Window:
     """`START:END` in ms from the trace start; either side may be empty."""
     match = _RANGE.match(text)
     if not match or (match.group(1) is None and match.group(2) is None):
-        raise CgtraceError(f"--window {text!r}: expected START:END in milliseconds from the trace start, e.g. 100:250")
+        raise CgtraceError(f"--window {text!r}: not START:END; pass milliseconds from the trace start, e.g. 100:250")
     start = float(match.group(1)) if match.group(1) else None
     end = float(match.group(2)) if match.group(2) else None
+    if max(start or 0, end or 0) > _MAX_MS:
+        raise CgtraceError(f"--window {text!r}: beyond {_MAX_MS:.0f} ms, the longest a trace can span; "
+                           "pass times from the trace start")
     if start is not None and end is not None and end <= start:
-        raise CgtraceError(f"--window {text!r}: END must be after START")
+        raise CgtraceError(f"--window {text!r}: END must be after START; pass e.g. 100:250")
     return Window(start_ms=start, end_ms=end)
 
 
@@ -50,11 +54,11 @@ def parse_steps(text: str) -> Window:
     """`N` or `N-M`: ProfilerStep numbers, inclusive."""
     match = re.match(r"^\s*(\d+)\s*(?:-\s*(\d+)\s*)?$", text)
     if not match:
-        raise CgtraceError(f"--steps {text!r}: expected a ProfilerStep number N or a range N-M, e.g. 3-5")
+        raise CgtraceError(f"--steps {text!r}: not N or N-M; pass ProfilerStep numbers, e.g. 3-5")
     first = int(match.group(1))
     last = int(match.group(2)) if match.group(2) else first
     if last < first:
-        raise CgtraceError(f"--steps {text!r}: the range must go upwards, e.g. 3-5")
+        raise CgtraceError(f"--steps {text!r}: the range goes downwards; pass it upwards, e.g. 3-5")
     return Window(first_step=first, last_step=last)
 
 
@@ -73,15 +77,19 @@ def window_bounds(trace: Trace, window: Window, source: str) -> tuple[int, int]:
     if window.by_steps:
         assert window.first_step is not None and window.last_step is not None  # parse_steps sets both
         ranges = step_ranges(trace)
-        chosen = [ranges[n] for n in range(window.first_step, window.last_step + 1) if n in ranges]
+        chosen = [span for step, span in ranges.items() if window.first_step <= step <= window.last_step]
         if not chosen:
             known = ", ".join(map(str, sorted(ranges))) or "none"
             raise CgtraceError(f"{source}: no ProfilerStep#{window.first_step}..{window.last_step} in the trace "
                                f"(steps present: {known}); pick steps from that list")
         return min(start for start, _ in chosen), max(end for _, end in chosen)
     origin = min((s.ts for s in trace.slices), default=0)
-    start = origin + round(window.start_ms * 1e6) if window.start_ms is not None else -(1 << 63)
-    end = origin + round(window.end_ms * 1e6) if window.end_ms is not None else (1 << 63) - 1
+    last = max((s.ts + s.dur for s in trace.slices), default=0)
+    start = origin + round(window.start_ms * 1e6) if window.start_ms is not None else -MAX_NS
+    end = min(origin + round(window.end_ms * 1e6), MAX_NS) if window.end_ms is not None else MAX_NS
+    if trace.slices and start > last:
+        raise CgtraceError(f"{source}: --window starts after the trace ends (it spans 0 to "
+                           f"{(last - origin) / 1e6:.3f} ms from its start); pick a window inside that")
     return start, end
 
 

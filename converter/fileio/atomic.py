@@ -19,10 +19,10 @@ Check = Callable[[Path, Path], None]
 
 def check_output_path(path: Path, overwrite: bool) -> None:
     """Fail before any work is done when the output cannot or must not be written."""
-    if path.exists() and not overwrite:
-        raise CgtraceError(f"{path}: already exists; pass --overwrite to replace it or -o to choose another path")
     if path.is_dir():
         raise CgtraceError(f"{path}: is a directory; pass a file path with -o")
+    if path.exists() and not overwrite:
+        raise CgtraceError(f"{path}: already exists; pass --overwrite to replace it or -o to choose another path")
     parent = _parent(path)
     if not parent.is_dir():
         raise CgtraceError(f"{path}: directory {parent} does not exist; create it or choose another path with -o")

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 import msgspec
 
 from .. import kineto, progress
+from ..kineto import MAX_NS
 from ..errors import CgtraceError
 from ..model import ArgsStore, CounterSample, Slice, Trace, decode_json, encode_json
 from ..model.builder import TraceBuilder
@@ -61,7 +62,7 @@ _EVENT_LIST = msgspec.json.Decoder(list[_Event])
 _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
 _EXACT_TS = msgspec.json.Decoder(_ExactTs)
 _UTF8_CHUNK = 1 << 24
-_MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 nanoseconds: beyond, trace_processor drops or wraps them
+_INFINITIES = (float("inf"), float("-inf"))
 
 
 def read_trace(path: Path, strict: bool = False, args: Optional[ArgsStore] = None) -> Trace:
@@ -99,7 +100,7 @@ def _parse_in_pieces(text: Any, layout: EventsLayout, store: ArgsStore) -> Trace
     _check_utf8(text, 0, layout.start)
     header = {key: decode_json(raw) for key, raw in layout.header.items()}
     trace = Trace(metadata=header, args=store)
-    builder = _KinetoEvents(trace, base_ns=_base_time(header))
+    builder = _KinetoEvents(trace, base_ns=kineto.base_time_ns(header) or 0)
     checked, total = layout.start, len(text)
     # A piece is decoded whole into events where it can be: one pass over its bytes, not two.
     for events, start, end in iter_pieces(text, layout, (_EVENT_LIST,)):
@@ -126,9 +127,9 @@ def _parse_whole(text: Any, store: ArgsStore) -> Trace:
         raise CgtraceError("'traceEvents' is not a list, so not a Chrome/Kineto trace; "
                            "pass a PyTorch profiler trace (.json or .json.gz)") from None
     except msgspec.DecodeError as error:
-        raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
+        raise _not_valid_json(error) from None
     trace = Trace(metadata=header, args=store)
-    builder = _KinetoEvents(trace, base_ns=_base_time(header))
+    builder = _KinetoEvents(trace, base_ns=kineto.base_time_ns(header) or 0)
     builder.add_events(events)
     del events
     builder.finish()
@@ -168,13 +169,20 @@ def _split_document(text) -> tuple[dict, msgspec.Raw]:
     try:
         top = HEADER_DECODER.decode(text)
     except msgspec.DecodeError as error:
-        raise CgtraceError(f"not valid JSON ({error}); the file may be truncated: re-export it") from None
+        raise _not_valid_json(error) from None
     events_text = top.pop("traceEvents", None)
     if events_text is None:
         raise CgtraceError("no 'traceEvents' key, so not a Chrome/Kineto trace; "
                            "pass a PyTorch profiler trace (.json or .json.gz)")
     header = {key: decode_json(raw) for key, raw in top.items()}
     return header, events_text
+
+
+def _not_valid_json(error: msgspec.DecodeError) -> CgtraceError:
+    """msgspec says "truncated" only where the text ends early; other errors are in the text itself."""
+    advice = ("the file may be truncated: re-export it" if "truncated" in str(error) else
+              "JSON has no NaN, Infinity or lone surrogate escape (\\ud800): fix the file or re-export the trace")
+    return CgtraceError(f"not valid JSON ({error}); {advice}")
 
 
 def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
@@ -187,7 +195,7 @@ def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
         except msgspec.ValidationError:
             return None
     except msgspec.DecodeError as error:  # e.g. invalid UTF-8 inside a string, which the list pass skips over
-        raise CgtraceError(f"not valid JSON ({error}); the file is corrupt: re-export the trace") from None
+        raise _not_valid_json(error) from None
     ts = event.ts
     if type(ts) is float and not -_FLOAT_EXACT_LIMIT_US < ts < _FLOAT_EXACT_LIMIT_US:
         try:
@@ -197,24 +205,17 @@ def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
     return event
 
 
-def _base_time(header: dict) -> int:
-    base = header.get("baseTimeNanoseconds")
-    if isinstance(base, int) and not isinstance(base, bool):
-        return base
-    if isinstance(base, str) and base.strip().isascii() and base.strip().isdigit() and len(base.strip()) <= 20:
-        return int(base)
-    return 0
-
-
 def to_ns(value) -> Optional[int]:
     """Microseconds (int, float or Decimal) -> integer nanoseconds, rounding half to even."""
     kind = type(value)
     if kind is int:
         return value * 1000
     if kind is float:
-        if value != value or value in (float("inf"), float("-inf")):
+        if value != value or value in _INFINITIES:
             return None
-        return round(value * 1000)
+        scaled = value * 1000
+        # Beyond 1.8e305 us the product is infinite; the exact int is far out of range all the same.
+        return int(value) * 1000 if scaled in _INFINITIES else round(scaled)
     if kind is Decimal:
         if not value.is_finite():
             return None
@@ -309,7 +310,7 @@ class _KinetoEvents(TraceBuilder):
         if ts is None:
             return None, None, "missing_ts" if event.ts is None else "bad_ts"
         ts += self.base_ns
-        if not 0 <= ts <= _MAX_NS:
+        if not 0 <= ts <= MAX_NS:
             return None, None, "ts_out_of_range"
         if not need_dur:
             return ts, None, None
@@ -318,7 +319,7 @@ class _KinetoEvents(TraceBuilder):
             return None, None, "missing_dur" if event.dur is None else "bad_dur"
         if dur < 0:
             return None, None, "negative_dur"
-        if dur > _MAX_NS - ts:
+        if dur > MAX_NS - ts:
             return None, None, "ts_out_of_range"
         return ts, dur, None
 
@@ -329,9 +330,9 @@ class _KinetoEvents(TraceBuilder):
 
     def _complete(self, event: _Event):
         ts, dur = event.ts, event.dur
-        if type(ts) is float and type(dur) is float and dur >= 0:
+        if type(ts) is float and type(dur) is float and 0 <= dur < _FLOAT_EXACT_LIMIT_US:
             ts, dur = round(ts * 1000) + self.base_ns, round(dur * 1000)  # the common case, inline
-            if not 0 <= ts <= _MAX_NS - dur:
+            if not 0 <= ts <= MAX_NS - dur:
                 return "ts_out_of_range"
         else:
             ts, dur, problem = self._times(event, need_dur=True)
@@ -411,7 +412,7 @@ class _KinetoEvents(TraceBuilder):
         ts = event.ts
         if type(ts) is float:  # the common case, inline (as in _complete)
             ts = round(ts * 1000) + self.base_ns
-            if not 0 <= ts <= _MAX_NS:
+            if not 0 <= ts <= MAX_NS:
                 return "ts_out_of_range"
         else:
             ts, _, problem = self._times(event, need_dur=False)

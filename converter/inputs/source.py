@@ -12,6 +12,7 @@ from pathlib import Path
 from .. import progress
 from ..errors import CgtraceError
 from ..fileio.gzip_size import GZIP_MAGIC, uncompressed_size
+from ..fileio.regular import open_regular
 
 _CHUNK = 1 << 22
 # Kineto JSON compresses 10-30x; far beyond that is a decompression bomb, not a trace.
@@ -23,7 +24,7 @@ NO_GZIP_LIMIT_ENV = "CGTRACE_NO_GZIP_LIMIT"
 def read_input_bytes(path: Path) -> bytes | bytearray | mmap.mmap:
     """The file's uncompressed bytes; every failure becomes a CgtraceError naming the file."""
     try:
-        with open(path, "rb") as handle:
+        with open_regular(path, "a trace file (.json or .json.gz)") as handle:
             magic = handle.read(2)
             handle.seek(0)
             if magic == GZIP_MAGIC:
@@ -31,8 +32,6 @@ def read_input_bytes(path: Path) -> bytes | bytearray | mmap.mmap:
             return _read_plain(handle, path)
     except FileNotFoundError:
         raise CgtraceError(f"{path}: no such file; check the path and try again") from None
-    except IsADirectoryError:
-        raise CgtraceError(f"{path}: is a directory; pass a trace file (.json or .json.gz)") from None
     except PermissionError:
         raise CgtraceError(f"{path}: permission denied; make the file readable and try again") from None
     except MemoryError:

@@ -13,21 +13,27 @@ from .runner import JobOptions, default_output_path, run_job
 DEMO_CONFIG = GeneratorConfig(seed=7, steps=2, graphs_per_step=12, kernels_per_replay=32,
                               annotation_gaps=True, world_size=4, rank=0)
 DEMO_PP_SIZE = 4
+DEMO_MARKER = ".cgtrace-demo"
 
 
 def run_demo(directory: Path, overwrite: bool = False) -> dict[str, Any]:
-    """Generate a CUDA-graph trace and a 4-rank pipeline run in `directory`; compact and merge them."""
+    """Generate a CUDA-graph trace and a 4-rank pipeline run in `directory`; compact and merge them.
+    A directory an earlier demo wrote (its marker file says so) is written again, so the README's
+    first command can be rerun; one holding anything else only with `overwrite`."""
+    marker = directory / DEMO_MARKER
     try:
         directory.mkdir(parents=True, exist_ok=True)
+        foreign = not marker.is_file() and any(directory.iterdir())
+        if foreign and not overwrite:
+            raise CgtraceError(f"{directory}: holds files an earlier demo did not write; pass another DIR, "
+                               "or --overwrite to write the demo among them")
+        marker.write_text("Written by `cgtrace demo`, which replaces its own files here when run again.\n")
     except OSError as error:
-        raise CgtraceError(f"{directory}: cannot create the demo directory ({error.strerror}); "
-                           "pass another DIR") from None
+        raise CgtraceError(f"{directory}: cannot write the demo there ({error.strerror}); pass another DIR") from None
     source = directory / "cuda_graph_example.json.gz"
-    if source.exists() and not overwrite:
-        raise CgtraceError(f"{source}: already exists; pass --overwrite to regenerate the demo or choose another DIR")
-    write_trace(DEMO_CONFIG, source)
+    write_trace(DEMO_CONFIG, source)  # every output from here on is the demo's own: replaced
     compacted = default_output_path(source, "_compacted")
-    compact_summary = run_job(source, compacted, JobOptions(compact=True, overwrite=overwrite, args_strategy="auto"))
+    compact_summary = run_job(source, compacted, JobOptions(compact=True, overwrite=True, args_strategy="auto"))
 
     ranks_dir = directory / "pp_ranks"
     ranks_dir.mkdir(exist_ok=True)
@@ -35,18 +41,17 @@ def run_demo(directory: Path, overwrite: bool = False) -> dict[str, Any]:
                               seed=7, gzip=True, graphs_per_step=6, kernels_per_replay=16)
     merged = directory / "pp_traces_merged.perfetto-trace"
     merge_summary = merge_ranks(rank_files, lambda group, groups: merged,
-                                JobOptions(overwrite=overwrite, args_strategy="auto"))
+                                JobOptions(overwrite=True, args_strategy="auto"))
     gpu_lines = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
                           for gpu in compact_summary["per_gpu"])
     return {
         "example_trace": str(source),
         "compacted": {key: compact_summary[key] for key in (
-            "output", "original_streams", "compacted_lanes", "lanes_by_group", "flows",
-            "pp_compute_dependency_pairs")},
+            "output", "original_streams", "compacted_lanes", "lanes_by_group", "flows")},
         "merged": {key: merge_summary[key] for key in (
             "output", "pp_ranks", "pp_send_recv_pairs", "pp_send_recv_unmatched")},
         "how_to_open": (
-            f"{gpu_lines}. Wrote {compacted} and {merged} ({DEMO_PP_SIZE} pipeline ranks): open them at "
-            "https://ui.perfetto.dev (Open trace file), or query offline: "
+            f"{gpu_lines}. Wrote {compacted} and {merged} ({DEMO_PP_SIZE} pipeline ranks). Look at them with "
+            f"`cgtrace view {compacted}` and `cgtrace view {merged}` (add --offline without internet), or query: "
             f"cgtrace query {merged} \"select name, count(*) from slice group by 1 order by 2 desc limit 10\""),
     }

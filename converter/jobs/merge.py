@@ -16,8 +16,9 @@ import tempfile
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Optional, cast
+from typing import Any, BinaryIO, Callable, Container, Optional, cast
 
+from .. import kineto
 from ..engine.layout import separate_overlaps
 from ..engine.pp import (STAGELESS, Anchor, BlockKey, Extent, link_rank_local, pair_sends_and_receives,
                          pair_stages, pp_group_of)
@@ -94,7 +95,8 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
         files = sorted(p for p in directory.iterdir()
                        if p.is_file() and p.name.endswith(PROFILER_OUTPUT) and not p.name.startswith("."))
         if not files:
-            raise CgtraceError(f"{directory}: no trace files (*.json, *.json.gz); pass a directory of rank traces")
+            raise CgtraceError(f"{directory}: is a directory with no trace files (*.json, *.json.gz); pass a trace "
+                               "file or a directory of rank traces")
         named = [p for p in files if _RANK_TRACE_NAME.match(p.name)]
         return named or files
     for path in inputs:
@@ -105,7 +107,7 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
 
 def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
                 jobs: Optional[int] = None, assume_aligned: bool = False, pp_group: Optional[int] = None,
-                ranks: Optional[set[int]] = None) -> dict[str, Any]:
+                ranks: Optional[Container[int]] = None) -> dict[str, Any]:
     """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
     only those global ranks. The args strategy "auto" gives pass two's ranks an args helper
@@ -117,6 +119,9 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
         raise CgtraceError(f"{files[0]}: --format json is not available for merged traces (one JSON document "
                            "cannot carry the arrows between ranks' parts); leave out --format")
     load_lane_rules(options.lanes_file)  # fail on bad rules before any work
+    # and on an output that cannot be written: a single pipeline's (several pipelines' files
+    # are named, and checked, once pass one has found them)
+    check_output_path(output_for_group(0, 1), options.overwrite)
     sizes = sorted((json_size(path) for path in files), reverse=True)
     jobs = max(1, jobs or default_jobs(sizes))
     helpers = options.args_strategy == "helper" or (options.args_strategy == "auto" and helper_fits(sizes, jobs))
@@ -126,7 +131,8 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     if ranks is not None:
         infos = [info for info in infos if info.global_rank in ranks]
         if len(infos) < 2:
-            raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; a merge needs two or more")
+            raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; pass --ranks that "
+                               "name two or more of their global ranks")
     groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
     if not groups:
         raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
@@ -245,18 +251,24 @@ def _scan_rank(file: str, options: JobOptions) -> RankInfo:
     prepared = prepare(Path(file), options, load_lane_rules(options.lanes_file))
     trace = prepared.trace
     info = trace.metadata.get("distributedInfo")
-    if not isinstance(info, dict) or not isinstance(info.get("rank"), int):
+    if not isinstance(info, dict) or "rank" not in info:
         raise CgtraceError(f"{file}: no distributedInfo.rank; a merge needs traces from "
                            "torch.distributed runs (or pass only such files)")
-    base = trace.metadata.get("baseTimeNanoseconds")
-    group = pp_group_of(info)
+    world_size = info.get("world_size")
+    for field_name, value, valid in (("rank", info["rank"], kineto.is_rank(info["rank"])),
+                                     ("world_size", world_size, world_size is None or kineto.is_rank(world_size))):
+        if not valid:
+            raise CgtraceError(f"{file}: distributedInfo.{field_name} is {value!r:.40}, not a non-negative integer; "
+                               "fix the trace's header")
+    base = kineto.base_time_ns(trace.metadata)  # the reader has checked it
+    group = pp_group_of(info, file)
     first_ts = min((s.ts for s in trace.slices), default=0)
     return RankInfo(
-        file=file, global_rank=info["rank"], world_size=info.get("world_size"),
+        file=file, global_rank=info["rank"], world_size=world_size,
         pp_group=tuple(group) if group else None,
-        base_time_ns=base if isinstance(base, int) else None,
+        base_time_ns=base,
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
-        absolute_clock=not isinstance(base, int) and first_ts > 10**15,
+        absolute_clock=base is None and first_ts > 10**15,
         blocks={key: block.extent() for key, block in prepared.blocks.items()},
         pp_annotations=prepared.pp_annotations, input_ids=_input_ids(trace))
 

@@ -122,7 +122,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules]) -
     exported = kineto.inline_laned(trace.metadata) and not options.relane
     summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules)))
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
-    pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata)
+    pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata, str(input_path))
     blocks, scheme = find_blocks(trace, rules, pp_rank)
     if scheme != NO_PP:  # a summary leaves out what does not apply
         summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source, pp_annotations=scheme)
