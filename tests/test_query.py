@@ -78,7 +78,7 @@ def test_raw_json_trace_and_sql_file(traces, capsys, tmp_path):
     (["selec 1"], "syntax error"),
     ([], "give the query either as SQL or with -f FILE"),
     (["select 1", "-f", "x.sql"], "give the query either as SQL or with -f FILE"),
-    (["-f", "/nonexistent/q.sql"], "/nonexistent/q.sql: cannot read the query"),
+    (["-f", "/nonexistent/q.sql"], "/nonexistent/q.sql: cannot read"),
 ])
 def test_errors_are_one_line_exit_2(traces, capsys, args, message):
     code, out, err = query(capsys, traces[1], *args)
