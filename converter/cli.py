@@ -15,6 +15,7 @@ from .engine.window import parse_steps, parse_window
 from .errors import CgtraceError
 from .jobs.merge import default_merge_output, merge_ranks
 from .jobs.runner import JobOptions, default_output_path, run_job
+from .jobs.stopping import exit_status, signals_unwind
 from .lane_rules import DEFAULT_LANES_TOML
 from .outputs.args_accelerator import available_cores
 
@@ -32,13 +33,14 @@ def main(argv: list[str] | None = None) -> int:
         # a quarter of the run and free nothing.
         gc.disable()
         progress.start(enabled=not getattr(args, "quiet", False))
-        return args.run(args)
+        with signals_unwind():
+            return args.run(args)
     except CgtraceError as error:
         print(f"cgtrace: error: {error.message}", file=sys.stderr)
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         print("cgtrace: interrupted; nothing was written", file=sys.stderr)
-        return 130
+        return exit_status(interrupt)
     except MemoryError:
         print("cgtrace: error: out of memory; try a machine with more memory or cut the trace down",
               file=sys.stderr)
