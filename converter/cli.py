@@ -18,6 +18,7 @@ from .errors import CgtraceError
 from .fileio.regular import read_small_text
 from .jobs.merge import default_merge_output, merge_ranks
 from .jobs.runner import JobOptions, default_output_path, run_job
+from .jobs.stopping import exit_status, signals_unwind
 from .lane_rules import DEFAULT_LANES_TOML
 from .outputs.args_accelerator import available_cores
 
@@ -40,13 +41,14 @@ def main(argv: list[str] | None = None) -> int:
         # a quarter of the run and free nothing.
         gc.disable()
         progress.start(enabled=not getattr(args, "quiet", False))
-        return args.run(args)
+        with signals_unwind():
+            return args.run(args)
     except CgtraceError as error:
         _say(f"cgtrace: error: {error.message}")
         return EXIT_USAGE
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as interrupt:
         _say("cgtrace: interrupted; nothing was written")
-        return 130
+        return exit_status(interrupt)
     except MemoryError:
         _say("cgtrace: error: out of memory; try a machine with more memory or cut the trace down")
         return EXIT_USAGE

@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -96,14 +97,14 @@ ESCAPES = ["/", "/index.html", "/../", "/..", "/%2e%2e/", "/%2e%2e/served/neighb
 @pytest.mark.parametrize("path", ESCAPES)
 def test_nothing_else_is_served_online(online, path):
     status, _, body = get(online, path)
-    assert status in (400, 404)
+    assert status in (400, 403, 404)
     assert TRACE_BYTES not in body and b"root:" not in body and b"not to be served" not in body
 
 
 @pytest.mark.parametrize("path", [p for p in ESCAPES if p not in ("/", "/index.html")])
 def test_nothing_else_is_served_offline(offline, path):
     status, _, body = get(offline, path)
-    assert status in (400, 404)
+    assert status in (400, 403, 404)
     assert b"secret" not in body and b"root:" not in body and b"not to be served" not in body
 
 
@@ -168,3 +169,55 @@ def test_cli_prints_the_url_and_stops_cleanly_on_ctrl_c(trace):
             process.kill()
     assert process.returncode == 0
     assert "Traceback" not in err and err.strip().splitlines()[-1] == f"cgtrace: stopped serving {trace}"
+
+
+def get_as(server: TraceServer, host: str | None, path: str = "/my%20trace.perfetto-trace") -> tuple[int, dict]:
+    """A request with this Host header (None: without one), as a rebound DNS name would send."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+    try:
+        connection.putrequest("GET", path, skip_host=True)
+        if host is not None:
+            connection.putheader("Host", host)
+        connection.endheaders()
+        response = connection.getresponse()
+        response.read()
+        return response.status, dict(response.getheaders())
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize("server_name", ["online", "offline"])
+def test_only_requests_addressed_to_the_server_are_answered(request, server_name):
+    """DNS rebinding: a page on evil.example, resolved to 127.0.0.1, sends Host: evil.example:PORT."""
+    server = request.getfixturevalue(server_name)
+    for host in (f"127.0.0.1:{server.port}", f"localhost:{server.port}"):
+        assert get_as(server, host)[0] == 200
+    for host in (f"evil.example:{server.port}", "evil.example", f"127.0.0.1:{server.port + 1}", "127.0.0.1",
+                 f"localhost.evil.example:{server.port}", "", None):
+        assert get_as(server, host)[0] == 403, host
+    if server_name == "offline":
+        assert get_as(server, f"evil.example:{server.port}", "/")[0] == 403
+
+
+def test_cors_only_for_the_hosted_ui(online, offline):
+    assert get(online, "/my%20trace.perfetto-trace")[1]["Access-Control-Allow-Origin"] == PERFETTO_UI
+    for path in ("/my%20trace.perfetto-trace", "/", "/v52.0-abc/engine.wasm"):
+        status, headers, _ = get(offline, path)
+        assert status == 200 and "Access-Control-Allow-Origin" not in headers
+
+
+def test_an_idle_connection_is_closed(trace):
+    server = TraceServer(trace, port=0, idle_timeout=0.5)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        quiet = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        half = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        half.sendall(b"GET /my%20trace.perfetto-trace HTTP/1.1\r\n")  # and never the rest
+        started = time.monotonic()
+        assert quiet.recv(1) == b"" and half.recv(1) == b""  # closed by the server
+        assert time.monotonic() - started < 5
+        quiet.close()
+        half.close()
+    finally:
+        server.shutdown()
+        server.server_close()

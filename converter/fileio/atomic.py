@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable, Iterator, Optional
@@ -18,16 +19,33 @@ Check = Callable[[Path, Path], None]
 
 
 def check_output_path(path: Path, overwrite: bool) -> None:
-    """Fail before any work is done when the output cannot or must not be written."""
-    if path.is_dir():
+    """Fail before any work is done when the output cannot or must not be written. Only a
+    regular file is ever replaced: a symlink (dangling or not), FIFO or device node at the
+    path is someone else's (as root, `-o /dev/null --overwrite` would replace /dev/null)."""
+    try:
+        mode: Optional[int] = os.lstat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as error:
+        raise CgtraceError(f"{path}: cannot check the output path ({error.strerror}); choose another path with -o") from None
+    if mode is not None and stat.S_ISDIR(mode):
         raise CgtraceError(f"{path}: is a directory; pass a file path with -o")
-    if path.exists() and not overwrite:
+    if mode is not None and not stat.S_ISREG(mode):
+        raise CgtraceError(f"{path}: is a {_kind(mode)}, which cgtrace never replaces, not even with --overwrite; "
+                           "choose another path with -o")
+    if mode is not None and not overwrite:
         raise CgtraceError(f"{path}: already exists; pass --overwrite to replace it or -o to choose another path")
     parent = _parent(path)
     if not parent.is_dir():
         raise CgtraceError(f"{path}: directory {parent} does not exist; create it or choose another path with -o")
     if not os.access(parent, os.W_OK):
         raise CgtraceError(f"{path}: directory {parent} is not writable; choose another path with -o")
+
+
+def write_failed(path: Path, error: OSError) -> CgtraceError:
+    """The one message for an output that could not be written (a full disk, most often)."""
+    return CgtraceError(f"{path}: write failed ({error.strerror or error}); nothing was written; "
+                        "free disk space or choose another path with -o")
 
 
 class AtomicFiles:
@@ -55,20 +73,26 @@ class AtomicFiles:
         return writer
 
     def commit(self, check: Optional[Check] = None) -> None:
-        """Check each file (`check(temporary, target)`), then move all into place."""
+        """Check each file (`check(temporary, target)`), then move all into place. Should a
+        move fail half-way, the files already moved that were new are removed again."""
+        moved: list[Path] = []
         try:
             for path, temp_name in self._pending:
                 os.chmod(temp_name, 0o666 & ~_current_umask())
                 if check is not None:
                     check(Path(temp_name), path)
             for path, _ in self._pending:
-                if not self.overwrite and path.exists():
-                    raise CgtraceError(f"{path}: appeared while converting; pass --overwrite to replace it")
+                check_output_path(path, self.overwrite)  # it may have appeared while converting
             for path, temp_name in self._pending:
+                new = not os.path.lexists(path)
                 os.replace(temp_name, path)
+                if new:
+                    moved.append(path)
         except OSError as error:
-            raise CgtraceError(f"{self._pending[0][0]}: write failed ({error.strerror or error}); "
-                               "free disk space or choose another path with -o") from None
+            for path in moved:
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
+            raise write_failed(self._pending[0][0], error) from None
         finally:
             self.discard()
 
@@ -114,9 +138,18 @@ def atomic_output(path: Path, overwrite: bool, check: Optional[Check] = None) ->
             yield stream
             stream.close()
         except OSError as error:
-            raise CgtraceError(f"{path}: write failed ({error.strerror or error}); "
-                               "free disk space or choose another path with -o") from None
+            raise write_failed(path, error) from None
         files.commit(check)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "symbolic link"
+    if stat.S_ISFIFO(mode):
+        return "FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "socket" if stat.S_ISSOCK(mode) else "special file"
 
 
 def _parent(path: Path) -> Path:

@@ -9,7 +9,6 @@ and flow-id ranges, so they concatenate into one valid trace.
 
 from __future__ import annotations
 
-import multiprocessing
 import re
 import shutil
 import tempfile
@@ -31,6 +30,7 @@ from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
 from .runner import PROFILER_OUTPUT, JobOptions, Prepared, prepare
 from .verify import Expected, verify_output
+from .workers import run_in_workers
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
 RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orders the ranks
@@ -127,7 +127,8 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     helpers = options.args_strategy == "helper" or (options.args_strategy == "auto" and helper_fits(sizes, jobs))
     scanning = replace(options, compact=True, args_strategy="in-process")
     writing = replace(scanning, args_strategy="helper" if helpers else "in-process")
-    infos = _in_workers(_scan_rank, [(str(f), scanning) for f in files], jobs, fresh_workers=helpers)
+    infos = _in_workers(_scan_rank, [(str(f), scanning) for f in files], list(map(str, files)), jobs,
+                        fresh_workers=helpers)
     if ranks is not None:
         infos = [info for info in infos if info.global_rank in ranks]
         if len(infos) < 2:
@@ -190,8 +191,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     base = min(info.base_time_ns or 0 for info in members)
     with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent) as scratch:
-        parts = _in_workers(_write_rank_part, [(plan, options, scratch) for plan in plans], jobs,
-                            fresh_workers=helpers)
+        parts = _in_workers(_write_rank_part, [(plan, options, scratch) for plan in plans], [plan.file for plan in plans],
+                            jobs, fresh_workers=helpers)
         expected = Expected(sum(part.slices for _, _, part in parts),
                             sum(part.flows for _, _, part in parts) + len(arrows.ends) // 2,
                             sum(part.counter_samples for _, _, part in parts))
@@ -236,15 +237,14 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     return result
 
 
-def _in_workers(function, tasks: list, jobs: int, fresh_workers: bool = False) -> list:
-    """Run tasks in worker processes (one rank in memory each), results in task order. A single
-    job runs in this process unless `fresh_workers`: a process forked from a heap that held
-    earlier ranks (an args helper, a worker) keeps those pages while its parent reuses them."""
+def _in_workers(function, tasks: list, files: list[str], jobs: int, fresh_workers: bool = False) -> list:
+    """Run tasks (on these rank files) in worker processes, one rank in memory each, results
+    in task order. A single job runs in this process unless `fresh_workers`: a process
+    forked from a heap that held earlier ranks (an args helper, a worker) keeps those pages while its
+    parent reuses them."""
     if not fresh_workers and (jobs == 1 or len(tasks) == 1):
         return [function(*task) for task in tasks]
-    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
-    with context.Pool(min(jobs, len(tasks)), maxtasksperchild=1) as pool:
-        return pool.starmap(function, tasks, chunksize=1)
+    return run_in_workers(function, tasks, files, jobs)
 
 
 def _scan_rank(file: str, options: JobOptions) -> RankInfo:

@@ -19,7 +19,7 @@ from ..engine.pp import NO_PP, Block, BlockKey, find_blocks, link_rank_local, pp
 from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bounds
 from ..errors import CgtraceError
 from ..fileio.args_file import FileArgsStore
-from ..fileio.atomic import AtomicFiles, check_output_path
+from ..fileio.atomic import AtomicFiles, check_output_path, write_failed
 from ..inputs.kineto_reader import read_trace
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import ArgsStore, Trace
@@ -142,8 +142,11 @@ def write_trace(trace: Trace, stream: BinaryIO, output_format: str = "perfetto")
 
 def _write_file(trace: Trace, files: AtomicFiles, path: Path, output_format: str) -> dict[str, Any]:
     stream = files.create(path)
-    written = write_trace(trace, cast(BinaryIO, stream), output_format)  # a DirectWriter: the writers only call write()
-    stream.close()
+    try:
+        written = write_trace(trace, cast(BinaryIO, stream), output_format)  # a DirectWriter: the writers only call write()
+        stream.close()
+    except OSError as error:
+        raise write_failed(path, error) from None
     return written
 
 

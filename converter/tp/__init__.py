@@ -15,6 +15,7 @@ from perfetto.trace_processor.api import TraceProcessor, TraceProcessorConfig, T
 
 from converter.errors import CgtraceError
 from converter.fileio.gzip_size import uncompressed_size
+from converter.tp.time_limit import LimitedTraceProcessor, TimeLimit, TimeLimitExceeded
 from converter.tp.wasm_backend import WasmTraceProcessor
 from converter.tp.wasm_host import WasmCrashed
 
@@ -28,7 +29,8 @@ MEMORY64_ABOVE = 1_500_000_000
 def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None) -> TraceProcessor:
     """Loads `trace` (Chrome JSON, gzipped JSON or Perfetto protobuf; a path or the bytes) for SQL queries.
 
-    Raises CgtraceError, naming the trace, if it cannot be read or loaded.
+    Raises CgtraceError, naming the trace, if it cannot be read or loaded, or if loading or a
+    query runs past the time limit (time_limit.py).
     Close the result (or use it as a context manager) to free its memory.
     """
     tp_bin = tp_bin or os.environ.get("CGTRACE_TP_BIN") or None
@@ -41,9 +43,13 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None) -> T
                 "trace_processor_shell, or leave it out to use the built-in WebAssembly one"
             )
         with io.BytesIO(data) if data is not None else open(trace, "rb") as source:
+            size = uncompressed_size(source)
+            limit = TimeLimit(name, size)
             if tp_bin:
-                return TraceProcessor(trace=source, config=TraceProcessorConfig(bin_path=tp_bin))
-            return WasmTraceProcessor(source, memory64=uncompressed_size(source) > MEMORY64_ABOVE)
+                return LimitedTraceProcessor(source, limit, TraceProcessorConfig(bin_path=tp_bin))
+            return WasmTraceProcessor(source, limit, memory64=size > MEMORY64_ABOVE)
+    except TimeLimitExceeded:
+        raise  # names the trace already
     except CgtraceError as e:
         problem = e.message
     except OSError as e:

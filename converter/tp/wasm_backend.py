@@ -7,9 +7,9 @@ over any transport; this adds loading a trace, which it leaves unimplemented.
 from __future__ import annotations
 
 from perfetto.common.exceptions import PerfettoException
-from perfetto.trace_processor.api import TraceProcessor
 from perfetto.trace_processor.rpc import TraceProcessorRpc
 
+from converter.tp.time_limit import LimitedTraceProcessor, TimeLimit
 from converter.tp.wasm_host import REQUEST_BUFFER_SIZE, WasmTransport
 
 # Room for the envelope around trace bytes (stream and message tags, lengths).
@@ -60,12 +60,17 @@ class WasmBackend(TraceProcessorRpc):
         return reply
 
 
-class WasmTraceProcessor(TraceProcessor):
+class WasmTraceProcessor(LimitedTraceProcessor):
     """perfetto's TraceProcessor, backed by trace_processor.wasm instead of a trace_processor_shell process."""
 
-    def __init__(self, trace, memory64: bool = False):
-        self._memory64 = memory64
-        super().__init__(trace=trace)
+    def __init__(self, trace, limit: TimeLimit, memory64: bool = False):
+        # Before the time limit starts: compiling the module (seconds, on first use) is not
+        # trace_processor's work, and the module must exist for the limit to stop it.
+        self._transport = WasmTransport(memory64)
+        super().__init__(trace, limit)
 
     def _create_backend(self, remote, addr):
-        return WasmBackend(WasmTransport(self._memory64), self.protos)
+        return WasmBackend(self._transport, self.protos)
+
+    def _stop(self) -> None:
+        self._transport.interrupt()

