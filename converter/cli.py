@@ -325,7 +325,7 @@ def _run_query(args) -> int:
         raise CgtraceError(f"{args.trace}: give the query either as SQL or with -f FILE (exactly one); "
                            "see `cgtrace query --help`")
     sql = args.sql if args.file is None else read_small_text(args.file, _QUERY_FILE_LIMIT, "an SQL query file (-f)")
-    with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin) as tp:
+    with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin, args.trace) as tp:
         result = run_sql(tp, sql, args.trace)
     progress.finish()
     width = None if args.wide else shutil.get_terminal_size().columns

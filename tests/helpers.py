@@ -68,3 +68,29 @@ def merge_files(files: list[Path], output_for, jobs=None, assume_aligned=False, 
 
     return merge_ranks(files, output_for, JobOptions(**options), jobs=jobs, assume_aligned=assume_aligned,
                        pp_group=pp_group, ranks=ranks)
+
+
+def view_and_fetch(trace: Path, served_name: str) -> tuple[str, bytes, int, str]:
+    """`cgtrace view TRACE --offline --no-browser` on a free port: (the URL it prints, the bytes
+    it serves at /<served_name>, its exit status after Ctrl-C, its stderr)."""
+    import http.client
+    import signal
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-m", "converter.cli", "view", str(trace), "--port", "0", "--no-browser", "--offline"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=Path(__file__).resolve().parents[1])
+    try:
+        url = process.stdout.readline().strip() if process.stdout else ""
+        port = int(url.split("url=http://127.0.0.1:")[1].split("/")[0])
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", "/" + served_name)
+        served = connection.getresponse().read()
+        connection.close()
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=10)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    return url, served, process.returncode, err

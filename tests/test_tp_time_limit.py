@@ -29,15 +29,16 @@ def cgtrace(args: list[str], cwd: Path, limit: str) -> subprocess.CompletedProce
 
 @pytest.mark.parametrize("command", [["query", "trace.json", "select count(*) from slice"], ["report", "trace.json"]])
 @pytest.mark.parametrize("value", ["NaN", "-Infinity", "1e400"])
-def test_a_looping_trace_processor_is_stopped(tmp_path, command, value):
+def test_a_trace_that_would_loop_trace_processor_ends_in_one_line(tmp_path, command, value):
+    """report and query read raw JSON through cgtrace's own reader, which refuses NaN and
+    infinities (and skips a counter value beyond double range) before trace_processor sees it."""
     (tmp_path / "trace.json").write_text(LOOPING % value)
     started = time.monotonic()
     run = cgtrace(command, tmp_path, "1")
     assert time.monotonic() - started < 30
-    assert run.returncode == 2, run.stderr
-    assert run.stderr.splitlines() == [
-        "cgtrace: error: trace.json: trace_processor ran past its time limit of 1 s and was stopped (some inputs, "
-        f"like a NaN in a JSON counter's args, make it loop forever); to allow longer, set {ENV}=SECONDS"]
+    assert "Traceback" not in run.stderr and len(run.stderr.splitlines()) <= 1
+    if run.returncode != 0:
+        assert run.returncode == 2 and run.stderr.startswith("cgtrace: error: trace.json: ")
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-5", "inf", "nan"])

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import http.client
-import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from converter.errors import CgtraceError
 from converter.analysis.view import PERFETTO_UI, TraceServer, find_web_dist
+from converter.errors import CgtraceError
+
+from .helpers import view_and_fetch
 
 TRACE_BYTES = bytes(range(256)) * 64
 
@@ -151,23 +150,10 @@ def test_errors(trace, tmp_path_factory):
 
 
 def test_cli_prints_the_url_and_stops_cleanly_on_ctrl_c(trace):
-    command = [sys.executable, "-m", "converter.cli", "view", str(trace), "--port", "0", "--no-browser", "--offline"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).resolve().parents[1])
-    try:
-        url = process.stdout.readline().strip()
-        port = int(url.split("url=http://127.0.0.1:")[1].split("/")[0])
-        assert url == f"http://127.0.0.1:{port}/#!/?url=http://127.0.0.1:{port}/my%20trace.perfetto-trace"
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        connection.request("GET", "/my%20trace.perfetto-trace")
-        assert connection.getresponse().read() == TRACE_BYTES
-        connection.close()
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0
+    url, served, status, err = view_and_fetch(trace, "my%20trace.perfetto-trace")
+    port = int(url.split("url=http://127.0.0.1:")[1].split("/")[0])
+    assert url == f"http://127.0.0.1:{port}/#!/?url=http://127.0.0.1:{port}/my%20trace.perfetto-trace"
+    assert served == TRACE_BYTES and status == 0
     assert "Traceback" not in err and err.strip().splitlines()[-1] == f"cgtrace: stopped serving {trace}"
 
 

@@ -3,18 +3,13 @@ traces merged, first; the result is kept beside the input and reused until the i
 
 from __future__ import annotations
 
-import http.client
 import os
 import shutil
-import signal
-import subprocess
-import sys
-from pathlib import Path
 
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
 from converter.jobs.viewable import viewable
 
-from .helpers import rows
+from .helpers import rows, view_and_fetch
 
 
 def test_a_rank_trace_is_compacted_once_and_reused(tmp_path):
@@ -50,22 +45,8 @@ def test_a_perfetto_trace_opens_as_it_is(tmp_path):
 
 def test_the_command_compacts_then_serves_the_result(tmp_path):
     source = write_trace(GeneratorConfig(steps=1, graphs_per_step=2, kernels_per_replay=8), tmp_path / "t.json.gz")
-    command = [sys.executable, "-m", "converter.cli", "view", str(source), "--port", "0", "--no-browser", "--offline"]
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).resolve().parents[1])
-    try:
-        url = process.stdout.readline().strip()
-        assert url.endswith("/t_compacted.perfetto-trace")
-        port = int(url.split("url=http://127.0.0.1:")[1].split("/")[0])
-        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-        connection.request("GET", "/t_compacted.perfetto-trace")
-        assert connection.getresponse().read() == (tmp_path / "t_compacted.perfetto-trace").read_bytes()
-        connection.close()
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=10)
-    finally:
-        if process.poll() is None:
-            process.kill()
-    assert process.returncode == 0 and "Traceback" not in err
+    url, served, status, err = view_and_fetch(source, "t_compacted.perfetto-trace")
+    assert url.endswith("/t_compacted.perfetto-trace") and status == 0 and "Traceback" not in err
+    assert served == (tmp_path / "t_compacted.perfetto-trace").read_bytes()
     assert err.splitlines()[0] == f"cgtrace: compacted {source} -> {tmp_path / 't_compacted.perfetto-trace'} " \
                                   "(kept for the next view)"

@@ -27,12 +27,13 @@ class Result:
         self.rows = rows
 
 
-def open_checked(path: Path, tp_bin: Optional[str] = None) -> TraceProcessor:
-    """open_trace, with the one-line message users expect for a path that is not a file."""
+def open_checked(path: Path, tp_bin: Optional[str] = None, shown_as: Optional[Path] = None) -> TraceProcessor:
+    """open_trace, with the one-line message users expect for a path that is not a file;
+    messages name `shown_as` where `path` is a temporary trace made from it."""
     if not path.is_file():
         problem = "is a directory; pass a trace file" if path.is_dir() else "no such file; check the path"
-        raise CgtraceError(f"{path}: {problem} and try again")
-    return open_trace(path, tp_bin=tp_bin)
+        raise CgtraceError(f"{shown_as or path}: {problem} and try again")
+    return open_trace(path, tp_bin=tp_bin, shown_as=shown_as)
 
 
 def run_sql(tp: TraceProcessor, sql: str, trace: Path) -> Result:

@@ -292,7 +292,7 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes_
     """All figures of the trace at `path` (named `shown_as` where it was made from another file).
     `lanes_file`: lane rules for traces cgtrace did not compact (default: the built-in rules)."""
     rules = load_lane_rules(lanes_file)
-    with open_checked(path, tp_bin) as tp:
+    with open_checked(path, tp_bin, shown_as) as tp:
         trace = _Trace(tp, path, rules)
         by_roles = trace.prepare()
         islands: dict[int, dict[str, Intervals]] = defaultdict(lambda: defaultdict(list))

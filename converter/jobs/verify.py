@@ -34,7 +34,7 @@ def verify_output(path: Path, expected: Expected, tp_bin: Optional[str] = None,
     # trace_processor brings in perfetto and wasmtime (0.25 s, 14 MB): only when a check runs.
     from ..tp import open_trace
 
-    with open_trace(path, tp_bin=tp_bin) as tp:
+    with open_trace(path, tp_bin=tp_bin, shown_as=shown_as) as tp:
         stats = problem_stats(tp)
         found = Expected(_count(tp, "slice"), _count(tp, "flow"), _count(tp, "counter"))
     if stats or found != expected:

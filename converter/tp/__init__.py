@@ -26,16 +26,18 @@ __all__ = ["open_trace", "TraceProcessorException"]
 MEMORY64_ABOVE = 1_500_000_000
 
 
-def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None) -> TraceProcessor:
+def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
+               shown_as: str | os.PathLike | None = None) -> TraceProcessor:
     """Loads `trace` (Chrome JSON, gzipped JSON or Perfetto protobuf; a path or the bytes) for SQL queries.
 
-    Raises CgtraceError, naming the trace, if it cannot be read or loaded, or if loading or a
-    query runs past the time limit (time_limit.py).
+    Raises CgtraceError, naming the trace (as `shown_as` where it is a temporary file made from
+    that one), if it cannot be read or loaded, or if loading or a query runs past the time
+    limit (time_limit.py).
     Close the result (or use it as a context manager) to free its memory.
     """
     tp_bin = tp_bin or os.environ.get("CGTRACE_TP_BIN") or None
     data = trace if isinstance(trace, (bytes, bytearray, memoryview)) else None  # in memory
-    name = f"<{len(data)} bytes>" if data is not None else str(trace)
+    name = str(shown_as) if shown_as is not None else f"<{len(data)} bytes>" if data is not None else str(trace)
     try:
         if tp_bin and not (os.path.isfile(tp_bin) and os.access(tp_bin, os.X_OK)):
             raise CgtraceError(
