@@ -37,7 +37,7 @@ def best_of(argv: list[str], repeat: int, timeout: Optional[float]) -> dict:
     runs = [measure(argv, timeout) for _ in range(repeat)]
     ok = [run for run in runs if run["rc"] == 0]
     if not ok:
-        return {"error": runs[-1]["stderr"].strip().splitlines()[-1:] or ["failed"]}
+        return {"error": (runs[-1]["stderr"].strip().splitlines() or ["no message"])[-1]}
     best = min(ok, key=lambda run: run["wall_s"])
     peak_kb = max(max(run["peak_rss_kb"], run.get("tree_rss_sampled_kb", 0)) for run in ok)
     return {"wall_s": best["wall_s"], "cpu_s": best["user_s"] + best["sys_s"], "peak_mb": peak_kb * 1024 / MB,
@@ -54,8 +54,6 @@ def compare(entry: dict, cgtrace: list[str], repeat: int, timeout: Optional[floa
     if "error" not in ours and "error" not in theirs:
         row["speedup"] = theirs["wall_s"] / ours["wall_s"]
         row["memory_ratio"] = theirs["peak_mb"] / ours["peak_mb"]
-        row["mb_per_s"] = entry["bytes"] / MB / ours["wall_s"]
-        row["rss_over_input"] = ours["peak_mb"] * MB / entry["bytes"]
     return row
 
 
@@ -67,13 +65,15 @@ def markdown(rows: list[dict], machine: dict) -> str:
              "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for row in rows:
         ours, theirs = row["cgtrace"], row["reference"]
-        if "speedup" not in row:
-            lines.append(f"| {row['name']} | {row['bytes'] / MB:.0f} | {ours.get('error', '')} | | | | "
-                         f"{theirs.get('error', '')} | | | |")
-            continue
-        lines.append(f"| {row['name']} | {row['bytes'] / MB:.0f} | {ours['wall_s']:.2f} | {row['mb_per_s']:.1f} | "
-                     f"{ours['peak_mb']:.0f} | {row['rss_over_input']:.2f} | {theirs['wall_s']:.2f} | "
-                     f"{theirs['peak_mb']:.0f} | {row['speedup']:.2f}x | {row['memory_ratio']:.2f}x |")
+        mb = row["bytes"] / MB
+        cells = [row["name"], f"{mb:.0f}"]
+        cells += [f"failed: {ours['error']}", "", "", ""] if "error" in ours else \
+            [f"{ours['wall_s']:.2f}", f"{mb / ours['wall_s']:.1f}", f"{ours['peak_mb']:.0f}",
+             f"{ours['peak_mb'] / mb:.2f}"]
+        cells += [f"failed: {theirs['error']}", ""] if "error" in theirs else \
+            [f"{theirs['wall_s']:.2f}", f"{theirs['peak_mb']:.0f}"]
+        cells += [f"{row['speedup']:.2f}x", f"{row['memory_ratio']:.2f}x"] if "speedup" in row else ["", ""]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
