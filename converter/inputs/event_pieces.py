@@ -96,7 +96,8 @@ def iter_pieces(text, layout: EventsLayout, decoders: Sequence[msgspec.json.Deco
                 ) -> Iterator[tuple[list, int, int]]:
     """(the piece's events, its start and end offsets in `text`), in file order. A piece is
     decoded by the first of `decoders` that takes it whole, else as raw events (one Raw each),
-    which any JSON array gives: only a piece cut inside an event fails that."""
+    which any JSON array gives: only a piece cut inside an event fails that. `decoders` is read
+    afresh for every piece, so a caller may change them between pieces."""
     start, end = layout.start, layout.end
     while start < end:
         search_from = start + PIECE_BYTES

@@ -60,6 +60,7 @@ class _ExactTs(msgspec.Struct, gc=False):
 _EVENT = msgspec.json.Decoder(_Event)
 _EVENT_LIST = msgspec.json.Decoder(list[_Event])
 _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
+_EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])
 _EXACT_TS = msgspec.json.Decoder(_ExactTs)
 _UTF8_CHUNK = 1 << 24
 _INFINITIES = (float("inf"), float("-inf"))
@@ -103,10 +104,15 @@ def _parse_in_pieces(text: Any, layout: EventsLayout, store: ArgsStore) -> Trace
     builder = _KinetoEvents(trace, base_ns=kineto.base_time_ns(header) or 0)
     checked, total = layout.start, len(text)
     # A piece is decoded whole into events where it can be: one pass over its bytes, not two.
-    for events, start, end in iter_pieces(text, layout, (_EVENT_LIST,)):
+    # Once a piece had times a float cannot hold to the ns (absolute epoch microseconds), the
+    # rest are decoded exactly at once rather than as floats first and again.
+    decoders: list[msgspec.json.Decoder] = [_EVENT_LIST]
+    for events, start, end in iter_pieces(text, layout, decoders):
         _check_utf8(text, checked, end)
         builder.add_events(events, lambda: raw_events(text, start, end))  # noqa: B023 (called at once)
         del events
+        if builder.exact_times:
+            decoders[0] = _EXACT_EVENT_LIST
         if isinstance(text, mmap.mmap):
             # Finished pages go (read again, they refault from the page cache).
             text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))
@@ -233,6 +239,7 @@ class _KinetoEvents(TraceBuilder):
         self.open_async: dict[tuple[Any, ...], list[tuple[int, _Event]]] = {}
         self.flow_events: list[FlowEvent] = []
         self.metadata_events: list[_Event] = []
+        self.exact_times = False  # whether an event had to be decoded again for its exact times
 
     # -- events -------------------------------------------------------------------------
     def add_events(self, items: list, raw_piece: Optional[Callable[[], list[msgspec.Raw]]] = None) -> None:
@@ -252,7 +259,7 @@ class _KinetoEvents(TraceBuilder):
             item = items[index]
             items[index] = None
             raw = None
-            if type(item) is _Event:
+            if type(item) is _Event or type(item) is _ExactEvent:
                 event = item
             else:  # decode_event's usual case, inline (a call per event is measurable)
                 raw = item
@@ -267,6 +274,7 @@ class _KinetoEvents(TraceBuilder):
                     raws = raws or raw_piece()
                     raw = raws[index]
                 event = decode_event(raw)  # not an object, beyond float range, or a ts needing Decimal
+                self.exact_times = True
             if event is None:
                 skipped["event_not_an_object"] += 1
                 continue
