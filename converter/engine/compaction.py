@@ -16,11 +16,12 @@ from operator import attrgetter
 from typing import Iterable, Iterator, Optional
 
 from ..errors import CgtraceError
-from ..kineto import CUDA_GRAPH_LAUNCH, kernel_label, profiler_step
+from ..kineto import CUDA_GRAPH_LAUNCH, kernel_label
 from ..lane_rules import LaneRules
-from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
 from ..model import LaneGroup, Process, Slice, Thread, Trace, Track, TrackRole
 from ..model.nesting import nested_layers
+from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
+from .window import step_ranges
 
 LANE_CONTAINER_NAME = "GPU lanes"
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
@@ -36,7 +37,7 @@ class GpuLanes:
     lanes: dict[LaneGroup, list[Track]] = field(default_factory=dict)  # group -> lanes, in order
     annotation_rows: dict[Track, list[Track]] = field(default_factory=dict)  # lane -> rows
     lane_slices: dict[Track, list[Slice]] = field(default_factory=dict)  # lane -> slices in time order
-    streams: set[object] = field(default_factory=set)  # hardware streams, as the grouping names them
+    streams: set[object] = field(default_factory=set)  # the hardware streams (lane_grouping.hardware_streams)
 
 
 def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = None) -> dict:
@@ -56,14 +57,14 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
             annotations[thread.process].append(slice_)
 
     summary: Counter[str] = Counter()
-    step_starts = sorted(s.ts for s in trace.slices
-                         if s.cat not in rules.annotation_categories and profiler_step(s.name) is not None)
+    step_starts = sorted(start for start, _ in step_ranges(trace).values())
+    launch_of = {id(flow.target): id(flow.source) for flow in trace.flows}
     per_gpu = []
     for process, slices in gpu_slices.items():
         by_stream = _by_stream(slices)  # before packing moves the slices off their streams
         gpu = _pack_lanes(trace, process, slices, grouping, summary)
         _place_annotations(trace, gpu, by_stream, annotations.get(process, []), summary)
-        _label_kernel_runs(trace, gpu, step_starts, summary)
+        _label_kernel_runs(trace, gpu, launch_of, step_starts, summary)
         _layer_annotation_rows(trace, gpu)
         per_gpu.append(gpu)
 
@@ -216,16 +217,16 @@ def _annotation_row(trace: Trace, gpu: GpuLanes, lane: Track, layer: int = 1) ->
     return rows[layer - 1]
 
 
-def _label_kernel_runs(trace: Trace, gpu: GpuLanes, step_starts: list[int], summary: Counter[str]) -> None:
+def _label_kernel_runs(trace: Trace, gpu: GpuLanes, launch_of: dict[int, int], step_starts: list[int],
+                       summary: Counter[str]) -> None:
     """CUDA-graph kernels labelled with args.name: one span per run of the same label on a lane
-    within one replay (the kernels one launch's arrows reach) and one ProfilerStep (CPU side,
-    `step_starts`), so a span
-    never joins kernels of different replays across the idle time between them."""
+    within one replay (the kernels one launch's arrows reach: `launch_of`, slice id -> launch
+    id) and one CPU ProfilerStep (`step_starts`), so a span never joins kernels of different
+    replays across the idle time between them."""
     lanes = [lane for group in gpu.lanes.values() for lane in group]
     members_of = [gpu.lane_slices[lane] for lane in lanes]
     labels_of = iter(_split(trace.args_labels([s for members in members_of for s in members], kernel_label),
                             members_of))
-    launch_of = {id(flow.target): id(flow.source) for flow in trace.flows}
     for lane, members in zip(lanes, members_of):
         labels = next(labels_of)
         summary["kernels_labelled"] += len(labels) - labels.count(None)

@@ -205,6 +205,8 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
 def _nest_inner(trace: Trace, compute: list[Block]) -> None:
     """Each compute block's `inner`: its first fragment's children (the outermost slices within
     it on its track), by start. Only children: a merge ships their starts between passes."""
+    if not compute:
+        return  # no second pass over the slices of a trace without PP compute
     firsts = [(block, block.first_fragment()) for block in compute]
     tracks = {id(first.track) for _, first in firsts}
     on_track: dict[int, list[Slice]] = defaultdict(list)
