@@ -37,7 +37,8 @@ RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orde
 _ROOT_UUID = 1 << 62
 _GLOBAL_INSTANTS_UUID = _ROOT_UUID + 1  # every rank's global instants on one shared row
 _BOOKKEEPING_UUID = _ROOT_UUID + 2      # where the profiler's bookkeeping rows of every rank hang
-BOOKKEEPING_ROOT_NAME = "Profiler bookkeeping"
+# v52 orders top-level tracks by name: this one must sort after both ranks' roots.
+BOOKKEEPING_ROOT_NAME = "Spans and markers (profiler bookkeeping)"
 # Fresh pids and tids of merge position k: (k + 1) << 22 ..., above every Linux id (pid_max is
 # at most 1 << 22), so they never meet an id a rank keeps from its input.
 _RANK_ID_STRIDE = 1 << 22
