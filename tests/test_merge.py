@@ -349,3 +349,25 @@ def test_the_summary_says_how_many_ranks_were_held_at_once(tmp_path):
     assert (one_at_a_time in default.stderr) == (MERGE_MODULE.available_cores() > 1)
     chosen = subprocess.run([*command, "--overwrite", "--jobs", "2"], capture_output=True, text=True, check=True)
     assert json.loads(chosen.stdout)["ranks_at_once"] == 2 and one_at_a_time not in chosen.stderr
+
+
+@pytest.mark.parametrize("strategy", ["in-process", "helper"])
+def test_merge_reads_each_rank_once_and_leaves_only_its_output(monkeypatch, tmp_path, strategy):
+    """Pass two writes from pass one's snapshots: the JSON is read once per rank (counted in
+    this process: one job and no helper run the passes here); the scratch folder beside the
+    output goes; and with the args helper's encoding kept in the snapshots or not, in workers
+    or here, the merged bytes are the same."""
+    runner = importlib.import_module("converter.jobs.runner")
+    files = write_pp_run(tmp_path / "run", pp_size=3, microbatches=2, steps=1, seed=8, graphs_per_step=2)
+    reads = []
+    real_read = runner.read_trace
+    monkeypatch.setattr(runner, "read_trace", lambda path, **kw: reads.append(path) or real_read(path, **kw))
+    out = tmp_path / "out"
+    out.mkdir()
+    first = merge_ranks(files, lambda group, groups: out / "merged.perfetto-trace", jobs=1, args_strategy="in-process")
+    assert sorted(map(str, reads)) == sorted(map(str, files))
+    assert [p.name for p in out.iterdir()] == ["merged.perfetto-trace"]  # no snapshot or part left behind
+    again = merge_ranks(files, lambda group, groups: out / "again.perfetto-trace", jobs=2, args_strategy=strategy)
+    assert (out / "again.perfetto-trace").read_bytes() == (out / "merged.perfetto-trace").read_bytes()
+    assert first["pp_send_recv_pairs"] == again["pp_send_recv_pairs"] > 0
+    assert not problem_stats(out / "merged.perfetto-trace")

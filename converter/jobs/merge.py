@@ -1,14 +1,16 @@
 """Merge pipeline-parallel rank traces into one timeline, ranks stacked in pipeline order.
 
-Ranks are read and compacted in worker processes, one rank in memory per worker, twice:
-the first pass finds each rank's PP blocks, the main process pairs every SEND with its RECV
-across ranks and agrees a flow id for each arrow, and the second pass writes each rank's part
-with its arrow ends attached. Parts use their own packet sequence and disjoint pid, tid, uuid
+Ranks are read and compacted in worker processes, one rank in memory per worker, once:
+the first pass finds each rank's PP blocks and keeps the prepared rank in a snapshot
+(snapshot.py), the main process pairs every SEND with its RECV across ranks and agrees a flow
+id for each arrow, and the second pass loads each snapshot and writes the rank's part with
+its arrow ends attached. Parts use their own packet sequence and disjoint pid, tid, uuid
 and flow-id ranges, so they concatenate into one valid trace.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import tempfile
@@ -29,6 +31,7 @@ from ..model import FlowEnd, RankIdentity, Trace, Track, TrackRole
 from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
 from .runner import PROFILER_OUTPUT, JobOptions, Prepared, prepare
+from .snapshot import load_snapshot, save_snapshot
 from .verify import Expected, verify_output
 from .workers import run_in_workers
 
@@ -63,6 +66,7 @@ class RankInfo:
     blocks: dict[BlockKey, Extent] = field(default_factory=dict)
     pp_annotations: str = ""  # which annotations its blocks came from (engine.pp's schemes)
     input_ids: frozenset[int] = frozenset()  # the pids and tids it writes as its input had them
+    snapshot: str = ""  # where pass one kept the prepared rank for pass two
 
 
 @dataclass
@@ -70,6 +74,7 @@ class RankPlan:
     """What pass two needs: where the rank goes and which arrow ends it carries."""
 
     file: str
+    snapshot: str
     position: int
     pp_rank: int   # its place in the PP group, or in global rank order without one
     global_rank: int
@@ -111,7 +116,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
                 ranks: Optional[Container[int]] = None) -> dict[str, Any]:
     """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
-    only those global ranks. The args strategy "auto" gives pass two's ranks an args helper
+    only those global ranks. The args strategy "auto" gives pass one's ranks an args helper
     where cores and memory allow (helper_fits)."""
     files = find_rank_files(inputs)
     if len(files) < 2:
@@ -126,30 +131,38 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     sizes = sorted((json_size(path) for path in files), reverse=True)
     jobs = max(1, jobs or default_jobs(sizes))
     helpers = options.args_strategy == "helper" or (options.args_strategy == "auto" and helper_fits(sizes, jobs))
-    scanning = replace(options, compact=True, args_strategy="in-process")
-    writing = replace(scanning, args_strategy="helper" if helpers else "in-process")
-    infos = _in_workers(_scan_rank, [(str(f), scanning) for f in files], list(map(str, files)), jobs,
-                        fresh_workers=helpers)
+    scanning = replace(options, compact=True, args_strategy="helper" if helpers else "in-process")
+    # Snapshots live beside the output: a merge's temporary files stay on the output's disk.
+    with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output_for_group(0, 1).parent) as scratch:
+        tasks = [(str(file), scanning, str(Path(scratch) / f"rank{k:05d}")) for k, file in enumerate(files)]
+        infos = _in_workers(_scan_rank, tasks, list(map(str, files)), jobs, fresh_workers=helpers)
+        results = _merge_scanned(infos, output_for_group, options, jobs, assume_aligned, pp_group, ranks)
+    for result in results:
+        result.update(ranks_at_once=jobs, args_helpers=helpers)
+    return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": results[0]["pp_order_source"]}
+
+
+def _merge_scanned(infos: list[RankInfo], output_for_group: Callable[[int, int], Path], options: JobOptions,
+                   jobs: int, assume_aligned: bool, pp_group: Optional[int], ranks: Optional[Container[int]]
+                   ) -> list[dict[str, Any]]:
+    """Pass two, once pass one has scanned every rank: one result per pipeline."""
+    first = infos[0].file
     if ranks is not None:
         infos = [info for info in infos if info.global_rank in ranks]
         if len(infos) < 2:
-            raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; pass --ranks that "
+            raise CgtraceError(f"{first}: --ranks leaves {len(infos)} of the given traces; pass --ranks that "
                                "name two or more of their global ranks")
     groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
     if not groups:
-        raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
+        raise CgtraceError(f"{first}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
     chosen = range(len(groups)) if pp_group is None else [pp_group]
     if pp_group is not None and not 0 <= pp_group < len(groups):
         raise CgtraceError(f"--pp-group {pp_group}: the traces hold {len(groups)} pipeline(s), numbered from 0")
     outputs = {index: output_for_group(index, len(groups)) for index in chosen}
     for output in outputs.values():
         check_output_path(output, options.overwrite)
-    results = []
-    for index, output in outputs.items():
-        results.append(_merge_pipeline(groups[index], index, output, writing, jobs, order_source, helpers))
-    for result in results:
-        result.update(ranks_at_once=jobs, args_helpers=helpers)
-    return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
+    return [_merge_pipeline(groups[index], index, output, options, jobs, order_source)
+            for index, output in outputs.items()]
 
 
 def default_jobs(sizes: list[int]) -> int:
@@ -176,8 +189,8 @@ def helper_fits(sizes: list[int], jobs: int) -> bool:
 
 
 def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions, jobs: int,
-                    order_source: str, helpers: bool) -> dict[str, Any]:
-    plans = [RankPlan(file=info.file, position=k, global_rank=info.global_rank, in_pp_group=info.pp_group is not None,
+                    order_source: str) -> dict[str, Any]:
+    plans = [RankPlan(file=info.file, snapshot=info.snapshot, position=k, global_rank=info.global_rank, in_pp_group=info.pp_group is not None,
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
     taken: set[int] = set()
@@ -191,23 +204,23 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     for end in arrows.ends:
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     base = min(info.base_time_ns or 0 for info in members)
-    with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent) as scratch:
-        parts = _in_workers(_write_rank_part, [(plan, options, scratch) for plan in plans], [plan.file for plan in plans],
-                            jobs, fresh_workers=helpers)
-        expected = Expected(sum(part.slices for _, _, part in parts),
-                            sum(part.flows for _, _, part in parts) + len(arrows.ends) // 2,
-                            sum(part.counter_samples for _, _, part in parts))
-        verified: dict[str, int] = {}
+    parts = _in_workers(_write_rank_part, [(plan, f"{plan.snapshot}.group{group_index}.part") for plan in plans],
+                        [plan.file for plan in plans], jobs)
+    expected = Expected(sum(part.slices for _, _, part in parts),
+                        sum(part.flows for _, _, part in parts) + len(arrows.ends) // 2,
+                        sum(part.counter_samples for _, _, part in parts))
+    verified: dict[str, int] = {}
 
-        def check(temporary: Path, target: Path) -> None:
-            verified.update(verify_output(temporary, expected, options.tp_bin, shown_as=target))
+    def check(temporary: Path, target: Path) -> None:
+        verified.update(verify_output(temporary, expected, options.tp_bin, shown_as=target))
 
-        with atomic_output(output, options.overwrite, check if options.verify else None) as stream:
-            root = PIPELINE_ROOT_NAME if any(plan.in_pp_group for plan in plans) else RANKS_ROOT_NAME
-            _write_root(cast(BinaryIO, stream), root)  # a DirectWriter: PerfettoWriter only calls write()
-            for part_path, _, _ in parts:
-                with open(part_path, "rb") as part:
-                    shutil.copyfileobj(part, stream, 1 << 22)
+    with atomic_output(output, options.overwrite, check if options.verify else None) as stream:
+        root = PIPELINE_ROOT_NAME if any(plan.in_pp_group for plan in plans) else RANKS_ROOT_NAME
+        _write_root(cast(BinaryIO, stream), root)  # a DirectWriter: PerfettoWriter only calls write()
+        for part_path, _, _ in parts:
+            with open(part_path, "rb") as part:
+                shutil.copyfileobj(part, stream, 1 << 22)
+            os.unlink(part_path)  # as the output grows, so the scratch folder shrinks
     per_rank = [summary for _, summary, _ in parts]
     result = {
         "output": str(output),
@@ -248,7 +261,7 @@ def _in_workers(function, tasks: list, files: list[str], jobs: int, fresh_worker
     return run_in_workers(function, tasks, files, jobs)
 
 
-def _scan_rank(file: str, options: JobOptions) -> RankInfo:
+def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:
     prepared = prepare(Path(file), options, load_lane_rules(options.lanes_file))
     trace = prepared.trace
     info = trace.metadata.get("distributedInfo")
@@ -271,7 +284,17 @@ def _scan_rank(file: str, options: JobOptions) -> RankInfo:
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=base is None and first_ts > 10**15,
         blocks={key: block.extent() for key, block in prepared.blocks.items()},
-        pp_annotations=prepared.pp_annotations, input_ids=_input_ids(trace))
+        pp_annotations=prepared.pp_annotations, input_ids=_input_ids(trace), snapshot=_saved(prepared, snapshot))
+
+
+def _saved(prepared: Prepared, snapshot: str) -> str:
+    try:
+        save_snapshot(prepared, Path(snapshot))
+    except OSError as error:
+        raise CgtraceError(f"{Path(snapshot).parent}: cannot keep a rank for the merge's second pass "
+                           f"({error.strerror or error}); free space beside the output (about 0.6x the "
+                           "inputs' size) or write the output elsewhere with -o") from None
+    return snapshot
 
 
 def _input_ids(trace: Trace) -> frozenset[int]:
@@ -318,15 +341,14 @@ def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = Fals
     return pipelines, "distributedInfo.pg_config"
 
 
-def _write_rank_part(plan: RankPlan, options: JobOptions, scratch: str) -> tuple[str, dict[str, Any], Expected]:
-    prepared: Prepared = prepare(Path(plan.file), options, load_lane_rules(options.lanes_file))
+def _write_rank_part(plan: RankPlan, path: str) -> tuple[str, dict[str, Any], Expected]:
+    prepared = load_snapshot(Path(plan.snapshot))
     trace, summary, blocks = prepared.trace, prepared.summary, prepared.blocks
     summary.update(link_rank_local(trace, blocks))
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         trace.flow_ends.append(FlowEnd(blocks[key].slice_at(anchor), flow_id, outgoing))
     _place_rank(trace, plan)
     summary["overlaps_moved"] = separate_overlaps(trace)
-    path = Path(scratch) / f"part{plan.position:05d}"
     stride = plan.position + 1
     with open(path, "wb") as stream:
         writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32, flow_id_base=stride << 40)
@@ -334,7 +356,7 @@ def _write_rank_part(plan: RankPlan, options: JobOptions, scratch: str) -> tuple
         writer.close()
     summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,
                    file=plan.file)
-    return str(path), summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters))
+    return path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters))
 
 
 def _place_rank(trace: Trace, plan: RankPlan) -> None:

@@ -40,6 +40,15 @@ class EncodedArgs:
         bounds = self._bounds
         return self._blob[bounds[reference]:bounds[reference + 1]]
 
+    @property
+    def bounds(self) -> array:
+        return self._bounds
+
+    def write_blob(self, stream: BinaryIO) -> None:
+        """Every entry's bytes, in order, to `stream` (a merge keeps them for its second pass)."""
+        for start in range(0, self._bounds[-1], _WRITE_BYTES):
+            stream.write(self._blob[start:min(start + _WRITE_BYTES, self._bounds[-1])])
+
     def label_of(self, reference: int) -> Optional[str]:
         return self._labels[self._label_ids[reference]]
 
