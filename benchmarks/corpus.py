@@ -3,6 +3,7 @@
 
     python benchmarks/corpus.py --sizes 100MB,1GB,2GB            # every trace of ../shared/traces
     python benchmarks/corpus.py --sizes 100MB --only hta_nccl_a100
+    python benchmarks/corpus.py --rank-sets 1GB                 # the 8 DLRM ranks, 1 GB in all
 
 Real Kineto events average 250-400 bytes with many args and arrive on many threads and
 streams; the generator's are cheaper per byte, so speed is claimed only from these. A tiled
@@ -12,6 +13,10 @@ the previous one (by the source's span plus 1 ms) and with every id that links e
 launches and Python stacks bind within each copy as in the source. Process and thread
 metadata appear once. The generator's CUDA-graph pipeline rank is tiled alike, as a second
 kind. Written under benchmarks/out/corpus/ (never committed), streamed copy by copy.
+
+A rank set (the real 8-rank DLRM run, for merges) is tiled rank by rank to its share of the
+size, every rank shifted by the same span per copy (the longest rank's), so the ranks stay
+aligned on their baseTimeNanoseconds as in the source.
 """
 
 from __future__ import annotations
@@ -60,13 +65,24 @@ def load(name: str, path: Path, out: Path) -> dict:
     return orjson.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
 
 
-def tiled(document: dict, target_bytes: int) -> Iterator[bytes]:
-    """The tiled trace's JSON text, piece by piece, until it reaches `target_bytes`."""
+def _timed(document: dict) -> list[dict]:
+    return [e for e in document.get("traceEvents", [])
+            if isinstance(e, dict) and e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
+
+
+def _span(timed: list[dict]) -> float:
+    """How far each copy is shifted past the previous one: the source's span plus a gap."""
+    return max(e["ts"] + (e.get("dur") or 0) for e in timed) - min(e["ts"] for e in timed) + GAP_US
+
+
+def tiled(document: dict, target_bytes: int, span: float = 0.0) -> Iterator[bytes]:
+    """The tiled trace's JSON text, piece by piece, until it reaches `target_bytes`; each copy
+    is shifted by `span` us (default: the source's own span plus a gap)."""
     events = [e for e in document.get("traceEvents", []) if isinstance(e, dict)]
     metadata = [e for e in events if e.get("ph") == "M"]
-    timed = [e for e in events if e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
+    timed = _timed(document)
     start = min(e["ts"] for e in timed)
-    span = max(e["ts"] + (e.get("dur") or 0) for e in timed) - start + GAP_US
+    span = span or _span(timed)
     id_range = 1 + max(_links(timed))
     header = {k: v for k, v in document.items() if k != "traceEvents"}
     yield orjson.dumps(header)[:-1] + b',"traceEvents":['
@@ -134,6 +150,31 @@ def build(sizes: list[str], only: list[str], out: Path) -> list[dict]:
     return built
 
 
+def build_rank_sets(sizes: list[str], out: Path) -> list[dict]:
+    """The 8 DLRM ranks tiled to each size in all, under `<out>/dlrm_8ranks_<size>/`."""
+    source = SHARED_TRACES / "dlrm_8ranks"
+    built: list[dict] = []
+    if not source.is_dir():
+        return built
+    documents = {path.name.split(".json")[0]: path for path in sorted(source.glob("rank*_trace.json.gz"))}
+    for size in sizes:
+        folder = out / f"dlrm_8ranks_{size}"
+        if not folder.is_dir():
+            loaded = {name: orjson.loads(gzip.decompress(path.read_bytes())) for name, path in documents.items()}
+            span = max(_span(_timed(document)) for document in loaded.values())
+            temporary = folder.with_name(folder.name + ".partial")
+            temporary.mkdir(parents=True, exist_ok=True)
+            for name, document in loaded.items():
+                with open(temporary / f"{name}.json", "wb") as stream:
+                    for piece in tiled(document, _bytes(size) // len(loaded), span):
+                        stream.write(piece)
+            temporary.rename(folder)
+        total = sum(path.stat().st_size for path in folder.iterdir())
+        built.append({"name": "dlrm_8ranks", "size": size, "path": str(folder), "bytes": total})
+        print(f"{folder}: 8 ranks, {total / 1e6:.0f} MB", file=sys.stderr)
+    return built
+
+
 def _bytes(size: str) -> int:
     nbytes = parse_size(size).nbytes
     if nbytes is None:
@@ -145,12 +186,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100MB", help="comma-separated sizes (MB = 10^6 bytes)")
     parser.add_argument("--only", default="", help="comma-separated source names (default: all)")
+    parser.add_argument("--rank-sets", default="", help="comma-separated total sizes of the tiled 8 DLRM ranks "
+                        "(for merges); alone, no single traces are tiled")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args(argv)
     if not SHARED_TRACES.is_dir():
         print("corpus: ../shared/traces is absent; nothing to tile", file=sys.stderr)
         return 0
-    entries = build(args.sizes.split(","), [n for n in args.only.split(",") if n], args.out)
+    rank_sets = [size for size in args.rank_sets.split(",") if size]
+    entries = build_rank_sets(rank_sets, args.out)
+    if not rank_sets or "--sizes" in (argv if argv is not None else sys.argv):
+        entries += build(args.sizes.split(","), [n for n in args.only.split(",") if n], args.out)
     json.dump(entries, sys.stdout, indent=1)
     print()
     return 0
