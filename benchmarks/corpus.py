@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any, Iterator
@@ -70,12 +71,13 @@ def _timed(document: dict) -> list[dict]:
             if isinstance(e, dict) and e.get("ph") != "M" and isinstance(e.get("ts"), (int, float))]
 
 
-def _span(timed: list[dict]) -> float:
-    """How far each copy is shifted past the previous one: the source's span plus a gap."""
-    return max(e["ts"] + (e.get("dur") or 0) for e in timed) - min(e["ts"] for e in timed) + GAP_US
+def _span(timed: list[dict]) -> int:
+    """How far each copy is shifted past the previous one: the source's span plus a gap, in
+    whole microseconds, so shifted times keep the digits the profiler wrote (see _shifted)."""
+    return math.ceil(max(e["ts"] + (e.get("dur") or 0) for e in timed) - min(e["ts"] for e in timed) + GAP_US)
 
 
-def tiled(document: dict, target_bytes: int, span: float = 0.0) -> Iterator[bytes]:
+def tiled(document: dict, target_bytes: int, span: int = 0) -> Iterator[bytes]:
     """The tiled trace's JSON text, piece by piece, until it reaches `target_bytes`; each copy
     is shifted by `span` us (default: the source's own span plus a gap)."""
     events = [e for e in document.get("traceEvents", []) if isinstance(e, dict)]
@@ -99,7 +101,7 @@ def tiled(document: dict, target_bytes: int, span: float = 0.0) -> Iterator[byte
         yield piece
         copy += 1
     yield orjson.dumps({"ph": "i", "s": "g", "name": "Corpus End", "pid": "", "tid": "",
-                        "ts": start + copy * span}) + b"]}"
+                        "ts": _shifted({"ts": start}, copy * span, 0)["ts"]}) + b"]}"
 
 
 def _links(events: list[dict]) -> Iterator[int]:
@@ -115,11 +117,13 @@ def _links(events: list[dict]) -> Iterator[int]:
                     yield value
 
 
-def _shifted(event: dict, shift: float, offset: int) -> dict:
+def _shifted(event: dict, shift: int, offset: int) -> dict:
     if not shift:
         return event
     copy: dict[str, Any] = dict(event)
-    copy["ts"] = event["ts"] + shift
+    # Integer microseconds stay integers; others keep at most the 3 decimals profilers write
+    # (the float sum alone would print as 6579008.217000001, a time no profiler writes).
+    copy["ts"] = event["ts"] + shift if isinstance(event["ts"], int) else round(event["ts"] + shift, 3)
     if isinstance(event.get("id"), int):
         copy["id"] = event["id"] + offset
     args = event.get("args")

@@ -17,6 +17,7 @@ import os
 import tempfile
 import weakref
 from array import array
+from itertools import accumulate, islice
 from typing import Any, Iterator, Optional, Protocol, Sequence
 
 from ..errors import CgtraceError
@@ -72,6 +73,14 @@ class FileArgsStore(ArgsStore):
         if len(pending) >= _SPILL_BYTES:
             self._spill()
         return len(bounds) - 2
+
+    def add_many(self, texts: list[Any]) -> int:
+        first = len(self._bounds) - 1
+        self._pending += b"".join(texts)
+        self._bounds.extend(islice(accumulate(map(len, texts), initial=self._bounds[-1]), 1, None))
+        if len(self._pending) >= _SPILL_BYTES:
+            self._spill()
+        return first
 
     def text(self, reference: int) -> bytes:
         if self._pending:

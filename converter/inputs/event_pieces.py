@@ -115,9 +115,10 @@ def iter_pieces(text, layout: EventsLayout, decoders: Sequence[msgspec.json.Deco
             break
 
 
-def raw_events(text, start: int, end: int) -> list[msgspec.Raw]:
-    """The raw events of the piece `text[start:end]` that iter_pieces gave."""
-    return RAW_LIST_DECODER.decode(_bracketed(text, start, end))
+def piece_events(text, start: int, end: int, decoder: msgspec.json.Decoder = RAW_LIST_DECODER) -> list:
+    """The events of the piece `text[start:end]` that iter_pieces gave, decoded again by
+    `decoder` (default: raw)."""
+    return decoder.decode(_bracketed(text, start, end))
 
 
 def _decoded(piece: bytes, decoders: Sequence[msgspec.json.Decoder]) -> Optional[list]:

@@ -2,25 +2,37 @@
 
 Decoding uses msgspec with a typed event struct: measured at about 3x orjson on Kineto
 traces, and it keeps `args` as raw JSON text (no dicts built for millions of events).
+
+Most events of a real trace are complete events (`ph` "X"), instants and flow steps
+(`s`, `t`, `f`) with plain fields: int or text ids, a name, times as decimal microseconds. A piece is first
+decoded with the phase as a tag, which checks those types in C and keeps the times as
+written, so runs of such events become slices and flow events in bulk, a list operation per
+field (`_add_plain`), their nanoseconds exact from the digits (real traces write times
+beyond what a float holds to the ns). Every other event, and every piece the tagged decoding
+refuses, goes event by event through one handler per phase. Both paths give the same model,
+in the same order.
 """
 
 from __future__ import annotations
 
 import codecs
+import functools
 import mmap
 from decimal import Decimal
+from itertools import count
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, ClassVar, Optional, Union
 
 import msgspec
 
 from .. import kineto, progress
 from ..kineto import MAX_NS
 from ..errors import CgtraceError
-from ..model import ArgsStore, CounterSample, Slice, Trace, decode_json, encode_json
+from ..model import ArgsStore, CounterSample, Slice, Trace, Track, decode_json, encode_json
 from ..model.builder import TraceBuilder
+from .decimal_times import exact_ns, to_ns
 from .event_pieces import (HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, iter_pieces,
-                           locate_events, raw_events)
+                           locate_events, piece_events)
 from .flows import FlowEvent, bind_flows
 from .source import read_input_bytes
 
@@ -33,8 +45,7 @@ _THREAD_SCOPED = frozenset(("X", "B", "E", "s", "t", "f"))
 _NAME_OPTIONAL = frozenset(("E", "e", "s", "t", "f"))
 
 
-class _Event(msgspec.Struct, gc=False):
-    ph: Any = None
+class _EventBody(msgspec.Struct, gc=False):
     name: Any = None
     cat: Any = None
     pid: Any = None
@@ -46,6 +57,55 @@ class _Event(msgspec.Struct, gc=False):
     bp: Any = None
     s: Any = None
     args: msgspec.Raw = _NO_ARGS
+
+
+class _Event(_EventBody, gc=False):
+    ph: Any = None
+
+
+class _Tagged(_EventBody, tag_field="ph", gc=False):
+    """An event decoded by its phase (the tag); each phase's class says its `ph`."""
+
+    ph: ClassVar[str] = ""
+
+
+class _Plain(_Tagged, gc=False):
+    """An event with the field types the bulk path takes (checked by msgspec): a slice, an
+    instant or a flow step (`kind`). Its classes come in two kinds of times (_plain_phases)."""
+
+    kind: ClassVar[str] = ""
+
+
+_SLICE, _INSTANT, _FLOW = "slice", "instant", "flow"
+
+
+def _plain_phases(time: Any) -> tuple[type, ...]:
+    """One tagged class per plain phase, with times decoded as `time`."""
+    common = {"ts": time, "pid": Union[int, str], "tid": Union[int, str], "cat": Optional[str]}
+    shapes = {_SLICE: ("X", {"dur": time, "name": str}, {}),
+              _INSTANT: ("iI", {"name": str, "s": Optional[str]}, {"s": None}),  # s: scope ("g", "p", thread)
+              _FLOW: ("stf", {"id": Union[int, str], "bp": Optional[str]}, {"bp": None})}
+    return tuple(type(f"_Plain_{ph}", (_Plain,), {"__annotations__": {**common, **fields}, "ph": ph, "kind": kind,
+                                                  "cat": None, **defaults},
+                      tag=ph, kw_only=True, gc=False)
+                 for kind, (phases, fields, defaults) in shapes.items() for ph in phases)
+
+
+# The other phases the handlers know, as lenient as _Event; a piece with any other phase (or
+# none) fails the tagged decoding and is decoded with _Event instead.
+_OTHER_PHASES = tuple(type(f"_Phase_{ph}", (_Tagged,), {"ph": ph}, tag=ph, gc=False) for ph in "BECbenM")
+
+
+def _tagged_list(time: Any) -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(list.__class_getitem__(Union.__getitem__((*_plain_phases(time), *_OTHER_PHASES))))
+
+
+# Times as numbers while a float holds them to the ns (below 2**40 us), else as written.
+_TAGGED_NUMBERS = _tagged_list(Union[int, float])
+_TAGGED_TEXT = _tagged_list(msgspec.Raw)
+_TAGGED_TRIES = 3  # pieces the tagged decoding may fail before the rest skip it
+_ZERO = msgspec.Raw(b"0")
+_NOT_THREAD = ("g", "p")  # instant scopes with a track other than their thread's
 
 
 class _ExactEvent(_Event, gc=False):
@@ -63,7 +123,6 @@ _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
 _EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])
 _EXACT_TS = msgspec.json.Decoder(_ExactTs)
 _UTF8_CHUNK = 1 << 24
-_INFINITIES = (float("inf"), float("-inf"))
 
 
 def read_trace(path: Path, strict: bool = False, args: Optional[ArgsStore] = None) -> Trace:
@@ -105,14 +164,26 @@ def _parse_in_pieces(text: Any, layout: EventsLayout, store: ArgsStore) -> Trace
     checked, total = layout.start, len(text)
     # A piece is decoded whole into events where it can be: one pass over its bytes, not two.
     # Once a piece had times a float cannot hold to the ns (absolute epoch microseconds), the
-    # rest are decoded exactly at once rather than as floats first and again.
-    decoders: list[msgspec.json.Decoder] = [_EVENT_LIST]
+    # rest are decoded exactly at once rather than as floats first and again (a first piece
+    # with such times is decoded again at once); once the tagged decoding failed a few pieces,
+    # the rest skip it.
+    decoders: list[msgspec.json.Decoder] = [_TAGGED_NUMBERS, _EVENT_LIST]
+    tagged_failures = 0
     for events, start, end in iter_pieces(text, layout, decoders):
         _check_utf8(text, checked, end)
-        builder.add_events(events, lambda: raw_events(text, start, end))  # noqa: B023 (called at once)
+        if decoders[0] is not _EVENT_LIST and events and not isinstance(events[0], _Tagged):
+            tagged_failures += 1
+            if tagged_failures >= _TAGGED_TRIES:
+                decoders[:] = [_EVENT_LIST]
+        elif start == layout.start and decoders[0] is _TAGGED_NUMBERS and _beyond_float(events):
+            decoders[0] = _TAGGED_TEXT
+            events = piece_events(text, start, end, _TAGGED_TEXT)
+        builder.add_events(events, lambda: piece_events(text, start, end))  # noqa: B023 (called at once)
         del events
-        if builder.exact_times:
-            decoders[0] = _EXACT_EVENT_LIST
+        if builder.exact_times and decoders[0] is _EVENT_LIST:
+            decoders[:] = [_EXACT_EVENT_LIST]
+        elif builder.exact_times and decoders[0] is _TAGGED_NUMBERS:
+            decoders[0] = _TAGGED_TEXT
         if isinstance(text, mmap.mmap):
             # Finished pages go (read again, they refault from the page cache).
             text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))
@@ -211,24 +282,6 @@ def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
     return event
 
 
-def to_ns(value) -> Optional[int]:
-    """Microseconds (int, float or Decimal) -> integer nanoseconds, rounding half to even."""
-    kind = type(value)
-    if kind is int:
-        return value * 1000
-    if kind is float:
-        if value != value or value in _INFINITIES:
-            return None
-        scaled = value * 1000
-        # Beyond 1.8e305 us the product is infinite; the exact int is far out of range all the same.
-        return int(value) * 1000 if scaled in _INFINITIES else round(scaled)
-    if kind is Decimal:
-        if not value.is_finite():
-            return None
-        return int((value * 1000).to_integral_value())
-    return None
-
-
 class _KinetoEvents(TraceBuilder):
     """Turns decoded Kineto events into model objects, one handler per Chrome phase."""
 
@@ -240,12 +293,87 @@ class _KinetoEvents(TraceBuilder):
         self.flow_events: list[FlowEvent] = []
         self.metadata_events: list[_Event] = []
         self.exact_times = False  # whether an event had to be decoded again for its exact times
+        self._tracks_by_input_key: dict[tuple[Any, Any], Track] = {}  # (pid, tid) as written -> track
 
     # -- events -------------------------------------------------------------------------
     def add_events(self, items: list, raw_piece: Optional[Callable[[], list[msgspec.Raw]]] = None) -> None:
-        """Convert event by event, releasing each as it is done. `items` are decoded events or
-        raw ones (decoded here); a decoded event whose float ts cannot hold its nanoseconds is
-        decoded again, exactly, from `raw_piece()`: the same events, raw."""
+        """Convert the events in order, releasing each as it is done: runs of `_Plain` events
+        in bulk, the others one by one. `items` are decoded events or raw ones (decoded here);
+        an event whose decoded times cannot give its exact nanoseconds is decoded again from
+        `raw_piece()`: the same events, raw."""
+        self.trace.events_read += len(items)
+        if raw_piece is not None:
+            raw_piece = functools.cache(raw_piece)  # decoded raw once per piece, however many runs ask
+        plain = [isinstance(item, _Plain) for item in items]
+        start = 0
+        for end in [i for i in range(1, len(items)) if plain[i] != plain[i - 1]] + [len(items)]:
+            if plain[start]:
+                self._add_plain(items, start, end, raw_piece)
+            else:
+                self._add_each(items, start, end, raw_piece)
+            start = end
+
+    def _add_plain(self, items: list, start: int, end: int, raw_piece) -> None:
+        """items[start:end], all `_Plain`: slices and flow events made a field at a time. An
+        event the bulk path cannot take (times a float cannot hold to the ns, not numbers,
+        negative or out of range) goes to `_add_each`, in its place."""
+        run = items[start:end]
+        base, latest = self.base_ns, MAX_NS
+        as_text = type(run[0].ts) is msgspec.Raw  # which of the two tagged decoders made the piece
+        starts = _exact_ns([e.ts for e in run], as_text)
+        zero = _ZERO if as_text else 0  # the duration of instants and flow steps
+        ends = _exact_ns([e.dur if e.kind is _SLICE else zero for e in run], as_text)
+        items[start:end] = [None] * len(run)
+        odd = [i for i, (ts, dur) in enumerate(zip(starts, ends))
+               if ts is None or dur is None or not (0 <= ts + base and 0 <= dur <= latest - ts - base)]
+        starts = [ts + base if ts is not None else None for ts in starts]
+        for index in odd:  # back for _add_each to find
+            items[start + index] = run[index]
+        edges = [-1, *odd, len(run)]
+        for before, after in zip(edges, edges[1:]):
+            if after - before > 1:
+                self._add_plain_run(run[before + 1:after], starts[before + 1:after], ends[before + 1:after])
+            if after < len(run):
+                self._add_each(items, start + after, start + after + 1, raw_piece)
+
+    def _add_plain_run(self, run: list, starts: list, durations: list) -> None:
+        """Slices of the complete events and instants of `run`, flow events of the rest, in
+        order, with their exact start and duration in ns; tracks are made in the order of `run`."""
+        tracks, find = self._tracks_by_input_key, self._track_for_input_key
+        kinds = [e.kind for e in run]
+        on = [tracks.get((e.pid, e.tid)) or find((e.pid, e.tid)) if kind is not _INSTANT or e.s not in _NOT_THREAD
+              else self._instant_track(e) for e, kind in zip(run, kinds)]
+        cats = [e.cat if e.cat is not None else "" for e in run]
+        if _FLOW in kinds:
+            self.flow_events.extend(
+                FlowEvent(cat, e.id, e.ph, ts, track, e.ph != "f" or e.bp == "e")
+                for e, ts, track, cat, kind in zip(run, starts, on, cats, kinds) if kind is _FLOW)
+        if _FLOW in kinds and len(set(kinds)) == 1:
+            return
+        strings, intern = self.strings, self.intern
+        slices = [e for e, kind in zip(run, kinds) if kind is not _FLOW]
+        texts = [e.args for e in slices]
+        kept = [text for text in texts if len(text) > 2]  # "{}" or absent: no args
+        references = count(self.args.add_many(kept)) if kept else count()
+        self.trace.slices.extend(map(
+            Slice,
+            [ts for ts, kind in zip(starts, kinds) if kind is not _FLOW],
+            [dur for dur, kind in zip(durations, kinds) if kind is not _FLOW],
+            [strings.get(e.name) or intern(e.name) for e in slices],
+            [strings.get(cat) or intern(cat) for cat, kind in zip(cats, kinds) if kind is not _FLOW],
+            [next(references) if len(text) > 2 else None for text in texts],
+            [track for track, kind in zip(on, kinds) if kind is not _FLOW],
+            [kind is _INSTANT for kind in kinds if kind is not _FLOW]))
+
+    def _instant_track(self, event: Any) -> Track:
+        return self.global_track() if event.s == "g" else self.process_track(event.pid)
+
+    def _track_for_input_key(self, key: tuple[Any, Any]) -> Track:
+        """The thread track of (pid, tid) as the input wrote them (a decimal text tid is its int)."""
+        track = self._tracks_by_input_key[key] = self.thread_track(key[0], chrome_thread_key(key[1]))
+        return track
+
+    def _add_each(self, items: list, start: int, end: int, raw_piece) -> None:
         skipped = self.trace.skipped
         handlers = {
             "X": self._complete, "B": self._begin, "E": self._end,
@@ -254,12 +382,11 @@ class _KinetoEvents(TraceBuilder):
             "b": self._async_begin, "e": self._async_end, "n": self._async_instant,
         }
         decode, raws = _EVENT.decode, None
-        self.trace.events_read += len(items)
-        for index in range(len(items)):
+        for index in range(start, end):
             item = items[index]
             items[index] = None
             raw = None
-            if type(item) is _Event or type(item) is _ExactEvent:
+            if type(item) is not msgspec.Raw:
                 event = item
             else:  # decode_event's usual case, inline (a call per event is measurable)
                 raw = item
@@ -267,14 +394,18 @@ class _KinetoEvents(TraceBuilder):
                     event = decode(raw)
                 except msgspec.MsgspecError:
                     event = None
-            if event is None or (type(event.ts) is float
-                                 and not -_FLOAT_EXACT_LIMIT_US < event.ts < _FLOAT_EXACT_LIMIT_US):
+            beyond_float = event is not None and type(event.ts) is float and \
+                not -_FLOAT_EXACT_LIMIT_US < event.ts < _FLOAT_EXACT_LIMIT_US
+            if event is None or beyond_float or isinstance(event, _Plain):
+                # Not an object, a ts needing Decimal, or an event the bulk path left (msgspec
+                # made its times floats): decoded again, as written.
                 if raw is None:
                     assert raw_piece is not None  # items were decoded only where their raw piece is at hand
                     raws = raws or raw_piece()
                     raw = raws[index]
-                event = decode_event(raw)  # not an object, beyond float range, or a ts needing Decimal
-                self.exact_times = True
+                if beyond_float or not isinstance(item, _Tagged):
+                    self.exact_times = True
+                event = decode_event(raw)
             if event is None:
                 skipped["event_not_an_object"] += 1
                 continue
@@ -540,6 +671,24 @@ class _KinetoEvents(TraceBuilder):
         else:
             return "unsupported_metadata"
         return "bad_metadata_value"
+
+
+def _beyond_float(events: list) -> bool:
+    """Whether a plain event's time is a float that cannot hold its nanoseconds (most real
+    traces: their clocks count from boot or from the epoch)."""
+    limit = _FLOAT_EXACT_LIMIT_US
+    return any(type(event.ts) is float and not -limit < event.ts < limit
+               for event in events if isinstance(event, _Plain))
+
+
+def _exact_ns(times: list, as_text: bool) -> list[Optional[int]]:
+    """Times in microseconds -> integer ns, None where a time is a float beyond what a float
+    holds to the ns, or text that is not a finite number (see decimal_times.py)."""
+    if as_text:
+        return exact_ns(times)
+    limit = _FLOAT_EXACT_LIMIT_US
+    return [time * 1000 if type(time) is int else round(time * 1000) if -limit < time < limit else None
+            for time in times]
 
 
 def chrome_thread_key(tid: Any) -> Any:

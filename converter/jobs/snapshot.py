@@ -60,7 +60,7 @@ class SnapshotArgs(ArgsStore):
     def __len__(self) -> int:
         return len(self._bounds) - 1
 
-    def add(self, text: Any) -> int:
+    def add_many(self, texts: list[Any]) -> int:
         raise TypeError("a snapshot's args are read-only")
 
     def text(self, reference: int) -> bytes:

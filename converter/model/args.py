@@ -80,8 +80,13 @@ class ArgsStore:
 
     def add(self, text: Any) -> int:
         """Store bytes-like `text`; the reference is an int."""
-        self._texts.append(bytes(text))
-        return len(self._texts) - 1
+        return self.add_many([text])
+
+    def add_many(self, texts: list[Any]) -> int:
+        """Store every text of `texts`; their references are consecutive, from the one returned."""
+        first = len(self._texts)
+        self._texts.extend(map(bytes, texts))
+        return first
 
     def text(self, reference: int) -> bytes:
         return self._texts[reference]

@@ -1,0 +1,80 @@
+"""Times as a JSON file writes them (decimal microseconds) -> exact integer nanoseconds, in bulk.
+
+Real Kineto traces write times such as 4458676522690.655 us: beyond 2**40 us a float no
+longer holds them to the nanosecond, and most real traces are beyond it (their clocks count
+from boot or from the epoch). The digits themselves are exact, so a run of times is parsed
+from its text at once with numpy: one pass over the joined characters, each digit weighted
+by its place. A time with more than 3 decimals, an exponent or more than 19 digits (rare:
+profilers write 3 decimals) is converted alone through Decimal, rounded half to even.
+"""
+
+from __future__ import annotations
+
+from decimal import Decimal, InvalidOperation
+from typing import Any, Optional
+
+import numpy as np
+
+_DIGITS_MAX = 19  # below 10**19 ns fits uint64
+_POWERS = np.array([10 ** k for k in range(_DIGITS_MAX)], dtype=np.uint64)
+_ZERO, _NINE, _DOT, _MINUS = ord("0"), ord("9"), ord("."), ord("-")
+_INFINITIES = (float("inf"), float("-inf"))
+
+
+def exact_ns(texts: list[Any]) -> list[Optional[int]]:
+    """Each text (bytes-like: a JSON number of microseconds) in ns; None where it is not a
+    finite number."""
+    count = len(texts)
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
+    if not lengths.all():  # an empty text (never a JSON number): no character to start a sum at
+        return [_decimal_ns(bytes(text)) for text in texts]
+    chars = np.frombuffer(b"".join(texts), dtype=np.uint8)
+    ends = np.cumsum(lengths)
+    starts = ends - lengths
+    owner = np.repeat(np.arange(count), lengths)
+    position = np.arange(len(chars))
+    digit = (chars >= _ZERO) & (chars <= _NINE)
+    dot = chars == _DOT
+    minus = chars == _MINUS
+    odd = np.bincount(owner[~(digit | dot | minus)], minlength=count) > 0     # exponents, letters, quotes
+    odd |= np.bincount(owner[dot], minlength=count) > 1
+    odd |= np.bincount(owner[minus & (position != starts[owner])], minlength=count) > 0
+    dot_at = np.full(count, -1, dtype=np.int64)
+    dot_at[owner[dot]] = position[dot]
+    decimals = np.where(dot_at >= 0, ends - dot_at - 1, 0)
+    odd |= decimals > 3
+    digits = np.bincount(owner[digit], minlength=count)
+    odd |= (digits == 0) | (digits - decimals + 3 > _DIGITS_MAX)
+    # A digit's place: the digits after it in its number, plus the zeros up to 3 decimals.
+    places = ends[owner] - 1 - position - (dot_at[owner] > position) + 3 - decimals[owner]
+    places = np.where(digit & ~odd[owner], places, 0)
+    weights = np.where(digit & ~odd[owner], chars - _ZERO, 0).astype(np.uint64) * _POWERS[places]
+    magnitudes = np.add.reduceat(weights, starts).tolist()
+    negative = (chars[starts] == _MINUS).tolist()
+    return [_decimal_ns(bytes(text)) if is_odd else -magnitude if is_negative else magnitude
+            for text, magnitude, is_negative, is_odd in zip(texts, magnitudes, negative, odd.tolist())]
+
+
+def to_ns(value: Any) -> Optional[int]:
+    """Microseconds (int, float or Decimal) -> integer nanoseconds, rounding half to even."""
+    kind = type(value)
+    if kind is int:
+        return value * 1000
+    if kind is float:
+        if value != value or value in _INFINITIES:
+            return None
+        scaled = value * 1000
+        # Beyond 1.8e305 us the product is infinite; the exact int is far out of range all the same.
+        return int(value) * 1000 if scaled in _INFINITIES else round(scaled)
+    if kind is Decimal:
+        if not value.is_finite():
+            return None
+        return int((value * 1000).to_integral_value())
+    return None
+
+
+def _decimal_ns(text: bytes) -> Optional[int]:
+    try:
+        return to_ns(Decimal(text.decode("ascii")))
+    except (InvalidOperation, UnicodeDecodeError):  # not a number: "null", '"5"', ...
+        return None
