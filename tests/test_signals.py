@@ -60,12 +60,17 @@ def writing(pid: int, out: Path) -> bool:
     return any(out.glob(".*.tmp"))
 
 
+def _parts(out: Path) -> list[Path]:
+    return [part for folder in _scratch(out) for part in folder.glob("*.part")]
+
+
 def merge_pass_one(pid: int, out: Path) -> bool:
-    return bool(_children(pid)) and not _scratch(out)
+    """Workers reading ranks (their snapshots go to the scratch folder), no part written yet."""
+    return bool(_children(pid)) and not _parts(out)
 
 
 def merge_pass_two(pid: int, out: Path) -> bool:
-    return any(any(folder.iterdir()) for folder in _scratch(out))
+    return bool(_parts(out))
 
 
 def _survivors(mark: str) -> list[int]:
