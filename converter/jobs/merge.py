@@ -13,6 +13,7 @@ import re
 import shutil
 import tempfile
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Container, Optional, cast
@@ -29,8 +30,8 @@ from ..model import FlowEnd, RankIdentity, Trace, Track, TrackRole
 from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
 from .runner import PROFILER_OUTPUT, JobOptions, Prepared, prepare
+from .executors import Workers, open_workers, run_tasks
 from .verify import Expected, verify_output
-from .workers import run_in_workers
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
 RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orders the ranks
@@ -108,11 +109,12 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
 
 def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
                 jobs: Optional[int] = None, assume_aligned: bool = False, pp_group: Optional[int] = None,
-                ranks: Optional[Container[int]] = None) -> dict[str, Any]:
+                ranks: Optional[Container[int]] = None, scheduler: Optional[str] = None) -> dict[str, Any]:
     """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
     only those global ranks. The args strategy "auto" gives pass two's ranks an args helper
-    where cores and memory allow (helper_fits)."""
+    where cores and memory allow (helper_fits). With a Dask `scheduler`, both passes run on
+    its cluster: only block summaries travel back, and part files on the output's file system."""
     files = find_rank_files(inputs)
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
@@ -125,30 +127,38 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     check_output_path(output_for_group(0, 1), options.overwrite)
     sizes = sorted((json_size(path) for path in files), reverse=True)
     jobs = max(1, jobs or default_jobs(sizes))
-    helpers = options.args_strategy == "helper" or (options.args_strategy == "auto" and helper_fits(sizes, jobs))
+    # A Dask worker runs threads, so it never forks an args helper (cores_to_spare).
+    helpers = scheduler is None and (options.args_strategy == "helper" or
+                                     (options.args_strategy == "auto" and helper_fits(sizes, jobs)))
     scanning = replace(options, compact=True, args_strategy="in-process")
     writing = replace(scanning, args_strategy="helper" if helpers else "in-process")
-    infos = _in_workers(_scan_rank, [(str(f), scanning) for f in files], list(map(str, files)), jobs,
-                        fresh_workers=helpers)
-    if ranks is not None:
-        infos = [info for info in infos if info.global_rank in ranks]
-        if len(infos) < 2:
-            raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; pass --ranks that "
-                               "name two or more of their global ranks")
-    groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
-    if not groups:
-        raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
-    chosen = range(len(groups)) if pp_group is None else [pp_group]
-    if pp_group is not None and not 0 <= pp_group < len(groups):
-        raise CgtraceError(f"--pp-group {pp_group}: the traces hold {len(groups)} pipeline(s), numbered from 0")
-    outputs = {index: output_for_group(index, len(groups)) for index in chosen}
-    for output in outputs.values():
-        check_output_path(output, options.overwrite)
-    results = []
-    for index, output in outputs.items():
-        results.append(_merge_pipeline(groups[index], index, output, writing, jobs, order_source, helpers))
+    # One rank at a time runs in this process, unless each needs a fresh one: a process forked
+    # from a heap that held earlier ranks (an args helper, a worker) keeps those pages while its
+    # parent reuses them.
+    in_process = scheduler is None and jobs == 1 and not helpers
+    with nullcontext(None) if in_process else open_workers(jobs, scheduler) as workers:
+        infos = _in_workers(workers, _scan_rank, [(str(f), scanning) for f in files], list(map(str, files)),
+                            "reading ranks")
+        if ranks is not None:
+            infos = [info for info in infos if info.global_rank in ranks]
+            if len(infos) < 2:
+                raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; pass --ranks that "
+                                   "name two or more of their global ranks")
+        groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
+        if not groups:
+            raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
+        chosen = range(len(groups)) if pp_group is None else [pp_group]
+        if pp_group is not None and not 0 <= pp_group < len(groups):
+            raise CgtraceError(f"--pp-group {pp_group}: the traces hold {len(groups)} pipeline(s), numbered from 0")
+        outputs = {index: output_for_group(index, len(groups)) for index in chosen}
+        for output in outputs.values():
+            check_output_path(output, options.overwrite)
+        results = []
+        for index, output in outputs.items():
+            results.append(_merge_pipeline(groups[index], index, output, writing, workers, order_source))
     for result in results:
-        result.update(ranks_at_once=jobs, args_helpers=helpers)
+        result.update(ranks_at_once=None if scheduler else jobs, args_helpers=helpers,
+                      workers=workers.where if workers else "this process")
     return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
 
 
@@ -175,8 +185,8 @@ def helper_fits(sizes: list[int], jobs: int) -> bool:
     return _PROCESS_BYTES * processes + rank_bytes <= sum(sizes)
 
 
-def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions, jobs: int,
-                    order_source: str, helpers: bool) -> dict[str, Any]:
+def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions,
+                    workers: Optional[Workers], order_source: str) -> dict[str, Any]:
     plans = [RankPlan(file=info.file, position=k, global_rank=info.global_rank, in_pp_group=info.pp_group is not None,
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
@@ -192,8 +202,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     base = min(info.base_time_ns or 0 for info in members)
     with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent) as scratch:
-        parts = _in_workers(_write_rank_part, [(plan, options, scratch) for plan in plans], [plan.file for plan in plans],
-                            jobs, fresh_workers=helpers)
+        parts = _in_workers(workers, _write_rank_part, [(plan, options, scratch) for plan in plans],
+                            [plan.file for plan in plans], "writing ranks")
         expected = Expected(sum(part.slices for _, _, part in parts),
                             sum(part.flows for _, _, part in parts) + len(arrows.ends) // 2,
                             sum(part.counter_samples for _, _, part in parts))
@@ -238,14 +248,13 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     return result
 
 
-def _in_workers(function, tasks: list, files: list[str], jobs: int, fresh_workers: bool = False) -> list:
-    """Run tasks (on these rank files) in worker processes, one rank in memory each, results
-    in task order. A single job runs in this process unless `fresh_workers`: a process
-    forked from a heap that held earlier ranks (an args helper, a worker) keeps those pages while its
-    parent reuses them."""
-    if not fresh_workers and (jobs == 1 or len(tasks) == 1):
+def _in_workers(workers: Optional[Workers], function: Callable[..., Any], tasks: list, files: list[str],
+                label: str) -> list:
+    """function(*task) per rank file, results in task order: on the workers, stopping at the
+    first failure, or (no workers) one after the other in this process."""
+    if workers is None:
         return [function(*task) for task in tasks]
-    return run_in_workers(function, tasks, files, jobs)
+    return [outcome.value for outcome in run_tasks(workers, function, tasks, files, label, stop_at_failure=True)]
 
 
 def _scan_rank(file: str, options: JobOptions) -> RankInfo:

@@ -1,0 +1,113 @@
+"""Where a job's tasks run: local worker processes (`--jobs N`), or a Dask cluster (`--scheduler
+tcp://HOST:PORT`, env CGTRACE_SCHEDULER) through `distributed.Client(...).get_executor(...)`.
+
+Both are a `concurrent.futures.Executor`, chosen here from the options and nowhere else; the
+jobs submit tasks and read their outcomes the same way on either. Scheduling, retries (Dask's
+`retries=1`) and moving arguments and results are the executor's; cgtrace adds none of its own.
+On a cluster every input and output path must be one that every worker sees (a shared file system).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import Executor, Future
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from .. import progress
+from ..errors import CgtraceError
+from .workers import LocalProcessExecutor, WorkerDied
+
+SCHEDULER_ENV = "CGTRACE_SCHEDULER"
+_CONNECT_TIMEOUT_S = 10
+_RETRIES = 1  # a task that fails (or whose worker dies) runs once more before its rank is failed
+
+
+@dataclass(frozen=True)
+class Workers:
+    """An executor and what the jobs need to know of it."""
+
+    executor: Executor
+    where: str      # for messages: "2 local processes", "Dask scheduler tcp://..."
+    remote: bool    # a cluster: tasks run in long-lived worker processes, not forked from this one
+
+
+@dataclass
+class Outcome:
+    """One task's result, or the one-line error that ended it."""
+
+    name: str
+    value: Any = None
+    error: Optional[str] = None
+    exception: Optional[BaseException] = None
+
+
+def scheduler_address(option: Optional[str]) -> Optional[str]:
+    """--scheduler, else CGTRACE_SCHEDULER, else None (local processes)."""
+    return option or os.environ.get(SCHEDULER_ENV) or None
+
+
+@contextmanager
+def open_workers(jobs: int, scheduler: Optional[str]) -> Iterator[Workers]:
+    """Local processes, `jobs` at once, or the Dask cluster at `scheduler`. Leaving by an
+    exception kills (local) or cancels (Dask) every task still running."""
+    if scheduler is None:
+        with LocalProcessExecutor(jobs) as local:
+            yield Workers(local, f"{local.jobs} local process{'es' if local.jobs > 1 else ''}", remote=False)
+        return
+    try:
+        from distributed import Client
+    except ImportError:
+        raise CgtraceError(f"--scheduler {scheduler}: running on a Dask cluster needs the cluster extra; "
+                           "pip install 'cgtrace[cluster]'") from None
+    try:
+        client = Client(scheduler, timeout=_CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as error:
+        raise CgtraceError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({_first_line(error)}); "
+                           "check the address and that `dask scheduler` runs there") from None
+    with client:
+        executor = client.get_executor(retries=_RETRIES, pure=False)
+        try:
+            yield Workers(executor, f"Dask scheduler {scheduler}", remote=True)
+        except BaseException:
+            executor.shutdown(wait=False)  # cancels what has not finished
+            raise
+        executor.shutdown(wait=True)
+
+
+def run_tasks(workers: Workers, function: Callable[..., Any], tasks: Sequence[tuple], names: Sequence[str],
+              label: str, stop_at_failure: bool = False) -> list[Outcome]:
+    """function(*task) for every task (`names`: the file each is about); outcomes in task
+    order, progress as they come. A failed task is its outcome's error, so the others'
+    results are kept; with `stop_at_failure` the first failure is raised instead, and leaving
+    `open_workers` then stops the rest."""
+    futures: list[Future] = [workers.executor.submit(function, *task) for task in tasks]
+    outcomes = []
+    for done, (future, name) in enumerate(zip(futures, names), 1):
+        outcome = _outcome(future, name)
+        if stop_at_failure and outcome.exception is not None:
+            raise outcome.exception
+        outcomes.append(outcome)
+        progress.stage(f"{label}: {done} of {len(tasks)} done ({workers.where})")
+    return outcomes
+
+
+def _outcome(future: Future, name: str) -> Outcome:
+    """A worker's CgtraceError keeps its message (it names the file); a dead worker becomes
+    one; any other exception (a bug) is kept as it is, to be raised with its traceback."""
+    error = future.exception()
+    if error is None:
+        return Outcome(name, value=future.result())
+    if isinstance(error, CgtraceError):
+        return Outcome(name, error=error.message, exception=error)
+    if isinstance(error, WorkerDied) or type(error).__name__ == "KilledWorker":  # Dask's, after its retries
+        died = CgtraceError(f"{name}: its worker process died ({_first_line(error)}), perhaps out of memory; "
+                            "try fewer ranks at once (--jobs) or workers with more memory")
+        return Outcome(name, error=died.message, exception=died)
+    return Outcome(name, error=f"{name}: {type(error).__name__}: {_first_line(error)}", exception=error)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
