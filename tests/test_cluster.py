@@ -70,13 +70,16 @@ def leftovers(directory: Path) -> list[str]:
 
 
 @needs_dask
-def test_batch_compaction_and_merge_give_the_local_bytes(cluster, ranks, tmp_path, capsys):
+def test_batch_compaction_and_merge_give_the_local_bytes(cluster, ranks, tmp_path, capsys, monkeypatch):
     address, _ = cluster
     local, remote = tmp_path / "local", tmp_path / "remote"
     local.mkdir()
     remote.mkdir()
+    inputs = copy_inputs(ranks, tmp_path / "inputs")
     assert cli(capsys, "compact", str(ranks), "-o", str(local), "--jobs", "2", "-q")[0] == 0
-    code, out, _ = cli(capsys, "compact", str(ranks), "-o", str(remote), "--scheduler", address, "-q")
+    # Relative paths: the workers run in another directory (the one the cluster started in).
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = cli(capsys, "compact", inputs.name, "-o", remote.name, "--scheduler", address, "-q")
     assert code == 0
     summary = json.loads(out)
     assert (summary["written"], summary["failed"], summary["workers"]) == (8, 0, f"Dask scheduler {address}")
@@ -85,8 +88,7 @@ def test_batch_compaction_and_merge_give_the_local_bytes(cluster, ranks, tmp_pat
     for name in written:
         assert (remote / name).read_bytes() == (local / name).read_bytes(), name
     for how, flag in (("local", ["--jobs", "2"]), ("remote", ["--scheduler", address])):
-        output = tmp_path / f"{how}.perfetto-trace"
-        assert cli(capsys, "merge", str(ranks), "-o", str(output), "-q", *flag)[0] == 0
+        assert cli(capsys, "merge", inputs.name, "-o", f"{how}.perfetto-trace", "-q", *flag)[0] == 0
     assert (tmp_path / "remote.perfetto-trace").read_bytes() == (tmp_path / "local.perfetto-trace").read_bytes()
     assert rows(tmp_path / "remote.perfetto-trace", "select count(*) n from flow")[0]["n"] > 0
     assert leftovers(tmp_path) == []

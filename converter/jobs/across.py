@@ -19,7 +19,7 @@ import orjson
 from ..analysis.query import Result, format_table, open_checked, run_sql
 from ..analysis.report import DEFINITIONS, TRACK_ROLES_SQL, build_report
 from ..errors import CgtraceError
-from .executors import Workers, run_tasks
+from .executors import Workers, for_cluster, run_tasks
 from .merge import find_rank_files
 from .readable import as_perfetto
 from .runner import PERFETTO_SUFFIX
@@ -47,7 +47,8 @@ def traces_in(directory: Path) -> list[Path]:
 def query_across(directory: Path, sql: str, workers: Workers, tp_bin: Optional[str] = None) -> Result:
     """One query on every trace: the rows of all, each led by its file and rank."""
     files = traces_in(directory)
-    outcomes = run_tasks(workers, query_one, [(path, sql, tp_bin) for path in files], list(map(str, files)),
+    outcomes = run_tasks(workers, query_one, [(for_cluster(path, workers.remote), sql, tp_bin) for path in files],
+                         list(map(str, files)),
                          "querying", stop_at_failure=True)
     columns: Optional[list[str]] = None
     rows: list[tuple] = []
@@ -81,7 +82,8 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
     """Per GPU of every trace: step time, busy, exposed communication and bubble, and the
     stragglers: the GPUs furthest from the median step time."""
     files = traces_in(directory)
-    outcomes = run_tasks(workers, report_one, [(path, tp_bin, lanes_file) for path in files],
+    lanes = lanes_file and for_cluster(lanes_file, workers.remote)
+    outcomes = run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes) for path in files],
                          list(map(str, files)), "reporting", stop_at_failure=True)
     rows = [_rank_row(path, gpu) for path, outcome in zip(files, outcomes) for gpu in outcome.value["gpus"]]
     median = statistics.median(row["step_ns"] for row in rows) if rows else 0

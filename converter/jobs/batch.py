@@ -18,7 +18,7 @@ from ..errors import CgtraceError
 from ..fileio.atomic import check_output_path, remove_leftovers
 from ..inputs.source import json_size
 from ..lane_rules import load_lane_rules
-from .executors import open_workers, run_tasks
+from .executors import for_cluster, open_workers, options_for_cluster, run_tasks
 from .merge import default_jobs, find_rank_files, helper_fits
 from .runner import JobOptions, default_output_path, run_job
 
@@ -47,16 +47,18 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
         check_output_path(targets[k], options.overwrite)  # every output can be written, before any work
     sizes = sorted((json_size(files[k]) for k in todo), reverse=True)
     jobs = max(1, jobs or default_jobs(sizes or [0]))
+    remote = scheduler is not None
     # A worker gets an args helper only where cores and memory allow (a Dask worker never forks one).
-    helpers = scheduler is None and options.args_strategy == "auto" and helper_fits(sizes, jobs)
-    task_options = replace(options, args_strategy="helper" if helpers else "in-process")
+    helpers = not remote and options.args_strategy == "auto" and helper_fits(sizes, jobs)
+    task_options = replace(options_for_cluster(options, remote), args_strategy="helper" if helpers else "in-process")
+    tasks = [(for_cluster(files[k], remote), for_cluster(targets[k], remote), task_options) for k in todo]
     entries: list[dict[str, Any]] = [{"input": str(path), "output": str(target), "status": "skipped",
                                       "reason": "the output exists; pass --overwrite to replace it"}
                                      for path, target in zip(files, targets)]
     try:
         with open_workers(jobs, scheduler) as workers:
-            outcomes = run_tasks(workers, run_job, [(files[k], targets[k], task_options) for k in todo],
-                                 [str(files[k]) for k in todo], "compacting" if options.compact else "converting")
+            outcomes = run_tasks(workers, run_job, tasks, [str(files[k]) for k in todo],
+                                 "compacting" if options.compact else "converting")
     finally:
         for k in todo:
             remove_leftovers(targets[k])

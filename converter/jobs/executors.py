@@ -12,11 +12,13 @@ from __future__ import annotations
 import os
 from concurrent.futures import Executor, Future
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .. import progress
 from ..errors import CgtraceError
+from .runner import JobOptions
 from .workers import LocalProcessExecutor, WorkerDied
 
 SCHEDULER_ENV = "CGTRACE_SCHEDULER"
@@ -41,6 +43,18 @@ class Outcome:
     value: Any = None
     error: Optional[str] = None
     exception: Optional[BaseException] = None
+
+
+def for_cluster(path: Path, on_cluster: bool) -> Path:
+    """A path as tasks must get it: on a cluster absolute, for workers run in other directories."""
+    return path.absolute() if on_cluster else path
+
+
+def options_for_cluster(options: JobOptions, on_cluster: bool) -> JobOptions:
+    """Job options whose paths (the lane rules) the workers can open (see for_cluster)."""
+    if options.lanes_file is None:
+        return options
+    return replace(options, lanes_file=for_cluster(options.lanes_file, on_cluster))
 
 
 def scheduler_address(option: Optional[str]) -> Optional[str]:

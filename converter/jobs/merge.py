@@ -30,7 +30,7 @@ from ..model import FlowEnd, RankIdentity, Trace, Track, TrackRole
 from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
 from .runner import PROFILER_OUTPUT, JobOptions, Prepared, prepare
-from .executors import Workers, open_workers, run_tasks
+from .executors import Workers, for_cluster, open_workers, options_for_cluster, run_tasks
 from .verify import Expected, verify_output
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
@@ -115,7 +115,8 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     only those global ranks. The args strategy "auto" gives pass two's ranks an args helper
     where cores and memory allow (helper_fits). With a Dask `scheduler`, both passes run on
     its cluster: only block summaries travel back, and part files on the output's file system."""
-    files = find_rank_files(inputs)
+    files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
+    options = options_for_cluster(options, scheduler is not None)
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
     if options.output_format != "perfetto":
@@ -201,7 +202,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     for end in arrows.ends:
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     base = min(info.base_time_ns or 0 for info in members)
-    with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent) as scratch:
+    # Absolute: the parts are written by workers that may run in another directory.
+    with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output.parent.absolute()) as scratch:
         parts = _in_workers(workers, _write_rank_part, [(plan, options, scratch) for plan in plans],
                             [plan.file for plan in plans], "writing ranks")
         expected = Expected(sum(part.slices for _, _, part in parts),
