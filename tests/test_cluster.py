@@ -263,3 +263,31 @@ def test_an_unreachable_scheduler_is_one_line_naming_it(ranks, tmp_path, capsys,
     code, out, err = cli(capsys, "query", str(ranks), "select 1")
     assert (code, out) == (2, "")
     assert err.count("\n") == 1 and address in err and "cannot reach the Dask scheduler" in err
+
+
+def test_local_batch_reports_a_failing_rank_and_keeps_the_others(ranks, tmp_path, capsys):
+    inputs = copy_inputs(ranks, tmp_path / "inputs")
+    (inputs / "rank2_trace.json").write_text('{"traceEvents": [')
+    code, out, err = cli(capsys, "convert", str(inputs), "--jobs", "2", "-q")
+    summary = json.loads(out)
+    assert (code, summary["written"], summary["failed"], summary["workers"]) == (2, 7, 1, "2 local processes")
+    assert err.count("\n") == 1 and "rank2_trace.json" in err and "run the same command again" in err
+    assert sorted(p.name for p in inputs.glob("*.perfetto-trace")) == \
+        sorted(f"rank{k}_trace.perfetto-trace" for k in range(8) if k != 2)
+    assert leftovers(inputs) == []
+
+
+@pytest.mark.parametrize("argv, problem", [
+    (["compact", "{ranks}", "-o", "{file}"], "-o names a directory"),
+    (["compact", "{ranks}", "--split-steps"], "--split-steps works on one trace"),
+    (["report", "{ranks}", "--format", "html"], "--format html is for one trace"),
+    (["query", "{empty}", "select 1"], "holds no traces"),
+])
+def test_bad_directory_options_are_one_line(ranks, tmp_path, capsys, argv, problem):
+    (tmp_path / "file").write_text("")
+    (tmp_path / "empty").mkdir()
+    places = {"ranks": str(ranks), "file": str(tmp_path / "file"), "empty": str(tmp_path / "empty")}
+    before = sorted(p.name for p in ranks.iterdir())
+    code, out, err = cli(capsys, *(arg.format(**places) for arg in argv))
+    assert (code, out) == (2, "") and err.count("\n") == 1 and problem in err
+    assert sorted(p.name for p in ranks.iterdir()) == before

@@ -41,7 +41,13 @@ def traces_in(directory: Path) -> list[Path]:
     which holds many ranks), or where it has none, its rank traces (as `merge` finds them)."""
     perfetto = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(PERFETTO_SUFFIX)
                       and not p.name.startswith(".") and not _MERGED_NAME.match(p.name))
-    return perfetto or find_rank_files([directory])
+    if perfetto:
+        return perfetto
+    try:
+        return find_rank_files([directory])
+    except CgtraceError:
+        raise CgtraceError(f"{directory}: holds no traces (*.perfetto-trace, *.json, *.json.gz); pass a directory "
+                           "of rank traces or of their outputs") from None
 
 
 def query_across(directory: Path, sql: str, workers: Workers, tp_bin: Optional[str] = None) -> Result:
