@@ -33,7 +33,6 @@ class WorkerDied(Exception):
 
     def __init__(self, exit_code: Optional[int]):
         super().__init__(f"exit code {exit_code}")
-        self.exit_code = exit_code
 
 
 class LocalProcessExecutor(Executor):
