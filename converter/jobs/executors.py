@@ -11,16 +11,20 @@ from __future__ import annotations
 
 import gc
 import os
-from concurrent.futures import Executor, Future
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from .. import progress
 from ..errors import CgtraceError
 from .runner import JobOptions
-from .workers import LocalProcessExecutor, WorkerDied
+
+if TYPE_CHECKING:
+    # Imported only where tasks run (open_workers): concurrent.futures imports logging, whose
+    # fork hooks would then run Python code in this process after every fork (an args
+    # helper's too), and a SIGTERM's exception raised there is lost, so a run would not stop.
+    from concurrent.futures import Executor, Future
 
 SCHEDULER_ENV = "CGTRACE_SCHEDULER"
 _CONNECT_TIMEOUT_S = 10
@@ -31,7 +35,7 @@ _RETRIES = 1  # a task that fails (or whose worker dies) runs once more before i
 class Workers:
     """An executor and what the jobs need to know of it."""
 
-    executor: Executor
+    executor: "Executor"
     where: str      # for messages: "2 local processes", "Dask scheduler tcp://..."
     remote: bool    # a cluster: tasks run in long-lived worker processes, not forked from this one
 
@@ -68,6 +72,8 @@ def open_workers(jobs: int, scheduler: Optional[str]) -> Iterator[Workers]:
     """Local processes, `jobs` at once, or the Dask cluster at `scheduler`. Leaving by an
     exception kills (local) or cancels (Dask) every task still running."""
     if scheduler is None:
+        from .workers import LocalProcessExecutor  # see the TYPE_CHECKING import above
+
         with LocalProcessExecutor(jobs) as local:
             yield Workers(local, f"{local.jobs} local process{'es' if local.jobs > 1 else ''}", remote=False)
         return
@@ -98,7 +104,7 @@ def run_tasks(workers: Workers, function: Callable[..., Any], tasks: Sequence[tu
     results are kept; with `stop_at_failure` the first failure is raised instead, and leaving
     `open_workers` then stops the rest."""
     submit = workers.executor.submit
-    futures: list[Future] = [submit(_without_gc, function, *task) if workers.remote else submit(function, *task)
+    futures: list["Future"] = [submit(_without_gc, function, *task) if workers.remote else submit(function, *task)
                              for task in tasks]
     outcomes = []
     for done, (future, name) in enumerate(zip(futures, names), 1):
@@ -126,6 +132,8 @@ def _without_gc(function: Callable[..., Any], *task: Any) -> Any:
 def _outcome(future: Future, name: str) -> Outcome:
     """A worker's CgtraceError keeps its message (it names the file); a dead worker becomes
     one; any other exception (a bug) is kept as it is, to be raised with its traceback."""
+    from .workers import WorkerDied
+
     error = future.exception()
     if error is None:
         return Outcome(name, value=future.result())
