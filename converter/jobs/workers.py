@@ -124,7 +124,8 @@ class LocalProcessExecutor(Executor):
 
 
 class _LocalFuture(Future):
-    """A Future that runs its executor's workers while it is waited for."""
+    """A Future that runs its executor's workers while it is waited for (so a timeout given to
+    result() or exception() counts only once the task is done: cgtrace never gives one)."""
 
     def __init__(self, executor: LocalProcessExecutor):
         super().__init__()
