@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Callable, ContextManager, NoReturn
 
 import orjson
 
@@ -16,7 +16,7 @@ from . import __version__, progress
 from .engine.window import parse_steps, parse_window
 from .errors import CgtraceError
 from .fileio.regular import read_small_text
-from .jobs.executors import scheduler_address
+from .jobs.executors import Workers, open_workers, scheduler_address
 from .jobs.merge import default_merge_output, merge_ranks
 from .jobs.runner import JobOptions, default_output_path, run_job
 from .jobs.stopping import exit_status, signals_unwind
@@ -413,9 +413,8 @@ def _run_view(args) -> int:
     return serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
 
 
-def _workers(args: argparse.Namespace):
+def _workers(args: argparse.Namespace) -> ContextManager[Workers]:
     """The executor of --jobs (default: every core) or --scheduler."""
-    from .jobs.executors import open_workers
 
     return open_workers(args.jobs or available_cores(), scheduler_address(args.scheduler))
 
