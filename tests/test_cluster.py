@@ -291,3 +291,22 @@ def test_bad_directory_options_are_one_line(ranks, tmp_path, capsys, argv, probl
     code, out, err = cli(capsys, *(arg.format(**places) for arg in argv))
     assert (code, out) == (2, "") and err.count("\n") == 1 and problem in err
     assert sorted(p.name for p in ranks.iterdir()) == before
+
+
+def test_a_local_worker_killed_mid_task_fails_its_rank_and_a_rerun_redoes_it(ranks, tmp_path, capsys):
+    """Locally a dead worker (the OOM killer, say) is not retried: its rank is named as failed."""
+    inputs = copy_inputs(ranks, tmp_path / "inputs")
+    _die_once_when_committing(str(tmp_path / "killed-once"))  # forked workers inherit it
+    try:
+        code, out, err = cli(capsys, "compact", str(inputs), "--jobs", "2", "-q")
+    finally:
+        _restore_commit()
+    summary = json.loads(out)
+    assert (code, summary["written"], summary["failed"]) == (2, 7, 1)
+    [failed] = [r for r in summary["ranks"] if r["status"] == "failed"]
+    assert "its worker process died (exit code -9)" in failed["error"] and failed["input"] in failed["error"]
+    assert "its worker process died" in err and err.count("\n") == 1
+    assert leftovers(inputs) == [] and not Path(failed["output"]).exists()
+    code, out, _ = cli(capsys, "compact", str(inputs), "--jobs", "2", "-q")
+    summary = json.loads(out)
+    assert (code, summary["written"], summary["skipped"]) == (0, 1, 7) and Path(failed["output"]).exists()
