@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 SCHEDULER_ENV = "CGTRACE_SCHEDULER"
 _CONNECT_TIMEOUT_S = 10
-_RETRIES = 1  # a task that fails (or whose worker dies) runs once more before its rank is failed
+_RETRIES = 1  # a task that raises runs once more; a dead worker's task the scheduler reschedules (allowed-failures)
 
 
 @dataclass(frozen=True)
