@@ -310,3 +310,17 @@ def test_a_local_worker_killed_mid_task_fails_its_rank_and_a_rerun_redoes_it(ran
     code, out, _ = cli(capsys, "compact", str(inputs), "--jobs", "2", "-q")
     summary = json.loads(out)
     assert (code, summary["written"], summary["skipped"]) == (0, 1, 7) and Path(failed["output"]).exists()
+
+
+def test_answers_across_ranks_read_each_ranks_output_not_a_merge(tmp_path):
+    from converter.jobs.across import traces_in
+
+    for name in ("rank0_trace.json", "rank1_trace.json", "rank0_trace_compacted.perfetto-trace",
+                 "rank1_trace_compacted.perfetto-trace", "pp_traces_merged.perfetto-trace",
+                 "pp_group1_merged.perfetto-trace", ".rank2_trace_compacted.perfetto-trace.abcdefgh.tmp"):
+        (tmp_path / name).write_text("")
+    assert [p.name for p in traces_in(tmp_path)] == ["rank0_trace_compacted.perfetto-trace",
+                                                     "rank1_trace_compacted.perfetto-trace"]
+    for path in tmp_path.glob("*.perfetto-trace"):
+        path.unlink()
+    assert [p.name for p in traces_in(tmp_path)] == ["rank0_trace.json", "rank1_trace.json"]

@@ -9,7 +9,6 @@ track roles, else none.
 
 from __future__ import annotations
 
-import re
 import statistics
 from pathlib import Path
 from typing import Any, Optional
@@ -20,12 +19,10 @@ from ..analysis.query import Result, format_table, open_checked, run_sql
 from ..analysis.report import DEFINITIONS, TRACK_ROLES_SQL, build_report
 from ..errors import CgtraceError
 from .executors import Workers, for_cluster, run_tasks
-from .merge import find_rank_files
+from .merge import MERGED_OUTPUT_NAME, find_rank_files
 from .readable import as_perfetto
 from .runner import PERFETTO_SUFFIX
 
-# A merge's own outputs (merge.default_merge_output) hold many ranks: they are not one rank's trace.
-_MERGED_NAME = re.compile(r"^(pp_traces|pp_group\d+)_merged\.perfetto-trace$")
 STRAGGLERS = 3  # how many ranks the report names as furthest from the median step time
 ACROSS_DEFINITIONS = {
     "step time": "a GPU's mean ProfilerStep length over the steps of its window (the window's length where it "
@@ -40,7 +37,7 @@ def traces_in(directory: Path) -> list[Path]:
     """The traces of a directory to answer across: its Perfetto traces (not a merge's output,
     which holds many ranks), or where it has none, its rank traces (as `merge` finds them)."""
     perfetto = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(PERFETTO_SUFFIX)
-                      and not p.name.startswith(".") and not _MERGED_NAME.match(p.name))
+                      and not p.name.startswith(".") and not MERGED_OUTPUT_NAME.match(p.name))
     if perfetto:
         return perfetto
     try:
@@ -54,8 +51,7 @@ def query_across(directory: Path, sql: str, workers: Workers, tp_bin: Optional[s
     """One query on every trace: the rows of all, each led by its file and rank."""
     files = traces_in(directory)
     outcomes = run_tasks(workers, query_one, [(for_cluster(path, workers.remote), sql, tp_bin) for path in files],
-                         list(map(str, files)),
-                         "querying", stop_at_failure=True)
+                         list(map(str, files)), "querying", stop_at_failure=True)
     columns: Optional[list[str]] = None
     rows: list[tuple] = []
     for path, outcome in zip(files, outcomes):
