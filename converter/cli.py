@@ -126,7 +126,7 @@ def _parser() -> argparse.ArgumentParser:
     query = commands.add_parser(
         "query", help="run SQL on a trace with trace_processor",
         description="Run Perfetto SQL on any trace (ours, Chrome JSON or Perfetto protobuf) offline.")
-    query.add_argument("trace", type=Path, metavar="TRACE")
+    query.add_argument("trace", type=Path, metavar="TRACE", help="a trace, or a directory: every trace in it")
     query.add_argument("sql", nargs="?", metavar="SQL", help="the query (or use -f)")
     query.add_argument("-f", "--file", type=Path, metavar="FILE", help="read the query from FILE")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
@@ -139,7 +139,7 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser(
         "report", help="GPU busy time per lane group, exposed communication, PP bubbles, top kernels",
         description="Summarise where GPU time goes, computed with SQL in trace_processor.")
-    report.add_argument("trace", type=Path, metavar="TRACE")
+    report.add_argument("trace", type=Path, metavar="TRACE", help="a trace, or a directory: every trace in it")
     report.add_argument("--format", choices=("text", "json", "html"), default="text")
     report.add_argument("-o", "--output", type=_output_path, metavar="OUT", help="write to OUT instead of stdout")
     report.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
@@ -220,8 +220,8 @@ def _add_merge_options(command: argparse.ArgumentParser) -> None:
 def _add_workers_options(command: argparse.ArgumentParser) -> None:
     """Where the tasks of a directory (or a merge's ranks) run."""
     command.add_argument("--jobs", type=_int_from(1, _MAX_JOBS), metavar="N",
-                         help="local worker processes, traces at once (default: as many as there are cores while "
-                              "the estimated peak memory stays below the inputs' total size)")
+                         help="local worker processes, traces at once (default: one per core; reading traces, "
+                              "no more than keep the estimated peak memory below the inputs' total size)")
     command.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                          help="run the tasks on this Dask cluster (env CGTRACE_SCHEDULER; pip install "
                               "'cgtrace[cluster]'); every path must be on storage all workers see")
