@@ -8,7 +8,7 @@ import os
 import shutil
 import sys
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Callable, ContextManager, NoReturn
 
 import orjson
 
@@ -16,6 +16,7 @@ from . import __version__, progress
 from .engine.window import parse_steps, parse_window
 from .errors import CgtraceError
 from .fileio.regular import read_small_text
+from .jobs.executors import Workers, open_workers, scheduler_address
 from .jobs.merge import default_merge_output, merge_ranks
 from .jobs.runner import JobOptions, default_output_path, run_job
 from .jobs.stopping import exit_status, signals_unwind
@@ -79,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     convert.add_argument("input", type=Path, metavar="IN")
     _add_output_options(convert)
     _add_split_option(convert)
+    _add_workers_options(convert)
     convert.set_defaults(run=_run_convert)
 
     compact = commands.add_parser(
@@ -94,6 +96,7 @@ def _parser() -> argparse.ArgumentParser:
     compact.add_argument("--merge-pp-ranks", action="store_true",
                          help="TRACE is a directory of rank traces: merge them (same as `cgtrace merge`)")
     _add_merge_options(compact)
+    _add_workers_options(compact)
     compact.set_defaults(run=_run_compact)
 
     merge = commands.add_parser(
@@ -103,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("inputs", type=Path, nargs="+", metavar="DIR_OR_FILES")
     _add_output_options(merge)
     _add_merge_options(merge)
+    _add_workers_options(merge)
     _add_lane_options(merge)
     merge.set_defaults(run=_run_merge)
 
@@ -122,19 +126,20 @@ def _parser() -> argparse.ArgumentParser:
     query = commands.add_parser(
         "query", help="run SQL on a trace with trace_processor",
         description="Run Perfetto SQL on any trace (ours, Chrome JSON or Perfetto protobuf) offline.")
-    query.add_argument("trace", type=Path, metavar="TRACE")
+    query.add_argument("trace", type=Path, metavar="TRACE", help="a trace, or a directory: every trace in it")
     query.add_argument("sql", nargs="?", metavar="SQL", help="the query (or use -f)")
     query.add_argument("-f", "--file", type=Path, metavar="FILE", help="read the query from FILE")
     query.add_argument("--format", choices=("table", "csv", "json"), default="table")
     query.add_argument("--wide", action="store_true",
                        help="table: keep long cells whole (by default they are cut, marked …, to fit the terminal)")
     _add_tp_bin(query)
+    _add_workers_options(query)
     query.set_defaults(run=_run_query)
 
     report = commands.add_parser(
         "report", help="GPU busy time per lane group, exposed communication, PP bubbles, top kernels",
         description="Summarise where GPU time goes, computed with SQL in trace_processor.")
-    report.add_argument("trace", type=Path, metavar="TRACE")
+    report.add_argument("trace", type=Path, metavar="TRACE", help="a trace, or a directory: every trace in it")
     report.add_argument("--format", choices=("text", "json", "html"), default="text")
     report.add_argument("-o", "--output", type=_output_path, metavar="OUT", help="write to OUT instead of stdout")
     report.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
@@ -143,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="lane rules (TOML) for a trace cgtrace did not compact; a compacted trace's "
                              "own lanes always win")
     _add_tp_bin(report)
+    _add_workers_options(report)
     report.set_defaults(run=_run_report)
 
     view = commands.add_parser(
@@ -205,12 +211,20 @@ def _add_split_option(command: argparse.ArgumentParser) -> None:
 def _add_merge_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--ranks", type=_rank_list, metavar="G,G,...",
                          help="merge only these global ranks (e.g. 0,1,4-7)")
-    command.add_argument("--jobs", type=_int_from(1, _MAX_JOBS), metavar="N", help="ranks processed at once (default: as many as there are cores while the "
-                              "estimated peak memory stays below the inputs' total size)")
     command.add_argument("--assume-aligned", action="store_true",
                          help="accept ranks without baseTimeNanoseconds as sharing one clock")
     command.add_argument("--pp-group", type=_int_from(0, _MAX_RANK), metavar="K",
                          help="with several pipelines (DP x PP), merge only pipeline K (from 0)")
+
+
+def _add_workers_options(command: argparse.ArgumentParser) -> None:
+    """Where the tasks of a directory (or a merge's ranks) run."""
+    command.add_argument("--jobs", type=_int_from(1, _MAX_JOBS), metavar="N",
+                         help="local worker processes, traces at once (default: one per core; reading traces, "
+                              "no more than keep the estimated peak memory below the inputs' total size)")
+    command.add_argument("--scheduler", metavar="tcp://HOST:PORT",
+                         help="run the tasks on this Dask cluster (env CGTRACE_SCHEDULER; pip install "
+                              "'cgtrace[cluster]'); every path must be on storage all workers see")
 
 
 class _RankList:
@@ -263,6 +277,8 @@ def _job_options(args: argparse.Namespace, compact: bool) -> JobOptions:
 
 
 def _run_convert(args: argparse.Namespace) -> int:
+    if args.input.is_dir():
+        return _run_batch(args, compact=False)
     output = args.output or default_output_path(args.input)
     summary = run_job(args.input, output, _job_options(args, compact=False))
     _report(summary, args.quiet, f"{summary['slices']} slices, {summary['flows']} flows, "
@@ -274,6 +290,8 @@ def _run_compact(args: argparse.Namespace) -> int:
     if args.merge_pp_ranks:
         args.inputs = [args.input]
         return _run_merge(args)
+    if args.input.is_dir():
+        return _run_batch(args, compact=True)
     output = args.output or default_output_path(args.input, "_compacted", args.format)
     summary = run_job(args.input, output, _job_options(args, compact=True))
     per_gpu = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
@@ -292,7 +310,8 @@ def _run_merge(args: argparse.Namespace) -> int:
         return default_merge_output(args.inputs, group, groups)
 
     summary = merge_ranks(args.inputs, output_for, _job_options(args, compact=True), jobs=args.jobs,
-                          assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks)
+                          assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks,
+                          scheduler=scheduler_address(args.scheduler))
     merged = summary.get("pipelines", [summary])
     lines = [f"{len(r['pp_ranks'])} ranks ({r['pp_order_source']}), {r['pp_send_recv_pairs']} send/recv arrows, "
              f"{r['pp_send_recv_unmatched']} unmatched -> {r['output']}" for r in merged]
@@ -300,6 +319,22 @@ def _run_merge(args: argparse.Namespace) -> int:
         lines.append("ranks were read one at a time to keep memory below the inputs' size; "
                      "--jobs 2 runs two at once, faster, with more memory")
     _report(summary, args.quiet, "; ".join(lines))
+    return 0
+
+
+def _run_batch(args: argparse.Namespace, compact: bool) -> int:
+    """convert or compact every rank trace of a directory: a summary per rank; exit code 2 if any failed."""
+    from .jobs.batch import run_batch
+
+    summary = run_batch(args.input, args.output, _job_options(args, compact), jobs=args.jobs,
+                        scheduler=scheduler_address(args.scheduler))
+    failed = [rank for rank in summary["ranks"] if rank["status"] == "failed"]
+    _report(summary, args.quiet, f"{summary['written']} written, {summary['skipped']} skipped (outputs exist), "
+                                 f"{len(failed)} failed of {summary['traces']} traces ({summary['workers']})")
+    if failed:
+        _say(f"cgtrace: error: {len(failed)} of {summary['traces']} traces failed, first {failed[0]['error']}; "
+             "the other outputs are kept: fix the cause and run the same command again to redo only these")
+        return EXIT_USAGE
     return 0
 
 
@@ -325,8 +360,14 @@ def _run_query(args) -> int:
         raise CgtraceError(f"{args.trace}: give the query either as SQL or with -f FILE (exactly one); "
                            "see `cgtrace query --help`")
     sql = args.sql if args.file is None else read_small_text(args.file, _QUERY_FILE_LIMIT, "an SQL query file (-f)")
-    with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin, args.trace) as tp:
-        result = run_sql(tp, sql, args.trace)
+    if args.trace.is_dir():
+        from .jobs.across import query_across
+
+        with _workers(args) as workers:
+            result = query_across(args.trace, sql, workers, args.tp_bin)
+    else:
+        with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin, args.trace) as tp:
+            result = run_sql(tp, sql, args.trace)
     progress.finish()
     width = None if args.wide else shutil.get_terminal_size().columns
     sys.stdout.write(format_result(result, args.format, width))
@@ -340,9 +381,17 @@ def _run_report(args) -> int:
 
     if args.output is not None:
         check_output_path(args.output, args.overwrite)
-    with as_perfetto(args.trace, compact=True, lanes_file=args.lanes) as trace:
-        report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes_file=args.lanes, shown_as=args.trace)
-    text = render(report, args.format)
+    if args.trace.is_dir():
+        from .jobs.across import render_across, report_across
+
+        if args.format == "html":
+            raise CgtraceError(f"{args.trace}: --format html is for one trace; use text or json for a directory")
+        with _workers(args) as workers:
+            text = render_across(report_across(args.trace, workers, args.tp_bin, args.lanes), args.format)
+    else:
+        with as_perfetto(args.trace, compact=True, lanes_file=args.lanes) as trace:
+            report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes_file=args.lanes, shown_as=args.trace)
+        text = render(report, args.format)
     progress.finish()
     if args.output is None:
         sys.stdout.write(text)
@@ -362,6 +411,12 @@ def _run_view(args) -> int:
         _say(f"cgtrace: {done}")
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
     return serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+
+
+def _workers(args: argparse.Namespace) -> ContextManager[Workers]:
+    """The executor of --jobs (default: every core) or --scheduler."""
+
+    return open_workers(args.jobs or available_cores(), scheduler_address(args.scheduler))
 
 
 def _report(summary: dict, quiet: bool, human: str) -> None:

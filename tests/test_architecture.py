@@ -31,7 +31,7 @@ ALLOWED = {
     "tp": {"fileio"},
     "analysis": {"kineto", "lane_rules", "model", "fileio", "tp"},  # no engine internals
     "generator": set(),
-    "jobs": {"kineto", "lane_rules", "model", "fileio", "inputs", "engine", "outputs", "tp", "generator"},
+    "jobs": {"kineto", "lane_rules", "model", "fileio", "inputs", "engine", "outputs", "tp", "analysis", "generator"},
     "cli": {"__init__", "kineto", "lane_rules", "model", "fileio", "inputs", "engine", "outputs", "tp", "analysis",
             "jobs"},
 }

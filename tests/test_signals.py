@@ -162,3 +162,11 @@ def test_workers_die_with_a_killed_merge(tmp_path, inputs):
     args, phase = CASES["merge pass two"]
     run = stop_in_phase(tmp_path, inputs, args, phase, signal.SIGKILL)
     assert run.returncode == -signal.SIGKILL
+
+
+def test_sigterm_stops_a_batch_cleanly(tmp_path, inputs):
+    """compact DIR: the workers are killed, no temporary output stays, and what was written
+    before the signal is complete (a rerun skips it)."""
+    run = stop_in_phase(tmp_path, inputs, ["compact", "in/ranks", "-o", "out", "--jobs", "2"], writing, signal.SIGTERM)
+    assert run.returncode == 143, run.stderr.read()
+    assert all(name.endswith("_compacted.perfetto-trace") for name in run.leftovers), run.leftovers

@@ -5,6 +5,7 @@ and a failed job leaves nothing behind."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import os
 import stat
 import tempfile
@@ -40,6 +41,21 @@ def check_output_path(path: Path, overwrite: bool) -> None:
         raise CgtraceError(f"{path}: directory {parent} does not exist; create it or choose another path with -o")
     if not os.access(parent, os.W_OK):
         raise CgtraceError(f"{path}: directory {parent} is not writable; choose another path with -o")
+
+
+def remove_leftovers(path: Path) -> int:
+    """Remove the temporary files a writer of `path` left when it was killed outright (SIGKILL,
+    a lost cluster node), which no `finally` can clean up; call only once no writer of `path`
+    runs. Returns how many there were."""
+    parent = _parent(path)
+    # mkstemp's names: the prefix AtomicFiles.create gives, 8 random characters, the suffix.
+    pattern = os.path.join(glob.escape(str(parent)), glob.escape(f".{path.name}.") + "?" * 8 + ".tmp")
+    removed = 0
+    for leftover in glob.glob(pattern):  # the pattern's leading dot matches hidden names
+        with contextlib.suppress(OSError):
+            os.unlink(leftover)
+            removed += 1
+    return removed
 
 
 def write_failed(path: Path, error: OSError) -> CgtraceError:

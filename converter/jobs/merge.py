@@ -15,6 +15,7 @@ import re
 import shutil
 import tempfile
 from collections import Counter
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Container, Optional, cast
@@ -30,10 +31,10 @@ from ..lane_rules import load_lane_rules
 from ..model import FlowEnd, RankIdentity, Trace, Track, TrackRole
 from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
+from .executors import Workers, for_cluster, open_workers, options_for_cluster, run_tasks
 from .runner import PROFILER_OUTPUT, JobOptions, Prepared, prepare
 from .snapshot import load_snapshot, save_snapshot
 from .verify import Expected, verify_output
-from .workers import run_in_workers
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
 RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orders the ranks
@@ -92,6 +93,10 @@ def default_merge_output(inputs: list[Path], group: int, groups: int) -> Path:
     return directory / ("pp_traces_merged.perfetto-trace" if groups == 1 else f"pp_group{group}_merged.perfetto-trace")
 
 
+# The names default_merge_output gives: files that hold many ranks, not one rank's trace.
+MERGED_OUTPUT_NAME = re.compile(r"^(pp_traces|pp_group\d+)_merged\.perfetto-trace$")
+
+
 def find_rank_files(inputs: list[Path]) -> list[Path]:
     """Explicit files, or the trace files of one directory: those named like rank traces
     (`rank*_trace.json`, `*.pt.trace.json`) when there are any, so a config or results JSON
@@ -113,12 +118,15 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
 
 def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
                 jobs: Optional[int] = None, assume_aligned: bool = False, pp_group: Optional[int] = None,
-                ranks: Optional[Container[int]] = None) -> dict[str, Any]:
+                ranks: Optional[Container[int]] = None, scheduler: Optional[str] = None) -> dict[str, Any]:
     """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
     only those global ranks. The args strategy "auto" gives pass one's ranks an args helper
-    where cores and memory allow (helper_fits)."""
-    files = find_rank_files(inputs)
+    where cores and memory allow (helper_fits). With a Dask `scheduler`, both passes run on
+    its cluster: only block summaries travel back; snapshots and part files stay on the
+    output's file system."""
+    files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
+    options = options_for_cluster(options, scheduler is not None)
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
     if options.output_format != "perfetto":
@@ -130,39 +138,39 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     check_output_path(output_for_group(0, 1), options.overwrite)
     sizes = sorted((json_size(path) for path in files), reverse=True)
     jobs = max(1, jobs or default_jobs(sizes))
-    helpers = options.args_strategy == "helper" or (options.args_strategy == "auto" and helper_fits(sizes, jobs))
+    # A Dask worker runs threads, so it never forks an args helper (cores_to_spare).
+    helpers = scheduler is None and (options.args_strategy == "helper" or
+                                     (options.args_strategy == "auto" and helper_fits(sizes, jobs)))
     scanning = replace(options, compact=True, args_strategy="helper" if helpers else "in-process")
-    # Snapshots live beside the output: a merge's temporary files stay on the output's disk.
-    with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output_for_group(0, 1).parent) as scratch:
+    # One rank at a time runs in this process, unless each needs a fresh one: a process forked
+    # from a heap that held earlier ranks (an args helper, a worker) keeps those pages while its
+    # parent reuses them.
+    in_process = scheduler is None and jobs == 1 and not helpers
+    # Snapshots live beside the output (absolute: workers may run in another directory).
+    with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output_for_group(0, 1).parent.absolute()) \
+            as scratch, nullcontext(None) if in_process else open_workers(jobs, scheduler) as workers:
         tasks = [(str(file), scanning, str(Path(scratch) / f"rank{k:05d}")) for k, file in enumerate(files)]
-        infos = _in_workers(_scan_rank, tasks, list(map(str, files)), jobs, fresh_workers=helpers)
-        results = _merge_scanned(infos, output_for_group, options, jobs, assume_aligned, pp_group, ranks)
+        infos = _in_workers(workers, _scan_rank, tasks, list(map(str, files)), "reading ranks")
+        if ranks is not None:
+            infos = [info for info in infos if info.global_rank in ranks]
+            if len(infos) < 2:
+                raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; pass --ranks that "
+                                   "name two or more of their global ranks")
+        groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
+        if not groups:
+            raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
+        chosen = range(len(groups)) if pp_group is None else [pp_group]
+        if pp_group is not None and not 0 <= pp_group < len(groups):
+            raise CgtraceError(f"--pp-group {pp_group}: the traces hold {len(groups)} pipeline(s), numbered from 0")
+        outputs = {index: output_for_group(index, len(groups)) for index in chosen}
+        for output in outputs.values():
+            check_output_path(output, options.overwrite)
+        results = [_merge_pipeline(groups[index], index, output, options, workers, order_source)
+                   for index, output in outputs.items()]
     for result in results:
-        result.update(ranks_at_once=jobs, args_helpers=helpers)
-    return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": results[0]["pp_order_source"]}
-
-
-def _merge_scanned(infos: list[RankInfo], output_for_group: Callable[[int, int], Path], options: JobOptions,
-                   jobs: int, assume_aligned: bool, pp_group: Optional[int], ranks: Optional[Container[int]]
-                   ) -> list[dict[str, Any]]:
-    """Pass two, once pass one has scanned every rank: one result per pipeline."""
-    first = infos[0].file
-    if ranks is not None:
-        infos = [info for info in infos if info.global_rank in ranks]
-        if len(infos) < 2:
-            raise CgtraceError(f"{first}: --ranks leaves {len(infos)} of the given traces; pass --ranks that "
-                               "name two or more of their global ranks")
-    groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
-    if not groups:
-        raise CgtraceError(f"{first}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
-    chosen = range(len(groups)) if pp_group is None else [pp_group]
-    if pp_group is not None and not 0 <= pp_group < len(groups):
-        raise CgtraceError(f"--pp-group {pp_group}: the traces hold {len(groups)} pipeline(s), numbered from 0")
-    outputs = {index: output_for_group(index, len(groups)) for index in chosen}
-    for output in outputs.values():
-        check_output_path(output, options.overwrite)
-    return [_merge_pipeline(groups[index], index, output, options, jobs, order_source)
-            for index, output in outputs.items()]
+        result.update(ranks_at_once=None if scheduler else jobs, args_helpers=helpers,
+                      workers=workers.where if workers else "this process")
+    return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
 
 
 def default_jobs(sizes: list[int]) -> int:
@@ -178,7 +186,7 @@ def default_jobs(sizes: list[int]) -> int:
 
 
 def helper_fits(sizes: list[int], jobs: int) -> bool:
-    """Whether pass two's workers should each have an args helper (background_args.py): only
+    """Whether pass one's workers should each have an args helper (args_accelerator.py): only
     on idle cores, and while the peak, with the encoded args held for writing, stays below
     the inputs' total size (so not for two ranks of 75 MB, where interpreters dominate)."""
     if 2 * jobs > available_cores():
@@ -188,9 +196,10 @@ def helper_fits(sizes: list[int], jobs: int) -> bool:
     return _PROCESS_BYTES * processes + rank_bytes <= sum(sizes)
 
 
-def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions, jobs: int,
-                    order_source: str) -> dict[str, Any]:
-    plans = [RankPlan(file=info.file, snapshot=info.snapshot, position=k, global_rank=info.global_rank, in_pp_group=info.pp_group is not None,
+def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions,
+                    workers: Optional[Workers], order_source: str) -> dict[str, Any]:
+    plans = [RankPlan(file=info.file, snapshot=info.snapshot, position=k, global_rank=info.global_rank,
+                      in_pp_group=info.pp_group is not None,
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
     taken: set[int] = set()
@@ -204,8 +213,9 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     for end in arrows.ends:
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     base = min(info.base_time_ns or 0 for info in members)
-    parts = _in_workers(_write_rank_part, [(plan, f"{plan.snapshot}.group{group_index}.part") for plan in plans],
-                        [plan.file for plan in plans], jobs)
+    parts = _in_workers(workers, _write_rank_part,
+                        [(plan, f"{plan.snapshot}.group{group_index}.part") for plan in plans],
+                        [plan.file for plan in plans], "writing ranks")
     expected = Expected(sum(part.slices for _, _, part in parts),
                         sum(part.flows for _, _, part in parts) + len(arrows.ends) // 2,
                         sum(part.counter_samples for _, _, part in parts))
@@ -251,14 +261,13 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     return result
 
 
-def _in_workers(function, tasks: list, files: list[str], jobs: int, fresh_workers: bool = False) -> list:
-    """Run tasks (on these rank files) in worker processes, one rank in memory each, results
-    in task order. A single job runs in this process unless `fresh_workers`: a process
-    forked from a heap that held earlier ranks (an args helper, a worker) keeps those pages while its
-    parent reuses them."""
-    if not fresh_workers and (jobs == 1 or len(tasks) == 1):
+def _in_workers(workers: Optional[Workers], function: Callable[..., Any], tasks: list, files: list[str],
+                label: str) -> list:
+    """function(*task) per rank file, results in task order: on the workers, stopping at the
+    first failure, or (no workers) one after the other in this process."""
+    if workers is None:
         return [function(*task) for task in tasks]
-    return run_in_workers(function, tasks, files, jobs)
+    return [outcome.value for outcome in run_tasks(workers, function, tasks, files, label, stop_at_failure=True)]
 
 
 def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:

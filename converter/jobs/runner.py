@@ -22,7 +22,7 @@ from ..fileio.args_file import FileArgsStore
 from ..fileio.atomic import AtomicFiles, check_output_path, write_failed
 from ..inputs.kineto_reader import read_trace
 from ..lane_rules import LaneRules, load_lane_rules
-from ..model import ArgsStore, Trace
+from ..model import ArgsStore, RankIdentity, Trace
 from ..outputs.args_accelerator import accelerated_args_store, cores_to_spare
 from ..outputs.json_writer import ChromeJsonWriter
 from ..outputs.perfetto_writer import PerfettoWriter
@@ -122,7 +122,11 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules]) -
     exported = kineto.inline_laned(trace.metadata) and not options.relane
     summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules)))
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
-    pp_rank, pp_rank_source, _ = pp_rank_of(trace.metadata, str(input_path))
+    pp_rank, pp_rank_source, group = pp_rank_of(trace.metadata, str(input_path))
+    info = trace.metadata.get("distributedInfo")
+    if isinstance(info, dict) and kineto.is_rank(info.get("rank")):
+        # Written with the track roles, so answers across many ranks' outputs can name each rank.
+        trace.rank = RankIdentity(pp_rank if group else info["rank"], info["rank"])
     blocks, scheme = find_blocks(trace, rules, pp_rank)
     if scheme != NO_PP:  # a summary leaves out what does not apply
         summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source, pp_annotations=scheme)

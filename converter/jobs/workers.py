@@ -1,10 +1,14 @@
-"""Worker processes that never outlive their job: one fresh process per task, at most `jobs` at once.
+"""Worker processes that never outlive their job: one fresh process per task, at most `jobs` at once,
+behind the `concurrent.futures.Executor` interface that a Dask cluster's executor also offers.
 
-Not multiprocessing.Pool: its workers share a task queue's lock, and one killed while idle
-(a SIGTERM sent to the whole process group) takes the lock with it, so terminating the pool
-hangs; and it forks replacement workers from a helper thread, which defeats
-PR_SET_PDEATHSIG (that follows the thread that forked). Here each worker has its own pipe,
-is forked from the main thread, and is killed on any way out of `run_in_workers`.
+Not multiprocessing.Pool or ProcessPoolExecutor: a Pool's workers share a task queue's lock,
+and one killed while idle (a SIGTERM sent to the whole process group) takes the lock with it,
+so terminating the pool hangs; both start workers from a helper thread, which defeats
+PR_SET_PDEATHSIG (that follows the thread that forked) and forks a process that runs other
+threads. Here each worker has its own pipe and is forked from the thread that submits or
+asks for a result, never from a helper thread: a future makes progress while someone waits
+for it (`result()`, `exception()`, `Executor.map`), which is how cgtrace collects results.
+Leaving the executor's `with` block by an exception kills every worker still running.
 """
 
 from __future__ import annotations
@@ -14,52 +18,126 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
+from collections import deque
+from concurrent.futures import Executor, Future
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
-from typing import Any, Callable, Sequence, cast
-
-from ..errors import CgtraceError
+from typing import Any, Callable, Optional, cast
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+_STOPPING = {signal.SIGINT, signal.SIGTERM}
 
 
-def run_in_workers(function: Callable[..., Any], tasks: Sequence[tuple], names: Sequence[str], jobs: int) -> list:
-    """function(*task) for every task, each in a fresh process; results in task order. A
-    worker's exception is raised here; a worker that dies (the OOM killer) is a CgtraceError
-    naming its task (`names`, one per task)."""
-    context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() \
-        else multiprocessing.get_context("spawn")
-    results: list = [None] * len(tasks)
-    queued = list(reversed(range(len(tasks))))
-    running: dict[Connection, tuple[int, BaseProcess]] = {}
-    try:
-        while queued or running:
-            while queued and len(running) < jobs:
-                index = queued.pop()
-                receiver, sender = context.Pipe(duplex=False)
-                process: BaseProcess = context.Process(target=_work, args=(os.getpid(), sender, function, tasks[index]))
-                process.start()
-                sender.close()
-                running[receiver] = (index, process)
-            for ready in wait(list(running)):
-                receiver = cast(Connection, ready)  # wait() returns what it was given
-                index, process = running.pop(receiver)
-                with receiver:
-                    outcome = _receive(receiver)
+class WorkerDied(Exception):
+    """A worker process ended without an answer (killed: the OOM killer, most often)."""
+
+    def __init__(self, exit_code: Optional[int]):
+        super().__init__(f"exit code {exit_code}")
+
+
+class LocalProcessExecutor(Executor):
+    """fn(*args) in a fresh forked process per task, `jobs` at once; the rest wait in order."""
+
+    def __init__(self, jobs: int):
+        self.jobs = max(1, jobs)
+        self._context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() \
+            else multiprocessing.get_context("spawn")
+        self._queued: deque[tuple[_LocalFuture, Callable[..., Any], tuple]] = deque()
+        self._running: dict[Connection, tuple[_LocalFuture, BaseProcess]] = {}
+        self._lock = threading.RLock()  # futures may be awaited from several threads
+        self._closed = False
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        if kwargs:
+            raise TypeError("LocalProcessExecutor.submit takes positional arguments only")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError("cannot submit to an executor that was shut down")
+            future = _LocalFuture(self)
+            self._queued.append((future, fn, args))
+            self._start_queued()
+            return future
+
+    def shutdown(self, wait: bool = True, *, cancel_futures: bool = False) -> None:
+        """wait: finish every task submitted; else (or with cancel_futures) drop the queued
+        ones and kill the running ones."""
+        with self._lock:
+            self._closed = True
+            if wait and not cancel_futures:
+                while self._queued or self._running:
+                    self._step()
+                return
+            for future, _, _ in self._queued:
+                future.cancel()
+            self._queued.clear()
+            for receiver, (future, process) in self._running.items():
+                process.kill()
                 process.join()
-                if outcome is None:
-                    raise CgtraceError(f"{names[index]}: its worker process died (exit code {process.exitcode}), "
-                                       "perhaps out of memory; try --jobs 1 or a machine with more memory")
-                succeeded, value = outcome
-                if not succeeded:
-                    raise value
-                results[index] = value
-    finally:
-        for receiver, (_, process) in running.items():
-            process.kill()
+                receiver.close()
+                future.cancel()
+            self._running.clear()
+
+    def __exit__(self, exc_type: Any, *exc_info: Any) -> None:
+        self.shutdown(wait=exc_type is None, cancel_futures=exc_type is not None)
+
+    def _drive(self, future: "_LocalFuture") -> None:
+        """Run the pool until `future` is done: collect finished workers, start queued tasks."""
+        with self._lock:
+            while not future.done():
+                self._step()
+
+    def _start_queued(self) -> None:
+        while self._queued and len(self._running) < self.jobs:
+            future, fn, args = self._queued.popleft()
+            if not future.set_running_or_notify_cancel():
+                continue
+            receiver, sender = self._context.Pipe(duplex=False)
+            process: BaseProcess = self._context.Process(target=_work, args=(os.getpid(), sender, fn, args))
+            # Ctrl-C and SIGTERM wait until the worker is on record to be killed, and never land
+            # in a fork hook (logging's runs Python code after every fork), where the exception
+            # that stops the run would be printed and lost.
+            previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
+            try:
+                process.start()
+                self._running[receiver] = (future, process)
+            finally:
+                sender.close()
+                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+    def _step(self) -> None:
+        """Wait for at least one running worker to answer (or die), settle its future, refill."""
+        self._start_queued()
+        for ready in wait(list(self._running)):
+            receiver = cast(Connection, ready)  # wait() returns what it was given
+            future, process = self._running.pop(receiver)
+            with receiver:
+                outcome = _receive(receiver)
             process.join()
-            receiver.close()
-    return results
+            if outcome is None:
+                future.set_exception(WorkerDied(process.exitcode))
+            elif outcome[0]:
+                future.set_result(outcome[1])
+            else:
+                future.set_exception(outcome[1])
+        self._start_queued()
+
+
+class _LocalFuture(Future):
+    """A Future that runs its executor's workers while it is waited for (so a timeout given to
+    result() or exception() counts only once the task is done: cgtrace never gives one)."""
+
+    def __init__(self, executor: LocalProcessExecutor):
+        super().__init__()
+        self._executor = executor
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        self._executor._drive(self)
+        return super().result(timeout)
+
+    def exception(self, timeout: Optional[float] = None) -> Optional[BaseException]:
+        self._executor._drive(self)
+        return super().exception(timeout)
 
 
 def _receive(receiver: Connection) -> Any:
@@ -76,6 +154,7 @@ def _work(parent: int, sender: Connection, function: Callable[..., Any], task: t
     main process die without a chance to (SIGKILL, the OOM killer)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)  # blocked by the fork (_start_queued)
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # it died before prctl took effect

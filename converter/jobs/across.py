@@ -1,0 +1,134 @@
+"""`cgtrace report DIR` and `cgtrace query DIR SQL`: the single-trace report and query, run on
+every trace of a directory as parallel tasks (executors.py), their answers put side by side.
+
+Each task opens one trace in trace_processor where it runs and returns only its answer (the
+report's figures, or the query's rows), so nothing large travels. Rows and ranks are tagged
+with the trace's file and its global rank: the one a compacted or merged trace records in its
+track roles, else none.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any, Optional
+
+import orjson
+
+from ..analysis.query import Result, format_table, open_checked, run_sql
+from ..analysis.report import DEFINITIONS, TRACK_ROLES_SQL, build_report
+from ..errors import CgtraceError
+from .executors import Workers, for_cluster, run_tasks
+from .merge import MERGED_OUTPUT_NAME, find_rank_files
+from .readable import as_perfetto
+from .runner import PERFETTO_SUFFIX
+
+STRAGGLERS = 3  # how many ranks the report names as furthest from the median step time
+ACROSS_DEFINITIONS = {
+    "step time": "a GPU's mean ProfilerStep length over the steps of its window (the window's length where it "
+                 "has no steps)",
+    "vs median": "its step time minus the median step time of all GPUs listed",
+    "stragglers": f"the {STRAGGLERS} GPUs whose step time is furthest from that median",
+    "bubble share": "its bubbles' total over its steps' total",
+}
+
+
+def traces_in(directory: Path) -> list[Path]:
+    """The traces of a directory to answer across: its Perfetto traces (not a merge's output,
+    which holds many ranks), or where it has none, its rank traces (as `merge` finds them)."""
+    perfetto = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(PERFETTO_SUFFIX)
+                      and not p.name.startswith(".") and not MERGED_OUTPUT_NAME.match(p.name))
+    if perfetto:
+        return perfetto
+    try:
+        return find_rank_files([directory])
+    except CgtraceError:
+        raise CgtraceError(f"{directory}: holds no traces (*.perfetto-trace, *.json, *.json.gz); pass a directory "
+                           "of rank traces or of their outputs") from None
+
+
+def query_across(directory: Path, sql: str, workers: Workers, tp_bin: Optional[str] = None) -> Result:
+    """One query on every trace: the rows of all, each led by its file and rank."""
+    files = traces_in(directory)
+    outcomes = run_tasks(workers, query_one, [(for_cluster(path, workers.remote), sql, tp_bin) for path in files],
+                         list(map(str, files)), "querying", stop_at_failure=True)
+    columns: Optional[list[str]] = None
+    rows: list[tuple] = []
+    for path, outcome in zip(files, outcomes):
+        rank, result = outcome.value
+        if columns is not None and result.columns != columns:
+            raise CgtraceError(f"{path}: the query gives columns {result.columns}, another trace {columns}; "
+                               "name the columns in the query")
+        columns = result.columns
+        rows.extend((path.name, rank, *row) for row in result.rows)
+    return Result(["file", "rank", *(columns or [])], rows)
+
+
+def query_one(path: Path, sql: str, tp_bin: Optional[str]) -> tuple[Optional[int], Result]:
+    """(the trace's global rank, the query's result) for one trace, as `cgtrace query` reads it."""
+    with as_perfetto(path, compact=False) as trace, open_checked(trace, tp_bin, path) as tp:
+        return recorded_rank(tp, path), run_sql(tp, sql, path)
+
+
+def recorded_rank(tp: Any, path: Path) -> Optional[int]:
+    """The global rank a trace's track roles record (a compacted rank, the first rank of a merge)."""
+    for (text,) in run_sql(tp, TRACK_ROLES_SQL, path).rows:
+        rank = orjson.loads(text).get("rank")
+        if rank:
+            return rank["global_rank"]
+    return None
+
+
+def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = None,
+                  lanes_file: Optional[Path] = None) -> dict[str, Any]:
+    """Per GPU of every trace: step time, busy, exposed communication and bubble, and the
+    stragglers: the GPUs furthest from the median step time."""
+    files = traces_in(directory)
+    lanes = lanes_file and for_cluster(lanes_file, workers.remote)
+    outcomes = run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes) for path in files],
+                         list(map(str, files)), "reporting", stop_at_failure=True)
+    rows = [_rank_row(path, gpu) for path, outcome in zip(files, outcomes) for gpu in outcome.value["gpus"]]
+    median = statistics.median(row["step_ns"] for row in rows) if rows else 0
+    for row in rows:
+        row["vs_median_ns"] = row["step_ns"] - median
+    by_distance = sorted(rows, key=lambda row: (-abs(row["vs_median_ns"]), row["file"]))
+    stragglers = [{"file": row["file"], "global_rank": row["global_rank"], "gpu": row["gpu"],
+                   "vs_median_ns": row["vs_median_ns"]} for row in by_distance[:STRAGGLERS] if row["vs_median_ns"]]
+    definitions = {**{k: DEFINITIONS[k] for k in ("window", "busy", "exposed communication", "bubble")},
+                   **ACROSS_DEFINITIONS}
+    return {"directory": str(directory), "traces": len(files), "definitions": definitions,
+            "median_step_ns": median, "ranks": rows, "stragglers": stragglers}
+
+
+def report_one(path: Path, tp_bin: Optional[str], lanes_file: Optional[Path]) -> dict[str, Any]:
+    """One trace's report figures, as `cgtrace report` computes them (no kernel list)."""
+    with as_perfetto(path, compact=True, lanes_file=lanes_file) as trace:
+        return build_report(trace, tp_bin=tp_bin, top=0, lanes_file=lanes_file, shown_as=path).figures
+
+
+def _rank_row(path: Path, gpu: dict[str, Any]) -> dict[str, Any]:
+    steps = gpu["steps"]
+    step_total = sum(step["step_ns"] for step in steps)
+    return {"file": path.name, "global_rank": gpu["global_rank"], "pp_rank": gpu["pp_rank"], "gpu": gpu["gpu"],
+            "steps": len(steps) if gpu["window"] == "steps" else 0,
+            "step_ns": step_total / len(steps) if steps else gpu["window_ns"],
+            "busy_share": gpu["busy_share"], "exposed_comm_share": gpu["exposed_comm_share"],
+            "bubble_share": round(sum(step["bubble_ns"] for step in steps) / step_total, 6) if step_total else 0.0}
+
+
+def render_across(report: dict[str, Any], fmt: str) -> str:
+    """JSON, or text: a table of GPUs, the stragglers, and the definitions."""
+    if fmt == "json":
+        return orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
+    table = format_table(
+        ["file", "rank", "gpu", "steps", "step ms", "vs median ms", "busy", "exposed comm", "bubble"],
+        [[row["file"], "" if row["global_rank"] is None else str(row["global_rank"]), row["gpu"], str(row["steps"]),
+          f"{row['step_ns'] / 1e6:.3f}", f"{row['vs_median_ns'] / 1e6:+.3f}", f"{row['busy_share'] * 100:.1f}%",
+          f"{row['exposed_comm_share'] * 100:.1f}%", f"{row['bubble_share'] * 100:.1f}%"] for row in report["ranks"]],
+        numeric_columns=[1, 3, 4, 5, 6, 7, 8])
+    named = ", ".join(("" if s["global_rank"] is None else f"rank {s['global_rank']} ")
+                      + f"({s['file']}, {s['gpu']}, {s['vs_median_ns'] / 1e6:+.3f} ms)" for s in report["stragglers"])
+    return (f"cgtrace report: {report['directory']}, {report['traces']} traces\n\n"
+            f"GPUs: step time, busy, exposed communication and bubble, over each GPU's window\n{table}\n"
+            f"Median step time {report['median_step_ns'] / 1e6:.3f} ms; stragglers: {named or 'none'}\n"
+            "\nDefinitions\n" + "".join(f"  {term}: {text}\n" for term, text in report["definitions"].items()))

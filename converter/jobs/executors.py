@@ -1,0 +1,151 @@
+"""Where a job's tasks run: local worker processes (`--jobs N`), or a Dask cluster (`--scheduler
+tcp://HOST:PORT`, env CGTRACE_SCHEDULER) through `distributed.Client(...).get_executor(...)`.
+
+Both are a `concurrent.futures.Executor`, chosen here from the options and nowhere else; the
+jobs submit tasks and read their outcomes the same way on either. Scheduling, retries (Dask's
+`retries=1`) and moving arguments and results are the executor's; cgtrace adds none of its own.
+On a cluster every input and output path must be one that every worker sees (a shared file system).
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
+
+from .. import progress
+from ..errors import CgtraceError
+from .runner import JobOptions
+
+if TYPE_CHECKING:
+    # Imported only where tasks run (open_workers): concurrent.futures imports logging, whose
+    # fork hooks would then run Python code in this process after every fork (an args
+    # helper's too), and a SIGTERM's exception raised there is lost, so a run would not stop.
+    from concurrent.futures import Executor, Future
+
+SCHEDULER_ENV = "CGTRACE_SCHEDULER"
+_CONNECT_TIMEOUT_S = 10
+_RETRIES = 1  # a task that raises runs once more; a dead worker's task the scheduler reschedules (allowed-failures)
+
+
+@dataclass(frozen=True)
+class Workers:
+    """An executor and what the jobs need to know of it."""
+
+    executor: "Executor"
+    where: str      # for messages: "2 local processes", "Dask scheduler tcp://..."
+    remote: bool    # a cluster: tasks run in long-lived worker processes, not forked from this one
+
+
+@dataclass
+class Outcome:
+    """One task's result, or the one-line error that ended it."""
+
+    name: str
+    value: Any = None
+    error: Optional[str] = None
+    exception: Optional[BaseException] = None
+
+
+def for_cluster(path: Path, on_cluster: bool) -> Path:
+    """A path as tasks must get it: on a cluster absolute, for workers run in other directories."""
+    return path.absolute() if on_cluster else path
+
+
+def options_for_cluster(options: JobOptions, on_cluster: bool) -> JobOptions:
+    """Job options whose paths (the lane rules) the workers can open (see for_cluster)."""
+    if options.lanes_file is None:
+        return options
+    return replace(options, lanes_file=for_cluster(options.lanes_file, on_cluster))
+
+
+def scheduler_address(option: Optional[str]) -> Optional[str]:
+    """--scheduler, else CGTRACE_SCHEDULER, else None (local processes)."""
+    return option or os.environ.get(SCHEDULER_ENV) or None
+
+
+@contextmanager
+def open_workers(jobs: int, scheduler: Optional[str]) -> Iterator[Workers]:
+    """Local processes, `jobs` at once, or the Dask cluster at `scheduler`. Leaving by an
+    exception kills (local) or cancels (Dask) every task still running."""
+    if scheduler is None:
+        from .workers import LocalProcessExecutor  # see the TYPE_CHECKING import above
+
+        with LocalProcessExecutor(jobs) as local:
+            yield Workers(local, f"{local.jobs} local process{'es' if local.jobs > 1 else ''}", remote=False)
+        return
+    try:
+        from distributed import Client
+    except ImportError:
+        raise CgtraceError(f"--scheduler {scheduler}: running on a Dask cluster needs the cluster extra; "
+                           "pip install 'cgtrace[cluster]'") from None
+    try:
+        client = Client(scheduler, timeout=_CONNECT_TIMEOUT_S, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as error:
+        raise CgtraceError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({_first_line(error)}); "
+                           "check the address and that `dask scheduler` runs there") from None
+    with client:
+        executor = client.get_executor(retries=_RETRIES, pure=False)
+        try:
+            yield Workers(executor, f"Dask scheduler {scheduler}", remote=True)
+        except BaseException:
+            executor.shutdown(wait=False)  # cancels what has not finished
+            raise
+        executor.shutdown(wait=True)
+
+
+def run_tasks(workers: Workers, function: Callable[..., Any], tasks: Sequence[tuple], names: Sequence[str],
+              label: str, stop_at_failure: bool = False) -> list[Outcome]:
+    """function(*task) for every task (`names`: the file each is about); outcomes in task
+    order, progress as they come. A failed task is its outcome's error, so the others'
+    results are kept; with `stop_at_failure` the first failure is raised instead, and leaving
+    `open_workers` then stops the rest."""
+    submit = workers.executor.submit
+    futures: list["Future"] = [submit(_without_gc, function, *task) if workers.remote else submit(function, *task)
+                             for task in tasks]
+    outcomes = []
+    for done, (future, name) in enumerate(zip(futures, names), 1):
+        outcome = _outcome(future, name)
+        if stop_at_failure and outcome.exception is not None:
+            raise outcome.exception
+        outcomes.append(outcome)
+        progress.stage(f"{label}: {done} of {len(tasks)} done ({workers.where})")
+    return outcomes
+
+
+def _without_gc(function: Callable[..., Any], *task: Any) -> Any:
+    """A task on a cluster worker, with cyclic GC off as the command line has it (cli.main): the
+    trace model is millions of small acyclic objects, and GC passes over them cost a quarter
+    of a run and free nothing. Local workers are forked from the command line, GC off already."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return function(*task)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _outcome(future: Future, name: str) -> Outcome:
+    """A worker's CgtraceError keeps its message (it names the file); a dead worker becomes
+    one; any other exception (a bug) is kept as it is, to be raised with its traceback."""
+    from .workers import WorkerDied
+
+    error = future.exception()
+    if error is None:
+        return Outcome(name, value=future.result())
+    if isinstance(error, CgtraceError):
+        return Outcome(name, error=error.message, exception=error)
+    if isinstance(error, WorkerDied) or type(error).__name__ == "KilledWorker":  # Dask's, after its retries
+        died = CgtraceError(f"{name}: its worker process died ({_first_line(error)}), perhaps out of memory; "
+                            "try fewer ranks at once (--jobs) or workers with more memory")
+        return Outcome(name, error=died.message, exception=died)
+    return Outcome(name, error=f"{name}: {type(error).__name__}: {_first_line(error)}", exception=error)
+
+
+def _first_line(error: BaseException) -> str:
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
