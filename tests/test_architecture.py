@@ -16,10 +16,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "converter"
 README = PACKAGE.parent / "README.md"
 
 # Leaf utilities every part may use.
-_LEAVES = {"errors", "progress"}
+_LEAVES = {"errors", "progress", "signals"}
 ALLOWED = {
     "errors": set(),
     "progress": set(),
+    "signals": set(),
     "kineto": set(),
     "__init__": {"tp"},
     "model": set(),                          # the model imports only itself (and errors)

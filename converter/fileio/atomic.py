@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator, Optional
 
 from ..errors import CgtraceError
+from ..signals import stopping_deferred
 from .direct import DirectWriter
 
 # Given the finished temporary file and the path it will become; raises CgtraceError to refuse it.
@@ -78,12 +79,13 @@ class AtomicFiles:
         written past the page cache where it can be (direct.py)."""
         check_output_path(path, self.overwrite)
         parent = _parent(path)
-        try:
-            descriptor, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
-        except OSError as error:
-            raise CgtraceError(f"{path}: cannot create a file in {parent} ({error.strerror}); "
-                               "choose another path with -o") from None
-        self._pending.append((path, temp_name))
+        with stopping_deferred():  # a file created is a file on record, to be removed on any way out
+            try:
+                descriptor, temp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=parent)
+            except OSError as error:
+                raise CgtraceError(f"{path}: cannot create a file in {parent} ({error.strerror}); "
+                                   "choose another path with -o") from None
+            self._pending.append((path, temp_name))
         writer = _OwnedDirectWriter(descriptor)
         self._writers.append(writer)
         return writer

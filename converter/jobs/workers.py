@@ -25,8 +25,9 @@ from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
 from typing import Any, Callable, Optional, cast
 
+from ..signals import STOPPING, stopping_deferred
+
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
-_STOPPING = {signal.SIGINT, signal.SIGTERM}
 
 
 class WorkerDied(Exception):
@@ -97,13 +98,12 @@ class LocalProcessExecutor(Executor):
             # Ctrl-C and SIGTERM wait until the worker is on record to be killed, and never land
             # in a fork hook (logging's runs Python code after every fork), where the exception
             # that stops the run would be printed and lost.
-            previous = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPPING)
-            try:
-                process.start()
-                self._running[receiver] = (future, process)
-            finally:
-                sender.close()
-                signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+            with stopping_deferred():
+                try:
+                    process.start()
+                    self._running[receiver] = (future, process)
+                finally:
+                    sender.close()
 
     def _step(self) -> None:
         """Wait for at least one running worker to answer (or die), settle its future, refill."""
@@ -154,7 +154,7 @@ def _work(parent: int, sender: Connection, function: Callable[..., Any], task: t
     main process die without a chance to (SIGKILL, the OOM killer)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOPPING)  # blocked by the fork (_start_queued)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # blocked by the fork (_start_queued)
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != parent:  # it died before prctl took effect
