@@ -94,3 +94,15 @@ def view_and_fetch(trace: Path, served_name: str) -> tuple[str, bytes, int, str]
         if process.poll() is None:
             process.kill()
     return url, served, process.returncode, err
+
+
+def child_pids(pid: int) -> list[int]:
+    """The child processes of `pid` (Linux /proc), across its threads; a thread that exits
+    while they are listed has none left."""
+    found: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            found += [int(child) for child in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return found

@@ -19,7 +19,7 @@ from converter.generator import GeneratorConfig, write_trace
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.inputs.kineto_reader import read_trace
 
-from .helpers import compact_file, convert_file, rows, write_json
+from .helpers import child_pids, compact_file, convert_file, rows, write_json
 from .test_convert_roundtrip import EDGE_CASES, actual_flows, actual_slices, assert_lossless
 
 # Args that take every encoding path: dotted keys, floats, nulls, escapes, nested values, long ints.
@@ -139,12 +139,9 @@ def test_sweep_reads_entries_across_blocks(monkeypatch):
     assert [store.text(r) for r in wanted] == [texts[r] for r in wanted]
 
 
-def _children() -> list[str]:
+def _children() -> list[int]:
     """This process's child processes still running or unreaped (Linux)."""
-    found = []
-    for task in Path(f"/proc/{os.getpid()}/task").iterdir():
-        found += (task / "children").read_text().split()
-    return found
+    return child_pids(os.getpid())
 
 
 def test_no_helper_is_forked_beside_other_threads(monkeypatch):

@@ -21,6 +21,8 @@ import pytest
 
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
 
+from .helpers import child_pids
+
 pytestmark = pytest.mark.skipif(not Path("/proc/self/environ").exists(), reason="needs Linux /proc")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -37,11 +39,6 @@ def inputs(tmp_path_factory) -> Path:
     return folder
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        found += [int(child) for child in (task / "children").read_text().split()]
-    return found
 
 
 def _maps(pid: int, path: Path) -> bool:
@@ -66,7 +63,7 @@ def _parts(out: Path) -> list[Path]:
 
 def merge_pass_one(pid: int, out: Path) -> bool:
     """Workers reading ranks (their snapshots go to the scratch folder), no part written yet."""
-    return bool(_children(pid)) and not _parts(out)
+    return bool(child_pids(pid)) and not _parts(out)
 
 
 def merge_pass_two(pid: int, out: Path) -> bool:
@@ -145,7 +142,7 @@ def test_ctrl_c_to_the_whole_group_stops_a_merge_cleanly(tmp_path, inputs):
     def whole_group(pid: int, out: Path) -> bool:
         if not phase(pid, out):
             return False
-        for child in _children(pid):
+        for child in child_pids(pid):
             os.kill(child, signal.SIGINT)
         return True
 
