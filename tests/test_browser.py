@@ -119,7 +119,7 @@ def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, tmp_path):
     merged = tmp_path / "merged.perfetto-trace"
     merge_ranks(files, lambda group, groups: merged, jobs=1)
     names, screenshot = load_in_ui(merged)
-    ranks = [n for n in names if n.startswith("PP rank ") and "| GPU" in n]
+    ranks = [n for n in names if n.startswith("PP rank ") and "· GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1, 2, 3], names
     first_rank_lanes = names[names.index(ranks[0]) + 1:names.index(ranks[1])]
     groups = [n for n in first_rank_lanes if n in ("Compute", "NCCL other", "Memcpy")]
@@ -137,7 +137,7 @@ def test_view_opens_profiler_output_compacted_or_merged(load_in_ui, tmp_path):
     write_pp_run(tmp_path / "ranks", pp_size=2, microbatches=2, steps=1, seed=2, graphs_per_step=2,
                  kernels_per_replay=4)
     names, _ = load_in_ui(viewable(tmp_path / "ranks")[0])
-    ranks = [n for n in names if n.startswith("PP rank ") and "| GPU" in n]
+    ranks = [n for n in names if n.startswith("PP rank ") and "· GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1], names
 
 

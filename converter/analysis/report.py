@@ -133,8 +133,7 @@ class _Roles:
     """What the track roles written by cgtrace say (empty for other traces)."""
 
     by_uuid: dict[int, dict[str, Any]] = field(default_factory=dict)
-    rank_of_uuid: dict[int, Rank] = field(default_factory=dict)
-    rank_of_pid: dict[int, Rank] = field(default_factory=dict)
+    rank_of_uuid: dict[int, Rank] = field(default_factory=dict)  # tracks and a rank's groups of rows
     group_order: dict[str, int] = field(default_factory=dict)  # lane groups as compaction ordered them
 
     @classmethod
@@ -153,8 +152,8 @@ class _Roles:
                 if role["role"] == "lane":
                     place = order.index(role["group"]) + 1
                 roles.rank_of_uuid[role["uuid"]] = identity
-            for pid in rank["pids"] if rank else ():
-                roles.rank_of_pid[pid] = identity
+            for uuid in rank["groups"] if rank else ():
+                roles.rank_of_uuid[uuid] = identity
         roles.group_order = {group: index for index, group in enumerate(order)}
         return roles
 
@@ -194,6 +193,7 @@ class _Trace:
             from track t left join thread_track tt using (id) left join thread th using (utid)
             left join process_track pt using (id)""")
         parents = {track_id: parent for track_id, parent, _, _, _ in tracks}
+        uuids = {track_id: uuid for track_id, _, _, _, uuid in tracks}
         names = {track_id: name for track_id, _, name, _, _ in tracks}
         own_upid = {track_id: upid for track_id, _, _, upid, _ in tracks}
 
@@ -218,12 +218,12 @@ class _Trace:
                 group = role["group"]
                 self.groups.setdefault(group, LaneGroup(group, role["label"], LaneKind(role["kind"])))
             owned.append((track_id, track_owner, group, int(role.get("role") == "annotations")))
-            if track_owner < 0 and uuid in roles.rank_of_uuid:
-                self.owner_ranks[track_owner] = roles.rank_of_uuid[uuid]
+            if track_owner < 0:  # ranked by its own role, or by the group of rows it sits in
+                for known in (uuid, uuids[-1 - track_owner]):
+                    if known in roles.rank_of_uuid:
+                        self.owner_ranks[track_owner] = roles.rank_of_uuid[known]
         self.groups = dict(sorted(self.groups.items(), key=lambda item: roles.group_order[item[0]]))
         self.track_owners = {o: names[-1 - o] for _, o, _, _ in owned if o < 0}
-        pids = dict(self.rows("select upid, pid from process"))
-        self.owner_ranks.update({upid: roles.rank_of_pid[pid] for upid, pid in pids.items() if pid in roles.rank_of_pid})
         self.create("cgtrace_track", "id integer primary key, owner int, lane text, annotation int", owned)
         if self.groups:
             self.rows("""create table cgtrace_gpu as
