@@ -9,6 +9,7 @@ Other tests reuse the `load_in_ui` fixture: `names, screenshot = load_in_ui(trac
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -16,7 +17,7 @@ import shutil
 import threading
 from collections import Counter
 from pathlib import Path
-from typing import Callable, NamedTuple, Optional
+from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 import pytest
 
@@ -44,6 +45,21 @@ ROW_FACTS = """tracks => tracks.map(t => {
     return [title(t), Math.round(t.getBoundingClientRect().height), parent ? title(parent) : null,
             left.scrollWidth > left.clientWidth];
 })"""
+# Per row under the first top-level group (opened alone): its title and how many pixels of
+# its timeline are coloured (drawn data; the background and grid lines are grey).
+DRAWN_PX = """tracks => {
+    const canvas = [...document.querySelectorAll('canvas')].sort((a, b) => b.height - a.height)[0];
+    const area = canvas.getBoundingClientRect(), pixels = canvas.getContext('2d');
+    return tracks.map(t => {
+        const row = t.getBoundingClientRect(), shell = t.querySelector('.pf-track__shell').getBoundingClientRect();
+        const data = pixels.getImageData(shell.right - area.left, row.top - area.top,
+                                         row.right - shell.right, row.height).data;
+        let coloured = 0;
+        for (let i = 0; i < data.length; i += 4)
+            if (Math.max(data[i], data[i + 1], data[i + 2]) - Math.min(data[i], data[i + 1], data[i + 2]) > 40) coloured++;
+        return [t.querySelector('.pf-track__title-popup').textContent, coloured];
+    });
+}"""
 # A merged rank's row: "PP rank N (global G) · GPU 0" (or "rank N ..." with no PP group).
 RANK_ROW = re.compile(r"^(?:PP )?rank (\d+) \(global \d+\) · (.*)$")
 
@@ -78,29 +94,36 @@ def browser():
         instance.close()
 
 
+@contextlib.contextmanager
+def opened(browser, trace_path: Path) -> Iterator[Any]:
+    """A page of the offline UI with the trace loaded (groups as the UI leaves them)."""
+    server = TraceServer(trace_path, port=0, web_dist=find_web_dist())
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    try:
+        page.goto(server.ui_url)
+        page.wait_for_selector(TRACK_TITLE, state="attached", timeout=LOAD_TIMEOUT_MS)
+        page.evaluate("window.waitForPerfettoIdle()")
+        yield page
+    finally:
+        page.close()
+        server.shutdown()
+        server.server_close()
+
+
 @pytest.fixture
 def rows_in_ui(browser, tmp_path) -> Callable[[Path], tuple[list[Row], Path]]:
     """Opens a trace in the offline UI; returns the rows shown (every group expanded, in
     display order) and the path of a screenshot of the timeline."""
 
     def load(trace_path: Path) -> tuple[list[Row], Path]:
-        server = TraceServer(trace_path, port=0, web_dist=find_web_dist())
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        try:
-            page.goto(server.ui_url)
-            page.wait_for_selector(TRACK_TITLE, state="attached", timeout=LOAD_TIMEOUT_MS)
-            page.evaluate("window.waitForPerfettoIdle()")
+        with opened(browser, trace_path) as page:
             page.evaluate("app.commands.runCommand('dev.perfetto.ExpandAllGroups')")
             page.evaluate("window.waitForPerfettoIdle()")
             shown = page.eval_on_selector_all(TRACK, ROW_FACTS)
             screenshot = tmp_path / f"{trace_path.name}.png"
             page.screenshot(path=str(screenshot))
             return [Row(*facts) for facts in shown], screenshot
-        finally:
-            page.close()
-            server.shutdown()
-            server.server_close()
 
     return load
 
@@ -151,7 +174,16 @@ def test_compacted_trace_shows_lanes_in_order(load_in_ui, tmp_path):
     assert screenshot.stat().st_size > 10_000
 
 
-def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, rows_in_ui, tmp_path):
+def drawn_in_collapsed_rows(browser, trace: Path) -> dict[str, int]:
+    """Coloured pixels per row with only the first top-level group open: what a user sees
+    after one click."""
+    with opened(browser, trace) as page:
+        page.click(f"{TRACK} .pf-track__shell >> nth=0")
+        page.evaluate("window.waitForPerfettoIdle()")
+        return dict(page.eval_on_selector_all(TRACK, DRAWN_PX))
+
+
+def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, rows_in_ui, browser, tmp_path):
     files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=1, seed=2,
                          graphs_per_step=2, kernels_per_replay=4)
     merged = tmp_path / "merged.perfetto-trace"
@@ -160,6 +192,9 @@ def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, rows_in_ui, tmp_
     ranks = [n for n in names if n.startswith("PP rank ") and "· GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1, 2, 3], names
     assert_merged_rows_read_well(rows_in_ui(merged)[0], merged, files, ranks=4)
+    drawn = drawn_in_collapsed_rows(browser, merged)
+    gpu_rows = {title: px for title, px in drawn.items() if title in ranks}
+    assert len(gpu_rows) == 4 and min(gpu_rows.values()) > 100, drawn   # each GPU's busy lanes
     first_rank_lanes = names[names.index(ranks[0]) + 1:names.index(ranks[1])]
     groups = [n for n in first_rank_lanes if n in ("Compute", "NCCL other", "Memcpy")]
     assert groups == sorted(groups, key=["Compute", "NCCL other", "Memcpy"].index) and "Compute" in groups
