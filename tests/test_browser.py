@@ -45,7 +45,7 @@ ROW_FACTS = """tracks => tracks.map(t => {
     return [title(t), Math.round(t.getBoundingClientRect().height), parent ? title(parent) : null,
             left.scrollWidth > left.clientWidth];
 })"""
-# Per row under the first top-level group (opened alone): its title and how many pixels of
+# Per row: its title and how many pixels of
 # its timeline are coloured (drawn data; the background and grid lines are grey).
 DRAWN_PX = """tracks => {
     const canvas = [...document.querySelectorAll('canvas')].sort((a, b) => b.height - a.height)[0];
@@ -174,11 +174,13 @@ def test_compacted_trace_shows_lanes_in_order(load_in_ui, tmp_path):
     assert screenshot.stat().st_size > 10_000
 
 
-def drawn_in_collapsed_rows(browser, trace: Path) -> dict[str, int]:
-    """Coloured pixels per row with only the first top-level group open: what a user sees
-    after one click."""
+def drawn_in_collapsed_rows(browser, trace: Path, opening: str) -> dict[str, int]:
+    """Coloured pixels per row once the top-level group titled `opening` is opened, the rest
+    left as they load: what a user sees after one click."""
     with opened(browser, trace) as page:
-        page.click(f"{TRACK} .pf-track__shell >> nth=0")
+        page.evaluate("""title => [...document.querySelectorAll('.pf-track')]
+            .find(t => t.querySelector('.pf-track__title-popup').textContent === title)
+            .querySelector('.pf-track__shell').click()""", opening)
         page.evaluate("window.waitForPerfettoIdle()")
         return dict(page.eval_on_selector_all(TRACK, DRAWN_PX))
 
@@ -192,7 +194,7 @@ def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, rows_in_ui, brow
     ranks = [n for n in names if n.startswith("PP rank ") and "· GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1, 2, 3], names
     assert_merged_rows_read_well(rows_in_ui(merged)[0], merged, files, ranks=4)
-    drawn = drawn_in_collapsed_rows(browser, merged)
+    drawn = drawn_in_collapsed_rows(browser, merged, PIPELINE_ROOT_NAME)
     gpu_rows = {title: px for title, px in drawn.items() if title in ranks}
     assert len(gpu_rows) == 4 and min(gpu_rows.values()) > 100, drawn   # each GPU's busy lanes
     first_rank_lanes = names[names.index(ranks[0]) + 1:names.index(ranks[1])]
@@ -289,7 +291,7 @@ def real(name: str) -> Path:
     return path
 
 
-def test_compacted_real_trace_shows_lanes_and_input_ids(rows_in_ui, tmp_path):
+def test_compacted_real_trace_shows_lanes_and_input_ids(rows_in_ui, browser, tmp_path):
     source = real("hta_cuda_graph_rank0.json.gz")
     compacted = tmp_path / "compacted.perfetto-trace"
     compact_file(source, compacted)
@@ -297,6 +299,10 @@ def test_compacted_real_trace_shows_lanes_and_input_ids(rows_in_ui, tmp_path):
     lanes = [row for row in shown if row.parent == LANE_CONTAINER_NAME]
     assert lanes and lanes[0].title == "Compute", [row.title for row in shown]
     assert_titles_show_input_ids(shown, compacted, [source])
+    # The GPU's process row stays blank collapsed (v52 sums threads only); opened, its
+    # collapsed lanes row shows how many lanes are busy.
+    gpu = next(row.parent for row in shown if row.title == LANE_CONTAINER_NAME)
+    assert drawn_in_collapsed_rows(browser, compacted, gpu)[LANE_CONTAINER_NAME] > 100
 
 
 @pytest.mark.parametrize("ranks,count", [("dlrm_8ranks", 8), ("torch_pp_cpu/interleaved1f1b_pp2v2", 2),

@@ -1,8 +1,9 @@
 """A summary row per GPU: how many of its lanes are busy, as a counter on their container.
 
 Perfetto v52 shows on a collapsed plain track only what that track holds itself; its process
-summaries and minimap read threads' slices only, and a merged rank has no threads (see
-jobs/merge.py). A counter on the lanes' container gives the collapsed row the GPU's activity
+summaries and minimap read threads' slices only, so lanes (process tracks) leave a compacted
+GPU's process row blank and a merged rank, which has no threads at all (see jobs/merge.py), no
+summary anywhere. A counter on the lanes' container gives the collapsed row the GPU's activity
 without copying a slice: every slice stays where it is, counted once.
 """
 

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Container, Optional, cast
 
 from .. import kineto
-from ..engine.activity import add_busy_lanes
 from ..engine.layout import separate_overlaps
 from ..engine.pp import (STAGELESS, Anchor, BlockKey, Extent, link_rank_local, pair_sends_and_receives,
                          pair_stages, pp_group_of)
@@ -310,7 +309,6 @@ def _write_rank_part(plan: RankPlan, options: JobOptions, scratch: str) -> tuple
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         trace.flow_ends.append(FlowEnd(blocks[key].slice_at(anchor), flow_id, outgoing))
     _place_rank(trace, plan)
-    add_busy_lanes(trace)  # a collapsed rank row shows its GPU's activity
     summary["overlaps_moved"] = separate_overlaps(trace)
     path = Path(scratch) / f"part{plan.position:05d}"
     stride = plan.position + 1
