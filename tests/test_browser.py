@@ -9,23 +9,66 @@ Other tests reuse the `load_in_ui` fixture: `names, screenshot = load_in_ui(trac
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
 import threading
+from collections import Counter
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator, NamedTuple, Optional
 
 import pytest
 
 from converter.analysis.view import TraceServer, find_web_dist
+from converter.engine.compaction import LANE_CONTAINER_NAME
+from converter.jobs.merge import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
 from converter.generator import write_pp_run
 
-from .helpers import compact_file, convert_file, write_json
+from converter.analysis.report import TRACK_ROLES_SQL
+
+from .helpers import SHARED_TRACES, compact_file, convert_file, rows, write_json
 from .helpers import merge_files as merge_ranks
+from .test_titles import _input_ids as input_ids
 
 LOAD_TIMEOUT_MS = 60_000
+TRACK = ".pf-track"
 TRACK_TITLE = ".pf-track__title-popup"   # the full title; .pf-track__title may be ellipsized
+# Per row: its full title, its height in px with its children (a group's element holds its
+# children's), its parent row's title, and whether its shown title is cut (v52 cuts the middle
+# out: the left half of the title overflows its box).
+ROW_FACTS = """tracks => tracks.map(t => {
+    const title = e => e.querySelector(':scope .pf-track__title-popup').textContent;
+    const parent = t.parentElement.closest('.pf-track');
+    const left = t.querySelector('.pf-middle-ellipsis-left');  // cut: its start overflows
+    return [title(t), Math.round(t.getBoundingClientRect().height), parent ? title(parent) : null,
+            left.scrollWidth > left.clientWidth];
+})"""
+# Per row: its title and how many pixels of
+# its timeline are coloured (drawn data; the background and grid lines are grey).
+DRAWN_PX = """tracks => {
+    const canvas = [...document.querySelectorAll('canvas')].sort((a, b) => b.height - a.height)[0];
+    const area = canvas.getBoundingClientRect(), pixels = canvas.getContext('2d');
+    return tracks.map(t => {
+        const row = t.getBoundingClientRect(), shell = t.querySelector('.pf-track__shell').getBoundingClientRect();
+        const data = pixels.getImageData(shell.right - area.left, row.top - area.top,
+                                         row.right - shell.right, row.height).data;
+        let coloured = 0;
+        for (let i = 0; i < data.length; i += 4)
+            if (Math.max(data[i], data[i + 1], data[i + 2]) - Math.min(data[i], data[i + 1], data[i + 2]) > 40) coloured++;
+        return [t.querySelector('.pf-track__title-popup').textContent, coloured];
+    });
+}"""
+# A merged rank's row: "PP rank N (global G) · GPU 0" (or "rank N ..." with no PP group).
+RANK_ROW = re.compile(r"^(?:PP )?rank (\d+) \(global \d+\) · (.*)$")
+
+
+class Row(NamedTuple):
+    title: str
+    height: int
+    parent: Optional[str]
+    cut: bool
 
 
 def _chromium() -> str:
@@ -51,29 +94,47 @@ def browser():
         instance.close()
 
 
-@pytest.fixture
-def load_in_ui(browser, tmp_path) -> Callable[[Path], tuple[list[str], Path]]:
-    """Opens a trace in the offline UI; returns the track names shown (every group expanded,
-    in display order) and the path of a screenshot of the timeline."""
+@contextlib.contextmanager
+def opened(browser, trace_path: Path) -> Iterator[Any]:
+    """A page of the offline UI with the trace loaded (groups as the UI leaves them)."""
+    server = TraceServer(trace_path, port=0, web_dist=find_web_dist())
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    try:
+        page.goto(server.ui_url)
+        page.wait_for_selector(TRACK_TITLE, state="attached", timeout=LOAD_TIMEOUT_MS)
+        page.evaluate("window.waitForPerfettoIdle()")
+        yield page
+    finally:
+        page.close()
+        server.shutdown()
+        server.server_close()
 
-    def load(trace_path: Path) -> tuple[list[str], Path]:
-        server = TraceServer(trace_path, port=0, web_dist=find_web_dist())
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-        page = browser.new_page(viewport={"width": 1600, "height": 1000})
-        try:
-            page.goto(server.ui_url)
-            page.wait_for_selector(TRACK_TITLE, state="attached", timeout=LOAD_TIMEOUT_MS)
-            page.evaluate("window.waitForPerfettoIdle()")
+
+@pytest.fixture
+def rows_in_ui(browser, tmp_path) -> Callable[[Path], tuple[list[Row], Path]]:
+    """Opens a trace in the offline UI; returns the rows shown (every group expanded, in
+    display order) and the path of a screenshot of the timeline."""
+
+    def load(trace_path: Path) -> tuple[list[Row], Path]:
+        with opened(browser, trace_path) as page:
             page.evaluate("app.commands.runCommand('dev.perfetto.ExpandAllGroups')")
             page.evaluate("window.waitForPerfettoIdle()")
-            names = page.eval_on_selector_all(TRACK_TITLE, "titles => titles.map(t => t.textContent)")
+            shown = page.eval_on_selector_all(TRACK, ROW_FACTS)
             screenshot = tmp_path / f"{trace_path.name}.png"
             page.screenshot(path=str(screenshot))
-            return names, screenshot
-        finally:
-            page.close()
-            server.shutdown()
-            server.server_close()
+            return [Row(*facts) for facts in shown], screenshot
+
+    return load
+
+
+@pytest.fixture
+def load_in_ui(rows_in_ui) -> Callable[[Path], tuple[list[str], Path]]:
+    """Like rows_in_ui, with the track names only."""
+
+    def load(trace_path: Path) -> tuple[list[str], Path]:
+        rows, screenshot = rows_in_ui(trace_path)
+        return [row.title for row in rows], screenshot
 
     return load
 
@@ -113,14 +174,29 @@ def test_compacted_trace_shows_lanes_in_order(load_in_ui, tmp_path):
     assert screenshot.stat().st_size > 10_000
 
 
-def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, tmp_path):
+def drawn_in_collapsed_rows(browser, trace: Path, opening: str) -> dict[str, int]:
+    """Coloured pixels per row once the top-level group titled `opening` is opened, the rest
+    left as they load: what a user sees after one click."""
+    with opened(browser, trace) as page:
+        page.evaluate("""title => [...document.querySelectorAll('.pf-track')]
+            .find(t => t.querySelector('.pf-track__title-popup').textContent === title)
+            .querySelector('.pf-track__shell').click()""", opening)
+        page.evaluate("window.waitForPerfettoIdle()")
+        return dict(page.eval_on_selector_all(TRACK, DRAWN_PX))
+
+
+def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, rows_in_ui, browser, tmp_path):
     files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=1, seed=2,
                          graphs_per_step=2, kernels_per_replay=4)
     merged = tmp_path / "merged.perfetto-trace"
     merge_ranks(files, lambda group, groups: merged, jobs=1)
     names, screenshot = load_in_ui(merged)
-    ranks = [n for n in names if n.startswith("PP rank ") and "| GPU" in n]
+    ranks = [n for n in names if n.startswith("PP rank ") and "· GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1, 2, 3], names
+    assert_merged_rows_read_well(rows_in_ui(merged)[0], merged, files, ranks=4)
+    drawn = drawn_in_collapsed_rows(browser, merged, PIPELINE_ROOT_NAME)
+    gpu_rows = {title: px for title, px in drawn.items() if title in ranks}
+    assert len(gpu_rows) == 4 and min(gpu_rows.values()) > 100, drawn   # each GPU's busy lanes
     first_rank_lanes = names[names.index(ranks[0]) + 1:names.index(ranks[1])]
     groups = [n for n in first_rank_lanes if n in ("Compute", "NCCL other", "Memcpy")]
     assert groups == sorted(groups, key=["Compute", "NCCL other", "Memcpy"].index) and "Compute" in groups
@@ -137,7 +213,7 @@ def test_view_opens_profiler_output_compacted_or_merged(load_in_ui, tmp_path):
     write_pp_run(tmp_path / "ranks", pp_size=2, microbatches=2, steps=1, seed=2, graphs_per_step=2,
                  kernels_per_replay=4)
     names, _ = load_in_ui(viewable(tmp_path / "ranks")[0])
-    ranks = [n for n in names if n.startswith("PP rank ") and "| GPU" in n]
+    ranks = [n for n in names if n.startswith("PP rank ") and "· GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1], names
 
 
@@ -171,3 +247,78 @@ def test_report_html_of_a_merged_pipeline_reads_whole(browser, tmp_path):
         page.close()
     assert (tmp_path / "report.png").stat().st_size > 10_000
 
+
+
+# One screen: a merged rank's rows, groups expanded, fit this many px.
+SCREEN_PX = 1000
+
+
+def lane_names(trace: Path) -> set[str]:
+    """The names cgtrace gives lanes ("Compute 2"), told apart by their track roles."""
+    lanes = {role["uuid"] for r in rows(trace, TRACK_ROLES_SQL) for role in json.loads(r["str_value"])["tracks"]
+             if role["role"] == "lane"}
+    named = rows(trace, """select t.name, (select a.int_value from args a where a.arg_set_id = t.source_arg_set_id
+                             and a.key = 'trace_id') uuid from track t""")
+    return {r["name"] for r in named if r["uuid"] in lanes}
+
+
+def assert_titles_show_input_ids(shown: list[Row], trace: Path, inputs: list[Path]) -> None:
+    """No title but a lane's ends in a number the input lacks (an invented pid or tid)."""
+    known, lanes = input_ids(inputs), lane_names(trace)
+    endings = [(row.title, re.search(r"-?\d+$", row.title)) for row in shown if row.title not in lanes]
+    invented = [title for title, end in endings if end and int(end.group()) not in known]
+    assert invented == []
+
+
+def assert_merged_rows_read_well(shown: list[Row], trace: Path, inputs: list[Path], ranks: int) -> None:
+    """Each rank's rows together, ranks in pipeline order; no title cut; a rank fits a screen."""
+    placed = [(int(match.group(1)), row) for row in shown if (match := RANK_ROW.match(row.title))
+              and row.parent in (PIPELINE_ROOT_NAME, RANKS_ROOT_NAME)]
+    order = [rank for rank, _ in placed]
+    assert order == sorted(order) and set(order) == set(range(ranks)), [row.title for _, row in placed]
+    assert [row.title for row in shown if row.cut] == []
+    per_rank = Counter()
+    for rank, row in placed:
+        per_rank[rank] += row.height
+    assert max(per_rank.values()) <= SCREEN_PX, per_rank
+    assert_titles_show_input_ids(shown, trace, inputs)
+
+
+def real(name: str) -> Path:
+    path = SHARED_TRACES / name
+    if not path.exists():
+        pytest.skip("../shared/traces is absent")
+    return path
+
+
+def test_compacted_real_trace_shows_lanes_and_input_ids(rows_in_ui, browser, tmp_path):
+    source = real("hta_cuda_graph_rank0.json.gz")
+    compacted = tmp_path / "compacted.perfetto-trace"
+    compact_file(source, compacted)
+    shown, _ = rows_in_ui(compacted)
+    lanes = [row for row in shown if row.parent == LANE_CONTAINER_NAME]
+    assert lanes and lanes[0].title == "Compute", [row.title for row in shown]
+    assert_titles_show_input_ids(shown, compacted, [source])
+    # The GPU's process row stays blank collapsed (v52 sums threads only); opened, its
+    # collapsed lanes row shows how many lanes are busy.
+    gpu = next(row.parent for row in shown if row.title == LANE_CONTAINER_NAME)
+    assert drawn_in_collapsed_rows(browser, compacted, gpu)[LANE_CONTAINER_NAME] > 100
+
+
+@pytest.mark.parametrize("ranks,count", [("dlrm_8ranks", 8), ("torch_pp_cpu/interleaved1f1b_pp2v2", 2),
+                                         ("torch_pp_cpu/dp2_pp2", 2)])
+def test_merged_real_ranks_read_in_pipeline_order(rows_in_ui, tmp_path, ranks, count):
+    copy = tmp_path / "ranks"
+    shutil.copytree(real(ranks), copy)
+    outputs: list[Path] = []
+
+    def output(group: int, groups: int) -> Path:
+        outputs.append(tmp_path / f"merged{group}.perfetto-trace")
+        return outputs[-1]
+
+    merge_ranks([copy], output)
+    inputs = sorted(copy.glob("rank*_trace.json.gz"))
+    for merged in sorted(set(outputs))[:1]:  # one pipeline of a DP x PP set: the rest are alike
+        shown, screenshot = rows_in_ui(merged)
+        assert_merged_rows_read_well(shown, merged, inputs, count)
+        assert screenshot.stat().st_size > 10_000

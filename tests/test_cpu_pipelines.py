@@ -16,16 +16,15 @@ from .helpers import SHARED_TRACES, merge_files, rows
 
 PP_CPU = SHARED_TRACES / "torch_pp_cpu"
 PP_NAME = re.compile(r"^PP:(\d+)(SEND_F|SEND_B|RECV_F|RECV_B|[A-Z_]+?)(\d*)$")
+# A merge writes a rank's threads as rows under its process's group of rows: the arrow's ends'
+# parents tell ranks apart.
 CROSS_RANK_SQL = """
     select so.name src, si.name dst, so.ts src_ts, si.ts dst_ts, parent.name dst_parent,
-           po.pid src_pid, pi.pid dst_pid
+           tto.parent_id src_rank, tti.parent_id dst_rank
     from flow f
     join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in
     left join slice parent on parent.id = si.parent_id
-    join thread_track tto on tto.id = so.track_id join thread tho on tho.utid = tto.utid
-    join process po on po.upid = tho.upid
-    join thread_track tti on tti.id = si.track_id join thread thi on thi.utid = tti.utid
-    join process pi on pi.upid = thi.upid
+    join track tto on tto.id = so.track_id join track tti on tti.id = si.track_id
     where so.name glob 'PP:*'"""
 
 pytestmark = pytest.mark.skipif(not PP_CPU.is_dir(), reason="../shared/traces is absent")
@@ -64,7 +63,7 @@ def test_interleaved_cpu_pipeline_gets_its_arrows_on_cpu_tracks(tmp_path):
     assert summary["pp_annotations"] == ["CPU PP annotations only"]
     assert (summary["pp_send_recv_pairs"], summary["pp_send_recv_unmatched"]) == (expected, 0)
     arrows = rows(output, CROSS_RANK_SQL)
-    across = [a for a in arrows if a["src_pid"] != a["dst_pid"]]
+    across = [a for a in arrows if a["src_rank"] != a["dst_rank"]]
     # One arrow per matched pair, each forward in time: gloo's CPU RECV is a non-blocking post,
     # so where it and the compute that waits for the data both began before the send, the
     # arrow lands on that compute's first child to start after the send.
@@ -75,7 +74,7 @@ def test_interleaved_cpu_pipeline_gets_its_arrows_on_cpu_tracks(tmp_path):
     assert set(landed) <= {"receive", "compute", "compute's child"} and landed["compute's child"] > 0
     assert summary["pp_clock_skew_pairs"] == 0  # one machine, one clock
     assert summary["pp_compute_dependency_pairs"] > 0 and summary["pp_compute_dependency_unmatched"] == 0
-    local = [a for a in arrows if a["src_pid"] == a["dst_pid"]]
+    local = [a for a in arrows if a["src_rank"] == a["dst_rank"]]
     assert all(PP_NAME.match(a["dst"]) for a in local)
     assert len(local) == summary["pp_compute_dependency_pairs"] + summary["pp_unshard_compute_pairs"]
 

@@ -24,7 +24,7 @@ MERGE_MODULE = importlib.import_module("converter.jobs.merge")  # `converter.job
 from .helpers import SHARED_TRACES, problem_stats, require_shared_traces, rows
 from .test_convert_roundtrip import actual_slices
 
-RANK = re.compile(r"^(?:PP )?rank (\d+) \(global rank (\d+)\)")
+RANK = re.compile(r"^(?:PP )?rank (\d+) \(global (\d+)\)")
 ARROWS_SQL = """
     select so.name src, si.name dst, so.ts sts, si.ts dts,
            coalesce(ps.name, ts_.name) src_rank, coalesce(pd.name, td.name) dst_rank
@@ -71,18 +71,19 @@ def classify_arrows(output) -> Counter:
 
 
 def assert_ranks_named_and_ordered(output, pp_size: int, pp_group: bool = True) -> None:
-    """Processes named "PP rank N (global rank G) | ...", or "rank N (...)" where no PP group
-    orders the ranks, and their GPU lanes under the root in that order."""
+    """Rows named "PP rank N (global G) · ...", or "rank N (...)" where no PP group orders the
+    ranks, all under the root in that order: no rank row is a process's or thread's, whose
+    groups v52 orders by slice count."""
     named = "PP rank *" if pp_group else "rank *"
-    processes = rows(output, f"select pid, name from process where name glob '{named}'")
+    processes = rows(output, f"select name from track where name glob '{named}'")
     assert {int(RANK.match(p["name"]).group(1)) for p in processes} == set(range(pp_size))
     shown = rows(output, f"""
         include perfetto module viz.summary.track_event;
         select g.name from _track_event_tracks_ordered_groups g join track p on g.parent_id = p.id
         where p.name = '{PIPELINE_ROOT_NAME if pp_group else RANKS_ROOT_NAME}' order by g.order_id""")
-    assert [int(RANK.match(r["name"]).group(1)) for r in shown] == list(range(pp_size))
-    tids = rows(output, "select tid, count(*) n from thread where tid != 0 group by tid having n > 1")
-    assert tids == []
+    ranks = [int(RANK.match(r["name"]).group(1)) for r in shown]
+    assert ranks == sorted(ranks) and set(ranks) == set(range(pp_size))
+    assert rows(output, "select count(*) n from thread_track")[0]["n"] == 0
 
 
 @pytest.mark.parametrize("profiler_steps", ["per_iteration", "one", "none"])
@@ -168,8 +169,8 @@ def test_generated_pipelines_merge_with_exact_arrows(tmp_path, pp_size, schedule
 
 
 def test_titles_keep_the_inputs_ids(tmp_path):
-    """The UI titles a process "<name> <pid>" and a thread "<name> <tid>": CPU processes and
-    threads keep the ids their input gave them (distinct across these ranks)."""
+    """The UI titles a thread "<name> <tid>": a merged rank's CPU threads, written as plain rows
+    to keep pipeline order, carry the tids their input gave them in their titles."""
     files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=1, seed=4, graphs_per_step=2,
                          kernels_per_replay=4)
     output, _ = merge(tmp_path, files)
@@ -177,8 +178,8 @@ def test_titles_keep_the_inputs_ids(tmp_path):
     cpu_pids = {e["pid"] for events in inputs for e in events
                 if e.get("name") == "process_labels" and e["args"]["labels"] == "CPU"}
     cpu_tids = {e["tid"] for events in inputs for e in events if e.get("pid") in cpu_pids and e.get("ph") == "X"}
-    shown = rows(output, "select p.pid, t.tid from thread t join process p using (upid) where p.name glob '*| CPU'")
-    assert {r["pid"] for r in shown} == cpu_pids and {r["tid"] for r in shown} == cpu_tids
+    shown = rows(output, "select t.name from track t join track p on t.parent_id = p.id where p.name glob '* · CPU'")
+    assert {int(word) for r in shown for word in r["name"].split() if word.isdigit()} == cpu_tids
 
 
 TRACK_UUID = "(select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')"

@@ -1,6 +1,7 @@
 """What the UI titles rows with: it names a process "<name> <pid>" and a thread "<name> <tid>",
 so every process and thread with slices must carry an id its input had, never an invented one
-(checked here through trace_processor, on real traces compacted and merged)."""
+(checked here through trace_processor, on real traces compacted and merged). A merge writes a
+rank's threads as plain rows (pipeline order), titled "<name> <tid>" by cgtrace itself."""
 
 from __future__ import annotations
 
@@ -13,10 +14,16 @@ import pytest
 
 from converter.generator import write_pp_run
 
+from converter.analysis.report import TRACK_ROLES_SQL
+
 from .helpers import SHARED_TRACES, compact_file, merge_files, rows
 
 SHOWN = """select distinct p.pid, t.tid from slice s join thread_track tt on tt.id = s.track_id
            join thread t using (utid) join process p using (upid)"""
+# A merged trace's rows with slices and no cgtrace role (a thread's own, not a lane or an
+# annotation row), by their uuids.
+PLAIN_ROWS = """select distinct t.name, (select a.int_value from args a where a.arg_set_id = t.source_arg_set_id
+                and a.key = 'trace_id') uuid from slice s join track t on t.id = s.track_id"""
 
 
 def _input_ids(files: list[Path]) -> set[int]:
@@ -59,7 +66,16 @@ def test_merged_real_ranks_show_their_own_ids(tmp_path, ranks):
     shutil.copytree(SHARED_TRACES / ranks, copy)
     output = tmp_path / "merged.perfetto-trace"
     merge_files([copy], lambda group, groups: output)
-    _assert_only_input_ids(output, sorted(copy.glob("rank*_trace.json.gz")))
+    _assert_merged_rows_show_input_tids(output, sorted(copy.glob("rank*_trace.json.gz")))
+
+
+def _assert_merged_rows_show_input_tids(output: Path, files: list[Path]) -> None:
+    """No process or thread in a merge; every number in a plain row's title is an input id."""
+    assert rows(output, "select count(*) n from thread_track")[0]["n"] == 0
+    roled = {role["uuid"] for r in rows(output, TRACK_ROLES_SQL) for role in json.loads(r["str_value"])["tracks"]}
+    plain = [r["name"] for r in rows(output, PLAIN_ROWS) if r["uuid"] not in roled]
+    numbers = {int(word) for name in plain for word in name.split() if word.isdigit()}
+    assert numbers and numbers <= _input_ids(files), plain
 
 
 def test_a_merged_generated_pipeline_shows_its_own_ids(tmp_path):
@@ -67,4 +83,4 @@ def test_a_merged_generated_pipeline_shows_its_own_ids(tmp_path):
                          kernels_per_replay=4)
     output = tmp_path / "merged.perfetto-trace"
     merge_files(files, lambda group, groups: output)
-    _assert_only_input_ids(output, files)
+    _assert_merged_rows_show_input_tids(output, files)

@@ -30,7 +30,7 @@ def test_a_directory_of_ranks_is_merged_once_and_reused(tmp_path):
                          kernels_per_replay=4)
     opened, done = viewable(tmp_path / "run")
     assert opened == tmp_path / "run" / "pp_traces_merged.perfetto-trace" and done.startswith("merged 2")
-    assert rows(opened, "select count(*) n from process where name glob 'PP rank *'")[0]["n"] > 0
+    assert rows(opened, "select count(*) n from track where name glob 'PP rank *'")[0]["n"] > 0
     again, done = viewable(tmp_path / "run")
     assert again == opened and "earlier" in done
     assert len(files) == 2

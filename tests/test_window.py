@@ -138,8 +138,8 @@ def test_merge_cuts_every_rank_to_the_step_and_keeps_the_chosen_ranks(tmp_path):
     chosen = {rank_of[files[0]], rank_of[files[1]], rank_of[files[3]]}
     output = tmp_path / "merged.perfetto-trace"
     summary = merge_ranks(files, lambda group, groups: output, window=parse_steps("1"), ranks=chosen)
-    processes = rows(output, "select name from process where name glob 'PP rank *'")
-    assert {int(re.match(r"PP rank \d+ \(global rank (\d+)\)", p["name"]).group(1)) for p in processes} == chosen
+    processes = rows(output, "select name from track where name glob 'PP rank *'")
+    assert {int(re.match(r"PP rank \d+ \(global (\d+)\)", p["name"]).group(1)) for p in processes} == chosen
     # Each rank is cut to its own ProfilerStep#1: its measured slices are exactly what that step did.
     expected = Counter()
     for path in files:

@@ -125,7 +125,7 @@ select owner, grp, min(ts) as start, max(end_ts) as end from (
 group by owner, grp, island order by owner, grp, start"""
 
 
-Rank = Optional[tuple[int, int]]  # (PP rank, global rank) of a merged trace's part; None for a single trace
+Rank = Optional[tuple[int, int]]  # (PP rank, global rank) of a merged trace's part or a compacted rank; else None
 
 
 @dataclass
@@ -133,9 +133,9 @@ class _Roles:
     """What the track roles written by cgtrace say (empty for other traces)."""
 
     by_uuid: dict[int, dict[str, Any]] = field(default_factory=dict)
-    rank_of_uuid: dict[int, Rank] = field(default_factory=dict)
-    rank_of_pid: dict[int, Rank] = field(default_factory=dict)
+    rank_of_uuid: dict[int, Rank] = field(default_factory=dict)  # tracks and a rank's groups of rows
     group_order: dict[str, int] = field(default_factory=dict)  # lane groups as compaction ordered them
+    only_rank: Rank = None  # the rank of a trace that holds one (a compacted rank trace): all of it
 
     @classmethod
     def read(cls, documents: list[str]) -> "_Roles":
@@ -153,9 +153,11 @@ class _Roles:
                 if role["role"] == "lane":
                     place = order.index(role["group"]) + 1
                 roles.rank_of_uuid[role["uuid"]] = identity
-            for pid in rank["pids"] if rank else ():
-                roles.rank_of_pid[pid] = identity
+            for uuid in rank["groups"] if rank else ():
+                roles.rank_of_uuid[uuid] = identity
         roles.group_order = {group: index for index, group in enumerate(order)}
+        if len(documents) == 1:
+            roles.only_rank = next(iter(set(roles.rank_of_uuid.values())), None)
         return roles
 
 
@@ -168,6 +170,7 @@ class _Trace:
         self.rules = rules
         self.track_owners: dict[int, str] = {}   # owner id of a parent track -> its name
         self.owner_ranks: dict[int, Rank] = {}
+        self.only_rank: Rank = None
         self.groups: dict[str, LaneGroup] = {}    # lane group id -> group, in display order
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
@@ -188,12 +191,14 @@ class _Trace:
         track named after that rank's GPU process.
         """
         roles = _Roles.read([text for (text,) in self.rows(TRACK_ROLES_SQL)])
+        self.only_rank = roles.only_rank
         tracks = self.rows("""
             select t.id, t.parent_id, coalesce(t.name, th.name), coalesce(pt.upid, th.upid),
               (select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')
             from track t left join thread_track tt using (id) left join thread th using (utid)
             left join process_track pt using (id)""")
         parents = {track_id: parent for track_id, parent, _, _, _ in tracks}
+        uuids = {track_id: uuid for track_id, _, _, _, uuid in tracks}
         names = {track_id: name for track_id, _, name, _, _ in tracks}
         own_upid = {track_id: upid for track_id, _, _, upid, _ in tracks}
 
@@ -218,12 +223,13 @@ class _Trace:
                 group = role["group"]
                 self.groups.setdefault(group, LaneGroup(group, role["label"], LaneKind(role["kind"])))
             owned.append((track_id, track_owner, group, int(role.get("role") == "annotations")))
-            if track_owner < 0 and uuid in roles.rank_of_uuid:
-                self.owner_ranks[track_owner] = roles.rank_of_uuid[uuid]
+            # Ranked by its own role (a compacted rank's tracks, in its process), or by the
+            # group of rows it sits in (a merged rank's).
+            for known in (uuid, uuids[-1 - track_owner]) if track_owner < 0 else (uuid,):
+                if roles.rank_of_uuid.get(known) is not None:
+                    self.owner_ranks[track_owner] = roles.rank_of_uuid[known]
         self.groups = dict(sorted(self.groups.items(), key=lambda item: roles.group_order[item[0]]))
         self.track_owners = {o: names[-1 - o] for _, o, _, _ in owned if o < 0}
-        pids = dict(self.rows("select upid, pid from process"))
-        self.owner_ranks.update({upid: roles.rank_of_pid[pid] for upid, pid in pids.items() if pid in roles.rank_of_pid})
         self.create("cgtrace_track", "id integer primary key, owner int, lane text, annotation int", owned)
         if self.groups:
             self.rows("""create table cgtrace_gpu as
@@ -265,7 +271,7 @@ class _Trace:
         return found
 
     def rank(self, owner: Optional[int]) -> Rank:
-        return None if owner is None else self.owner_ranks.get(owner)
+        return self.only_rank if owner is None else self.owner_ranks.get(owner, self.only_rank)
 
 
 # -- the report ----------------------------------------------------------------------------------

@@ -4,8 +4,8 @@ Ranks are read and compacted in worker processes, one rank in memory per worker,
 the first pass finds each rank's PP blocks and keeps the prepared rank in a snapshot
 (snapshot.py), the main process pairs every SEND with its RECV across ranks and agrees a flow
 id for each arrow, and the second pass loads each snapshot and writes the rank's part with
-its arrow ends attached. Parts use their own packet sequence and disjoint pid, tid, uuid
-and flow-id ranges, so they concatenate into one valid trace.
+its arrow ends attached. Parts use their own packet sequence and disjoint uuid and flow-id
+ranges, so they concatenate into one valid trace.
 """
 
 from __future__ import annotations
@@ -42,10 +42,9 @@ _ROOT_UUID = 1 << 62
 _GLOBAL_INSTANTS_UUID = _ROOT_UUID + 1  # every rank's global instants on one shared row
 _BOOKKEEPING_UUID = _ROOT_UUID + 2      # where the profiler's bookkeeping rows of every rank hang
 # v52 orders top-level tracks by name: this one must sort after both ranks' roots.
-BOOKKEEPING_ROOT_NAME = "Spans and markers (profiler bookkeeping)"
-# Fresh pids and tids of merge position k: (k + 1) << 22 ..., above every Linux id (pid_max is
-# at most 1 << 22), so they never meet an id a rank keeps from its input.
-_RANK_ID_STRIDE = 1 << 22
+BOOKKEEPING_ROOT_NAME = "Spans and markers (profiler)"  # short: the UI cuts longer titles
+# Sibling ranks under the root given to each rank: its GPU lane containers, then its processes.
+_ROWS_PER_RANK = 64
 # For choosing how many ranks to hold at once (measured: see the README's merge table):
 # a rank's model per byte of its JSON, and a process's own interpreter and modules.
 _RANK_BYTES_PER_JSON_BYTE = 1.5
@@ -66,7 +65,6 @@ class RankInfo:
     absolute_clock: bool
     blocks: dict[BlockKey, Extent] = field(default_factory=dict)
     pp_annotations: str = ""  # which annotations its blocks came from (engine.pp's schemes)
-    input_ids: frozenset[int] = frozenset()  # the pids and tids it writes as its input had them
     snapshot: str = ""  # where pass one kept the prepared rank for pass two
 
 
@@ -80,7 +78,6 @@ class RankPlan:
     pp_rank: int   # its place in the PP group, or in global rank order without one
     global_rank: int
     in_pp_group: bool
-    kept_ids: frozenset[int] = frozenset()  # input pids and tids no earlier rank of the merge uses
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
 
@@ -202,10 +199,6 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
                       in_pp_group=info.pp_group is not None,
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
-    taken: set[int] = set()
-    for plan, info in zip(plans, members):
-        plan.kept_ids = info.input_ids - taken
-        taken |= plan.kept_ids
     extents = [info.blocks for info in members]
     stageless = all(info.pp_annotations == STAGELESS for info in members)
     arrows = pair_stages(extents) if stageless else \
@@ -293,7 +286,7 @@ def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=base is None and first_ts > 10**15,
         blocks={key: block.extent() for key, block in prepared.blocks.items()},
-        pp_annotations=prepared.pp_annotations, input_ids=_input_ids(trace), snapshot=_saved(prepared, snapshot))
+        pp_annotations=prepared.pp_annotations, snapshot=_saved(prepared, snapshot))
 
 
 def _saved(prepared: Prepared, snapshot: str) -> str:
@@ -304,15 +297,6 @@ def _saved(prepared: Prepared, snapshot: str) -> str:
                            f"({error.strerror or error}); free space beside the output (about 0.6x the "
                            "inputs' size) or write the output elsewhere with -o") from None
     return snapshot
-
-
-def _input_ids(trace: Trace) -> frozenset[int]:
-    """The pids and tids a rank writes that are its input's own (below the fresh ranges)."""
-    written = [p for p in trace.processes if not p.row_group]
-    ids = {p.pid for p in written if p.pid == p.source_pid}
-    ids |= {t.tid for t in trace.threads if not t.process.row_group and t.tid == t.source_tid}
-    ids |= {t.tid for t in trace.threads if t.is_main and t.process.pid in ids}  # tid 0 threads share the pid
-    return frozenset(i for i in ids if i < _RANK_ID_STRIDE)
 
 
 def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = False) -> tuple[list[list[RankInfo]], str]:
@@ -369,36 +353,34 @@ def _write_rank_part(plan: RankPlan, path: str) -> tuple[str, dict[str, Any], Ex
 
 
 def _place_rank(trace: Trace, plan: RankPlan) -> None:
-    """Rename processes after the rank, keep its input's pids and tids where no earlier rank
-    has them (titles show them) and give the rest ids no other rank uses, hang the GPU lanes under
-    the pipeline root in PP order (the one ordering Perfetto v52 honours above processes), and
-    the profiler's bookkeeping (global instants, on the row all ranks share, then each rank's
-    profiler span) under one root of its own."""
+    """Hang all the rank's rows under the pipeline root in PP order (the one ordering Perfetto
+    v52 honours above processes: it orders process groups by slice count, and a thread's row
+    ignores any parent), first its GPU lanes, then each process as a group of rows titled after
+    the rank, its threads' rows titled with their input names and tids; and hang the profiler's
+    bookkeeping (global instants, on the row all ranks share, then each rank's profiler span)
+    under one root of its own. Nothing of a rank is written as an OS process, so no title shows
+    a pid or tid the merge would have to invent to keep ranks apart."""
     trace.rank = RankIdentity(plan.pp_rank, plan.global_rank)
-    prefix = f"{'PP rank' if plan.in_pp_group else 'rank'} {plan.pp_rank} (global rank {plan.global_rank})"
-    base = (plan.position + 1) * _RANK_ID_STRIDE
-    for index, process in enumerate(trace.processes):
-        process.name = f"{prefix} | {process.short_name}"
-        process.labels = []
-        process.pid = process.pid if process.pid in plan.kept_ids else base + index
-    for index, thread in enumerate(trace.threads):
-        if thread.tid in plan.kept_ids:
-            continue
-        # A main thread shares its process's (fresh) pid; the rest take ids no pid uses.
-        thread.tid = thread.process.pid if thread.is_main else base + _RANK_ID_STRIDE // 2 + index
+    prefix = f"{'PP rank' if plan.in_pp_group else 'rank'} {plan.pp_rank} (global {plan.global_rank})"
+    first_row = plan.position * _ROWS_PER_RANK + 1
     for track in trace.tracks:
         if track.role is TrackRole.GLOBAL:
             track.uuid, track.parent = _GLOBAL_INSTANTS_UUID, _BOOKKEEPING_PLACE
-    for process in trace.processes:
+    for index, process in enumerate(trace.processes):
+        process.name = f"{prefix} · {process.short_name}"
+        process.labels = []
         if process.row_group:
             process.parent, process.sort_index = _BOOKKEEPING_PLACE, plan.position + 1
+            continue
+        process.row_group, process.parent = True, _ROOT_PLACE
+        process.sort_index = first_row + _ROWS_PER_RANK // 2 + index
     containers = [t for t in trace.tracks if t.role is TrackRole.LANES and t.process is not None]
     for rank_in_part, container in enumerate(containers):
         assert container.process is not None  # picked for having one
         container.name = container.process.display_name
         container.parent = _ROOT_PLACE
         container.process = None
-        container.order = plan.position * 64 + rank_in_part + 1
+        container.order = first_row + rank_in_part
 
 
 # Where each rank's GPU lanes, and its profiler bookkeeping, hang: the roots _write_root names,

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Optional, cast
 
 from .. import kineto, progress
+from ..engine.activity import add_busy_lanes
 from ..engine.compaction import compact
 from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
@@ -122,6 +123,8 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules]) -
     exported = kineto.inline_laned(trace.metadata) and not options.relane
     summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules)))
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
+    if options.output_format == "perfetto":  # a summary row for each GPU's lanes, where v52 draws it
+        add_busy_lanes(trace)
     pp_rank, pp_rank_source, group = pp_rank_of(trace.metadata, str(input_path))
     info = trace.metadata.get("distributedInfo")
     if isinstance(info, dict) and kineto.is_rank(info.get("rank")):

@@ -26,9 +26,10 @@ class Process:
     name: Optional[str] = None
     labels: list[str] = field(default_factory=list)
     sort_index: Optional[int] = None
-    # Profiler bookkeeping under a made-up pid (Kineto's "Spans"): a group of rows, not an OS
-    # process, so it is written as plain tracks that show no invented process or thread id,
-    # under `parent` where a job gives one.
+    # Written as a group of rows (plain tracks, under `parent` where a job gives one, ranked
+    # among its siblings by `sort_index`) rather than as an OS process: profiler bookkeeping
+    # under a made-up pid (Kineto's "Spans"), or a merged rank's process, which only a plain
+    # parent track keeps in pipeline order (v52 orders process groups by slice count).
     row_group: bool = False
     parent: Optional["Track"] = None
 
@@ -62,6 +63,15 @@ class Thread:
             return self.name
         source = self.source_tid
         return source if isinstance(source, str) else f"thread {source}"
+
+    @property
+    def row_title(self) -> str:
+        """The title of its row when written as a plain track: its name and the input's tid,
+        as the UI titles a thread, so the id that tells threads apart stays in sight (once:
+        Kineto's own names, "thread 1237 (python)", often hold it already)."""
+        if self.name is None or isinstance(self.source_tid, str) or str(self.source_tid) in self.name.split():
+            return self.display_name
+        return f"{self.name} {self.source_tid}"
 
 
 class TrackRole(enum.Enum):

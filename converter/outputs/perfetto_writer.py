@@ -75,8 +75,8 @@ class PerfettoWriter:
         self._emit(self.sequence + _STATE_CLEARED + _FIRST_ON_SEQUENCE)
 
     def write(self, trace: Trace) -> None:
-        uuids = self._write_descriptors(trace)
-        self._write_track_roles(trace, uuids)
+        uuids, process_uuids = self._write_descriptors(trace)
+        self._write_track_roles(trace, uuids, process_uuids)
         flows_at_begin, flows_at_end = self._flow_ids(trace)
         stored_args = self._stored_args_encoder(trace)
         by_track: dict[Track, list[Slice]] = defaultdict(list)  # model objects hash by identity
@@ -98,21 +98,23 @@ class PerfettoWriter:
         self.buffer.clear()
 
     # -- descriptors ----------------------------------------------------------------------
-    def _write_descriptors(self, trace: Trace) -> dict[int, int]:
+    def _write_descriptors(self, trace: Trace) -> tuple[dict[int, int], dict[int, int]]:
+        """Every process's and track's descriptor; returns the uuids given to tracks and to
+        processes (by id of the model object)."""
         process_uuids = {id(process): self._take_uuid() for process in trace.processes}
         uuids = {id(track): track.uuid if track.uuid is not None else self._take_uuid() for track in trace.tracks}
         for process in trace.processes:
             self._emit_descriptor(_process_descriptor(process, process_uuids[id(process)], uuids))
         for track in trace.tracks:
             self._emit_descriptor(self._track_descriptor(track, uuids, process_uuids))
-        return uuids
+        return uuids, process_uuids
 
     def _track_descriptor(self, track: Track, uuids: dict, process_uuids: dict) -> bytes:
         body = varint_field(1, uuids[id(track)])
         thread = track.thread
         if thread is not None and thread.process.row_group:
             return body + varint_field(5, process_uuids[id(thread.process)]) + \
-                string_field(2, thread.display_name) + _SIBLING_MERGE_NONE
+                string_field(2, thread.row_title) + _SIBLING_MERGE_NONE
         if thread is not None:
             descriptor = varint_field(1, thread.process.pid) + varint_field(2, thread.tid) + \
                 string_field(5, thread.display_name)
@@ -130,16 +132,18 @@ class PerfettoWriter:
             body += bytes_field(8, b"")
         return body
 
-    def _write_track_roles(self, trace: Trace, uuids: dict[int, int]) -> None:
+    def _write_track_roles(self, trace: Trace, uuids: dict[int, int], process_uuids: dict[int, int]) -> None:
         """What each compacted track is for, as data trace_processor keeps (its `metadata`
-        table), so queries never read it from a display name. One entry per writer call."""
+        table), so queries never read it from a display name. One entry per writer call; a
+        merged rank's also lists the rows standing for its processes ("groups"), whose
+        children are its threads' rows."""
         roles = [_track_role(track, uuids) for track in trace.tracks if track.role is not TrackRole.PLAIN]
-        if not roles:
+        if not roles and trace.rank is None:
             return
         document: dict[str, Any] = {"version": 1, "tracks": roles}
         if trace.rank is not None:
             document["rank"] = {"pp_rank": trace.rank.pp_rank, "global_rank": trace.rank.global_rank,
-                                "pids": [process.pid for process in trace.processes]}
+                                "groups": [process_uuids[id(p)] for p in trace.processes if p.row_group]}
         entry = string_field(1, TRACK_ROLES_NAME) + string_field(2, msgspec.json.encode(document).decode())
         self._emit(self.sequence + bytes_field(_CHROME_EVENTS, bytes_field(_CHROME_METADATA, entry)))
 
