@@ -15,8 +15,6 @@ compacts of the same bytes. JSON goes to benchmarks/out/results/merge_vs_compact
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
-import json
 import sys
 from pathlib import Path
 from typing import Optional
@@ -27,8 +25,8 @@ if str(REPO) not in sys.path:
 
 from benchmarks.corpus import DEFAULT_OUT as CORPUS  # noqa: E402  (after the path set-up above)
 from benchmarks.corpus import build_rank_sets  # noqa: E402
-from benchmarks.run import MB, find_cgtrace, machine_info  # noqa: E402
-from benchmarks.vs_reference import RESULTS, best_of  # noqa: E402
+from benchmarks.run import MB, find_cgtrace  # noqa: E402
+from benchmarks.vs_reference import best_of, publish  # noqa: E402
 
 
 def compare(entry: dict, cgtrace: list[str], repeat: int, timeout: Optional[float], work: Path) -> dict:
@@ -82,12 +80,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     work = REPO / "benchmarks" / "out" / "merge_vs_compact"
     work.mkdir(parents=True, exist_ok=True)
     cgtrace = find_cgtrace(args.cgtrace)
-    rows = [compare(entry, cgtrace, args.repeat, args.timeout, work) for entry in entries]
-    machine = machine_info()
-    print(markdown(rows, machine))
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (RESULTS / f"merge_vs_compact-{stamp}.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
+    publish("merge_vs_compact", [compare(entry, cgtrace, args.repeat, args.timeout, work) for entry in entries],
+            markdown)
     return 0
 
 

@@ -21,7 +21,7 @@ import datetime as _dt
 import json
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
@@ -114,12 +114,17 @@ def main(argv: Optional[list[str]] = None) -> int:
         for job in args.jobs.split(","):
             rows.append(compare(entry, job, cgtrace, reference, args.repeat, args.timeout, work))
             print(markdown(rows[-1:], {}).splitlines()[-1], file=sys.stderr, flush=True)
+    publish("vs_reference", rows, markdown)
+    return 0
+
+
+def publish(name: str, rows: list[dict], table: Callable[[list[dict], dict], str]) -> None:
+    """The table on stdout, with the machine; every figure in RESULTS/<name>-<time>.json."""
     machine = machine_info()
-    print(markdown(rows, machine))
+    print(table(rows, machine))
     RESULTS.mkdir(parents=True, exist_ok=True)
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    (RESULTS / f"vs_reference-{stamp}.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
-    return 0
+    (RESULTS / f"{name}-{stamp}.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=1))
 
 
 if __name__ == "__main__":
