@@ -348,10 +348,10 @@ class _KinetoEvents(TraceBuilder):
             self.flow_events.extend(
                 FlowEvent(cat, e.id, e.ph, ts, track, e.ph != "f" or e.bp == "e")
                 for e, ts, track, cat, kind in zip(run, starts, on, cats, kinds) if kind is _FLOW)
-        if _FLOW in kinds and len(set(kinds)) == 1:
+        slices = [e for e, kind in zip(run, kinds) if kind is not _FLOW]
+        if not slices:
             return
         strings, intern = self.strings, self.intern
-        slices = [e for e, kind in zip(run, kinds) if kind is not _FLOW]
         texts = [e.args for e in slices]
         kept = [text for text in texts if len(text) > 2]  # "{}" or absent: no args
         references = count(self.args.add_many(kept)) if kept else count()
