@@ -34,6 +34,11 @@ def rows(trace_path, sql: str) -> list[dict]:
         return [row.__dict__.copy() for row in tp.query(sql)]
 
 
+# Each GPU's lanes hang under one row of their own: a counter (its busy lanes) with children.
+LANE_CONTAINERS_SQL = """select p.id from track p where p.type glob '*counter*'
+                         and exists (select 1 from track c where c.parent_id = p.id)"""
+
+
 def problem_stats(trace_path) -> list[dict]:
     return rows(trace_path, "select name, value from stats "
                             "where severity in ('error', 'data_loss') and value > 0")

@@ -22,7 +22,6 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import pytest
 
 from converter.analysis.view import TraceServer, find_web_dist
-from converter.engine.compaction import LANE_CONTAINER_NAME
 from converter.jobs.merge import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
 from converter.generator import write_pp_run
 
@@ -169,19 +168,20 @@ def test_compacted_trace_shows_lanes_in_order(load_in_ui, tmp_path):
     compacted = tmp_path / "compacted.perfetto-trace"
     compact_file(write_json(tmp_path / "small.json", TRACE), compacted)
     names, screenshot = load_in_ui(compacted)
-    lanes = [n for n in names if n in ("GPU lanes", "Compute annotations", "Compute", "NCCL all-gather")]
-    assert lanes == ["GPU lanes", "Compute", "NCCL all-gather"], names
+    lanes = [n for n in names if n in ("GPU 0", "Compute annotations", "Compute", "NCCL all-gather")]
+    assert lanes == ["GPU 0", "Compute", "NCCL all-gather"], names   # the GPU's row, then its lanes
     assert screenshot.stat().st_size > 10_000
 
 
-def drawn_in_collapsed_rows(browser, trace: Path, opening: str) -> dict[str, int]:
-    """Coloured pixels per row once the top-level group titled `opening` is opened, the rest
-    left as they load: what a user sees after one click."""
+def drawn_in_collapsed_rows(browser, trace: Path, opening: Optional[str] = None) -> dict[str, int]:
+    """Coloured pixels per row as the trace loads, or once the top-level group titled `opening`
+    is opened, the rest left as they load: what a user sees first, or after one click."""
     with opened(browser, trace) as page:
-        page.evaluate("""title => [...document.querySelectorAll('.pf-track')]
-            .find(t => t.querySelector('.pf-track__title-popup').textContent === title)
-            .querySelector('.pf-track__shell').click()""", opening)
-        page.evaluate("window.waitForPerfettoIdle()")
+        if opening is not None:
+            page.evaluate("""title => [...document.querySelectorAll('.pf-track')]
+                .find(t => t.querySelector('.pf-track__title-popup').textContent === title)
+                .querySelector('.pf-track__shell').click()""", opening)
+            page.evaluate("window.waitForPerfettoIdle()")
         return dict(page.eval_on_selector_all(TRACK, DRAWN_PX))
 
 
@@ -209,7 +209,7 @@ def test_view_opens_profiler_output_compacted_or_merged(load_in_ui, tmp_path):
 
     raw = write_trace(GeneratorConfig(steps=1, graphs_per_step=2, kernels_per_replay=8), tmp_path / "r.json.gz")
     names, _ = load_in_ui(viewable(raw)[0])
-    assert "GPU lanes" in names and "Compute" in names, names
+    assert "GPU 0" in names and "Compute" in names, names
     write_pp_run(tmp_path / "ranks", pp_size=2, microbatches=2, steps=1, seed=2, graphs_per_step=2,
                  kernels_per_replay=4)
     names, _ = load_in_ui(viewable(tmp_path / "ranks")[0])
@@ -296,13 +296,13 @@ def test_compacted_real_trace_shows_lanes_and_input_ids(rows_in_ui, browser, tmp
     compacted = tmp_path / "compacted.perfetto-trace"
     compact_file(source, compacted)
     shown, _ = rows_in_ui(compacted)
-    lanes = [row for row in shown if row.parent == LANE_CONTAINER_NAME]
+    gpus = [row.title for row in shown if row.parent is None and row.title.startswith("GPU ")]
+    assert len(gpus) == 1, [row.title for row in shown]
+    lanes = [row for row in shown if row.parent == gpus[0]]
     assert lanes and lanes[0].title == "Compute", [row.title for row in shown]
     assert_titles_show_input_ids(shown, compacted, [source])
-    # The GPU's process row stays blank collapsed (v52 sums threads only); opened, its
-    # collapsed lanes row shows how many lanes are busy.
-    gpu = next(row.parent for row in shown if row.title == LANE_CONTAINER_NAME)
-    assert drawn_in_collapsed_rows(browser, compacted, gpu)[LANE_CONTAINER_NAME] > 100
+    # On the first screen, groups collapsed, the GPU's row shows how many of its lanes are busy.
+    assert drawn_in_collapsed_rows(browser, compacted)[gpus[0]] > 100
 
 
 @pytest.mark.parametrize("ranks,count", [("dlrm_8ranks", 8), ("torch_pp_cpu/interleaved1f1b_pp2v2", 2),

@@ -13,17 +13,16 @@ from converter.generator import GeneratorConfig, pipeline_schedule, write_trace
 from converter.lane_rules import load_lane_rules
 from .helpers import compact_file
 
-from .helpers import problem_stats, rows, shared_trace_param, shared_trace_paths
+from .helpers import LANE_CONTAINERS_SQL, problem_stats, rows, shared_trace_param, shared_trace_paths
 from .oracle import expected_from, load_events
 from .test_convert_roundtrip import actual_flows, actual_slices
 
 RULES = load_lane_rules()
 ANNOTATION_CATEGORIES = ("gpu_user_annotation", "cuda_graph_label")
 PP_NAME = re.compile(r"^PP:(\d+)([A-Z_]+?)(\d*)$")
-LANE_SQL = """
-    select t.id, t.name, extract_arg(t.dimension_arg_set_id, 'upid') upid,
-           extract_arg(t.source_arg_set_id, 'sibling_order_rank') rank
-    from track t join track p on t.parent_id = p.id where p.name = 'GPU lanes'"""
+LANE_SQL = f"""
+    select t.id, t.name, t.parent_id gpu, extract_arg(t.source_arg_set_id, 'sibling_order_rank') rank
+    from track t where t.parent_id in ({LANE_CONTAINERS_SQL})"""
 
 
 def compact(tmp_path: Path, source: Path, **options) -> tuple[Path, dict]:
@@ -99,15 +98,14 @@ def assert_compacted_correctly(source: Path, output: Path, summary: dict) -> Non
 def assert_lane_order(output: Path) -> None:
     """Within each GPU, as the UI orders them (its own SQL module): groups in rule order, lanes by
     number, annotation rows right above their lane."""
-    ordered = rows(output, """
+    ordered = rows(output, f"""
         include perfetto module viz.summary.track_event;
-        select g.name, extract_arg(p.dimension_arg_set_id, 'upid') upid
-        from _track_event_tracks_ordered_groups g join track p on g.parent_id = p.id
-        where p.name = 'GPU lanes' order by upid, g.order_id""")
+        select g.name, g.parent_id gpu from _track_event_tracks_ordered_groups g
+        where g.parent_id in ({LANE_CONTAINERS_SQL}) order by gpu, g.order_id""")
     group_rank = {group.label: index for index, group in enumerate(RULES.groups)}
     by_gpu = defaultdict(list)
     for lane in ordered:
-        by_gpu[lane["upid"]].append(lane["name"])
+        by_gpu[lane["gpu"]].append(lane["name"])
     for names in by_gpu.values():
         keys = []
         for position, name in enumerate(names):

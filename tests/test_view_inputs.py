@@ -9,14 +9,14 @@ import shutil
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
 from converter.jobs.viewable import viewable
 
-from .helpers import rows, view_and_fetch
+from .helpers import LANE_CONTAINERS_SQL, rows, view_and_fetch
 
 
 def test_a_rank_trace_is_compacted_once_and_reused(tmp_path):
     source = write_trace(GeneratorConfig(steps=1, graphs_per_step=2, kernels_per_replay=8), tmp_path / "t.json.gz")
     opened, done = viewable(source)
     assert opened == tmp_path / "t_compacted.perfetto-trace" and done.startswith("compacted")
-    assert rows(opened, "select count(*) n from track where name = 'GPU lanes'")[0]["n"] == 1
+    assert rows(opened, f"select count(*) n from ({LANE_CONTAINERS_SQL})")[0]["n"] == 1
     built = opened.stat().st_mtime_ns
     again, done = viewable(source)
     assert again == opened and "earlier" in done and opened.stat().st_mtime_ns == built

@@ -1,10 +1,9 @@
 """A summary row per GPU: how many of its lanes are busy, as a counter on their container.
 
-Perfetto v52 shows on a collapsed plain track only what that track holds itself; its process
-summaries and minimap read threads' slices only, so lanes (process tracks) leave a compacted
-GPU's process row blank and a merged rank, which has no threads at all (see jobs/merge.py), no
-summary anywhere. A counter on the lanes' container gives the collapsed row the GPU's activity
-without copying a slice: every slice stays where it is, counted once.
+Perfetto v52 shows on a collapsed plain row only what that row holds itself (its process
+summaries and minimap read threads' slices only, and lanes are no thread's), so each GPU's lanes
+hang under a plain row of their own (compaction.py) whose counter gives the collapsed row the
+GPU's activity without copying a slice: every slice stays where it is, counted once.
 """
 
 from __future__ import annotations

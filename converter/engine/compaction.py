@@ -23,7 +23,6 @@ from ..model.nesting import nested_layers
 from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
 from .window import step_ranges
 
-LANE_CONTAINER_NAME = "GPU lanes"
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
 _BY_TS = attrgetter("ts")
 
@@ -95,8 +94,10 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
 
 def _pack_lanes(trace: Trace, process: Process, slices: list[Slice], grouping: LaneGrouping,
                 summary: Counter[str]) -> GpuLanes:
-    container = trace.add_track(Track(name=LANE_CONTAINER_NAME, process=process, orders_children=True,
-                                      role=TrackRole.LANES))
+    # A root-level row named after the GPU, not a track inside its process: Perfetto v52 draws
+    # a collapsed process only from its threads' slices, and a collapsed plain row from what it
+    # holds itself, so this row, made a busy-lanes counter (activity.py), shows the GPU's work.
+    container = trace.add_track(Track(name=process.short_name, orders_children=True, role=TrackRole.LANES))
     gpu = GpuLanes(process=process, container=container, streams=hardware_streams(trace, slices))
     for lane_group, members in grouping.split(slices):
         summary[f"group:{lane_group.label}"] += len(members)

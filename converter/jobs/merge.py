@@ -374,12 +374,10 @@ def _place_rank(trace: Trace, plan: RankPlan) -> None:
             continue
         process.row_group, process.parent = True, _ROOT_PLACE
         process.sort_index = first_row + _ROWS_PER_RANK // 2 + index
-    containers = [t for t in trace.tracks if t.role is TrackRole.LANES and t.process is not None]
+    containers = [t for t in trace.tracks if t.role is TrackRole.LANES]
     for rank_in_part, container in enumerate(containers):
-        assert container.process is not None  # picked for having one
-        container.name = container.process.display_name
+        container.name = f"{prefix} · {container.name}"
         container.parent = _ROOT_PLACE
-        container.process = None
         container.order = first_row + rank_in_part
 
 
