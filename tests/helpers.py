@@ -34,9 +34,10 @@ def rows(trace_path, sql: str) -> list[dict]:
         return [row.__dict__.copy() for row in tp.query(sql)]
 
 
-# Each GPU's lanes hang under one row of their own: a counter (its busy lanes) with children.
-LANE_CONTAINERS_SQL = """select p.id from track p where p.type glob '*counter*'
-                         and exists (select 1 from track c where c.parent_id = p.id)"""
+# Each GPU's lanes hang under one row of their own: a counter (its busy lanes) whose children
+# hold slices (a merged pipeline's root, a counter of busy GPUs, holds rows of rows).
+LANE_CONTAINERS_SQL = """select p.id from track p where p.type glob '*counter*' and exists (
+                           select 1 from track c join slice s on s.track_id = c.id where c.parent_id = p.id)"""
 
 
 def problem_stats(trace_path) -> list[dict]:

@@ -194,6 +194,8 @@ def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, rows_in_ui, brow
     ranks = [n for n in names if n.startswith("PP rank ") and "· GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1, 2, 3], names
     assert_merged_rows_read_well(rows_in_ui(merged)[0], merged, files, ranks=4)
+    # The first screen, every group collapsed: the root counts the busy GPUs.
+    assert drawn_in_collapsed_rows(browser, merged)[PIPELINE_ROOT_NAME] > 100
     drawn = drawn_in_collapsed_rows(browser, merged, PIPELINE_ROOT_NAME)
     gpu_rows = {title: px for title, px in drawn.items() if title in ranks}
     assert len(gpu_rows) == 4 and min(gpu_rows.values()) > 100, drawn   # each GPU's busy lanes

@@ -21,7 +21,7 @@ from converter.inputs.source import json_size
 
 MERGE_MODULE = importlib.import_module("converter.jobs.merge")  # `converter.jobs.merge` is also a function
 
-from .helpers import SHARED_TRACES, problem_stats, require_shared_traces, rows
+from .helpers import LANE_CONTAINERS_SQL, SHARED_TRACES, problem_stats, require_shared_traces, rows
 from .test_convert_roundtrip import actual_slices
 
 RANK = re.compile(r"^(?:PP )?rank (\d+) \(global (\d+)\)")
@@ -68,6 +68,21 @@ def classify_arrows(output) -> Counter:
         else:
             kinds["compute"] += 1
     return kinds
+
+
+def assert_root_counts_busy_gpus(output, root: str) -> None:
+    """The root row's counter is, at each of its samples, the number of GPUs with a slice
+    running on a lane (annotation rows aside), counted from the slices, not the GPUs' counters."""
+    checked = rows(output, f"""
+        with lanes as (select id, parent_id gpu from track
+                       where parent_id in ({LANE_CONTAINERS_SQL}) and name not like '% annotations%'),
+        busy as (select s.ts, s.ts + s.dur as end_ts, l.gpu from slice s join lanes l on s.track_id = l.id
+                 where s.dur > 0)
+        select c.ts, c.value, (select count(distinct b.gpu) from busy b where b.ts <= c.ts and c.ts < b.end_ts) gpus
+        from counter c join track t on c.track_id = t.id where t.name = '{root}' order by c.ts""")
+    assert checked and max(row["value"] for row in checked) > 1
+    assert [row["value"] for row in checked] == [row["gpus"] for row in checked]
+    assert checked[-1]["value"] == 0   # idle after the last kernel
 
 
 def assert_ranks_named_and_ordered(output, pp_size: int, pp_group: bool = True) -> None:
@@ -162,6 +177,7 @@ def test_generated_pipelines_merge_with_exact_arrows(tmp_path, pp_size, schedule
     assert problem_stats(output) == []
     assert classify_arrows(output) == Counter(expected)
     assert_ranks_named_and_ordered(output, pp_size)
+    assert_root_counts_busy_gpus(output, PIPELINE_ROOT_NAME)
     # Profiler bookkeeping: every rank's global instants share one row, not one row per rank.
     instants = rows(output, "select count(*) n, count(distinct track_id) rows from slice "
                             "where name = 'Record Window End'")[0]

@@ -1,16 +1,32 @@
-"""A summary row per GPU: how many of its lanes are busy, as a counter on their container.
+"""Summary rows: how many of a GPU's lanes are busy, and how many of a pipeline's GPUs.
 
 Perfetto v52 shows on a collapsed plain row only what that row holds itself (its process
 summaries and minimap read threads' slices only, and lanes are no thread's), so each GPU's lanes
 hang under a plain row of their own (compaction.py) whose counter gives the collapsed row the
-GPU's activity without copying a slice: every slice stays where it is, counted once.
+GPU's activity, and a merged pipeline's root row counts its busy GPUs, dipping in every bubble.
+Both are derived series: every slice stays where it is, counted once.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import Iterable
 
 from ..model import CounterSample, Trace, Track, TrackRole
+
+
+def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(ts, total) wherever the sum of the (ts, change) pairs so far changes, one per time;
+    at one time ends (negative changes) count before starts, so no false peak shows."""
+    totals: list[tuple[int, int]] = []
+    total = 0
+    for ts, change in sorted(changes):
+        total += change
+        if totals and totals[-1][0] == ts:
+            totals[-1] = (ts, total)
+        else:
+            totals.append((ts, total))
+    return totals
 
 
 def add_busy_lanes(trace: Trace) -> int:
@@ -24,14 +40,21 @@ def add_busy_lanes(trace: Trace) -> int:
     added = 0
     for container, changes in edges.items():
         container.is_counter = True
-        busy = 0
-        samples: list[CounterSample] = []
-        for ts, change in sorted(changes):  # ends before starts at one time: no false peak
-            busy += change
-            if samples and samples[-1].ts == ts:
-                samples[-1].value = busy
-            else:
-                samples.append(CounterSample(ts, busy, container))
+        samples = [CounterSample(ts, busy, container) for ts, busy in running_totals(changes)]
         trace.counters.extend(samples)
         added += len(samples)
     return added
+
+
+def busy_gpu_changes(trace: Trace) -> list[tuple[int, int]]:
+    """(ts, 1) where a GPU's lanes turn busy, (ts, -1) where they all turn idle, read from the
+    busy-lanes counters: summed over ranks, the number of busy GPUs."""
+    changes: list[tuple[int, int]] = []
+    was_busy: dict[Track, bool] = defaultdict(bool)
+    for sample in trace.counters:  # each container's samples in time order
+        if sample.track.role is TrackRole.LANES:
+            busy = sample.value > 0
+            if busy != was_busy[sample.track]:
+                changes.append((sample.ts, 1 if busy else -1))
+                was_busy[sample.track] = busy
+    return changes

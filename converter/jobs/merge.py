@@ -4,8 +4,9 @@ Ranks are read and compacted in worker processes, one rank in memory per worker,
 the first pass finds each rank's PP blocks and keeps the prepared rank in a snapshot
 (snapshot.py), the main process pairs every SEND with its RECV across ranks and agrees a flow
 id for each arrow, and the second pass loads each snapshot and writes the rank's part with
-its arrow ends attached. Parts use their own packet sequence and disjoint uuid and flow-id
-ranges, so they concatenate into one valid trace.
+its arrow ends attached, handing back when its GPUs turn busy or idle for the root row's
+count of busy GPUs. Parts use their own packet sequence and disjoint uuid and flow-id ranges,
+so they concatenate into one valid trace.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Container, Optional, cast
 
 from .. import kineto
+from ..engine.activity import busy_gpu_changes, running_totals
 from ..engine.layout import separate_overlaps
 from ..engine.pp import (STAGELESS, Anchor, BlockKey, Extent, link_rank_local, pair_sends_and_receives,
                          pair_stages, pp_group_of)
@@ -28,7 +30,7 @@ from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
 from ..inputs.source import json_size
 from ..lane_rules import load_lane_rules
-from ..model import FlowEnd, RankIdentity, Trace, Track, TrackRole
+from ..model import CounterSample, FlowEnd, RankIdentity, Trace, Track, TrackRole
 from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
 from .executors import Workers, for_cluster, open_workers, options_for_cluster, run_tasks
@@ -120,7 +122,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
     only those global ranks. The args strategy "auto" gives pass one's ranks an args helper
     where cores and memory allow (helper_fits). With a Dask `scheduler`, both passes run on
-    its cluster: only block summaries travel back; snapshots and part files stay on the
+    its cluster: only block summaries and busy-GPU changes travel back; snapshots and part files stay on the
     output's file system."""
     files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
     options = options_for_cluster(options, scheduler is not None)
@@ -206,12 +208,13 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     for end in arrows.ends:
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     base = min(info.base_time_ns or 0 for info in members)
-    parts = _in_workers(workers, _write_rank_part,
-                        [(plan, f"{plan.snapshot}.group{group_index}.part") for plan in plans],
-                        [plan.file for plan in plans], "writing ranks")
-    expected = Expected(sum(part.slices for _, _, part in parts),
-                        sum(part.flows for _, _, part in parts) + len(arrows.ends) // 2,
-                        sum(part.counter_samples for _, _, part in parts))
+    parts: list[RankPart] = _in_workers(workers, _write_rank_part,
+                                        [(plan, f"{plan.snapshot}.group{group_index}.part") for plan in plans],
+                                        [plan.file for plan in plans], "writing ranks")
+    busy_gpus = running_totals(change for part in parts for change in part.busy_gpu_changes)
+    expected = Expected(sum(part.expected.slices for part in parts),
+                        sum(part.expected.flows for part in parts) + len(arrows.ends) // 2,
+                        sum(part.expected.counter_samples for part in parts) + len(busy_gpus))
     verified: dict[str, int] = {}
 
     def check(temporary: Path, target: Path) -> None:
@@ -219,12 +222,12 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
 
     with atomic_output(output, options.overwrite, check if options.verify else None) as stream:
         root = PIPELINE_ROOT_NAME if any(plan.in_pp_group for plan in plans) else RANKS_ROOT_NAME
-        _write_root(cast(BinaryIO, stream), root)  # a DirectWriter: PerfettoWriter only calls write()
-        for part_path, _, _ in parts:
-            with open(part_path, "rb") as part:
-                shutil.copyfileobj(part, stream, 1 << 22)
-            os.unlink(part_path)  # as the output grows, so the scratch folder shrinks
-    per_rank = [summary for _, summary, _ in parts]
+        _write_root(cast(BinaryIO, stream), root, busy_gpus)  # a DirectWriter: PerfettoWriter only calls write()
+        for part in parts:
+            with open(part.path, "rb") as written:
+                shutil.copyfileobj(written, stream, 1 << 22)
+            os.unlink(part.path)  # as the output grows, so the scratch folder shrinks
+    per_rank = [part.summary for part in parts]
     result = {
         "output": str(output),
         "pp_group": group_index,
@@ -334,7 +337,17 @@ def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = Fals
     return pipelines, "distributedInfo.pg_config"
 
 
-def _write_rank_part(plan: RankPlan, path: str) -> tuple[str, dict[str, Any], Expected]:
+@dataclass
+class RankPart:
+    """One rank's rows, written to `path` for the output to take whole."""
+
+    path: str
+    summary: dict[str, Any]
+    expected: Expected
+    busy_gpu_changes: list[tuple[int, int]]   # activity.busy_gpu_changes, for the root's counter
+
+
+def _write_rank_part(plan: RankPlan, path: str) -> RankPart:
     prepared = load_snapshot(Path(plan.snapshot))
     trace, summary, blocks = prepared.trace, prepared.summary, prepared.blocks
     summary.update(link_rank_local(trace, blocks))
@@ -349,7 +362,8 @@ def _write_rank_part(plan: RankPlan, path: str) -> tuple[str, dict[str, Any], Ex
         writer.close()
     summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,
                    file=plan.file)
-    return path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters))
+    return RankPart(path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters)),
+                    busy_gpu_changes(trace))
 
 
 def _place_rank(trace: Trace, plan: RankPlan) -> None:
@@ -387,9 +401,12 @@ _ROOT_PLACE = Track(name="", orders_children=True, uuid=_ROOT_UUID)
 _BOOKKEEPING_PLACE = Track(name="", orders_children=True, uuid=_BOOKKEEPING_UUID)
 
 
-def _write_root(stream: BinaryIO, name: str) -> None:
-    root_only = Trace(tracks=[Track(name=name, orders_children=True, uuid=_ROOT_UUID),
-                              Track(name=BOOKKEEPING_ROOT_NAME, orders_children=True, uuid=_BOOKKEEPING_UUID)])
+def _write_root(stream: BinaryIO, name: str, busy_gpus: list[tuple[int, int]]) -> None:
+    """The two roots; the pipeline's is a counter of its busy GPUs, so the first screen, every
+    group collapsed, shows the pipeline's work and its bubbles."""
+    root = Track(name=name, orders_children=True, uuid=_ROOT_UUID, is_counter=bool(busy_gpus))
+    root_only = Trace(tracks=[root, Track(name=BOOKKEEPING_ROOT_NAME, orders_children=True, uuid=_BOOKKEEPING_UUID)],
+                      counters=[CounterSample(ts, busy, root) for ts, busy in busy_gpus])
     writer = PerfettoWriter(stream, sequence_id=1)
     writer.write(root_only)
     writer.close()
