@@ -307,9 +307,9 @@ def test_compacted_real_trace_shows_lanes_and_input_ids(rows_in_ui, browser, tmp
     assert drawn_in_collapsed_rows(browser, compacted)[gpus[0]] > 100
 
 
-@pytest.mark.parametrize("ranks,count", [("dlrm_8ranks", 8), ("torch_pp_cpu/interleaved1f1b_pp2v2", 2),
-                                         ("torch_pp_cpu/dp2_pp2", 2)])
-def test_merged_real_ranks_read_in_pipeline_order(rows_in_ui, tmp_path, ranks, count):
+@pytest.mark.parametrize("ranks,count,gpus", [("dlrm_8ranks", 8, True), ("torch_pp_cpu/interleaved1f1b_pp2v2", 2, False),
+                                              ("torch_pp_cpu/dp2_pp2", 2, False)])
+def test_merged_real_ranks_read_in_pipeline_order(rows_in_ui, browser, tmp_path, ranks, count, gpus):
     copy = tmp_path / "ranks"
     shutil.copytree(real(ranks), copy)
     outputs: list[Path] = []
@@ -324,3 +324,10 @@ def test_merged_real_ranks_read_in_pipeline_order(rows_in_ui, tmp_path, ranks, c
         shown, screenshot = rows_in_ui(merged)
         assert_merged_rows_read_well(shown, merged, inputs, count)
         assert screenshot.stat().st_size > 10_000
+        if gpus:  # first screen: the root counts busy GPUs; one click: each rank's GPU row its lanes
+            root = next(row.title for row in shown if row.parent is None and row.title in (
+                PIPELINE_ROOT_NAME, RANKS_ROOT_NAME))
+            assert drawn_in_collapsed_rows(browser, merged)[root] > 100
+            drawn = drawn_in_collapsed_rows(browser, merged, root)
+            gpu_rows = [px for title, px in drawn.items() if RANK_ROW.match(title) and " · GPU" in title]
+            assert len(gpu_rows) == count and min(gpu_rows) > 100, drawn
