@@ -10,18 +10,24 @@ import sys
 from pathlib import Path
 from typing import Callable, ContextManager, NoReturn
 
-import orjson
+# Before numpy loads (the reader's exact times need it): its OpenBLAS starts a thread per core,
+# cgtrace does no linear algebra, and a process running a second thread forks no args helper
+# (args_accelerator.cores_to_spare), which halves a compact's speed on two cores. The command
+# keeps BLAS to one thread unless the user's environment says otherwise.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from . import __version__, progress
-from .engine.window import parse_steps, parse_window
-from .errors import CgtraceError
-from .fileio.regular import read_small_text
-from .jobs.executors import Workers, open_workers, scheduler_address
-from .jobs.merge import default_merge_output, merge_ranks
-from .jobs.runner import JobOptions, default_output_path, run_job
-from .jobs.stopping import exit_status, signals_unwind
-from .lane_rules import DEFAULT_LANES_TOML
-from .outputs.args_accelerator import available_cores
+import orjson  # noqa: E402
+
+from . import __version__, progress  # noqa: E402
+from .engine.window import parse_steps, parse_window  # noqa: E402
+from .errors import CgtraceError  # noqa: E402
+from .fileio.regular import read_small_text  # noqa: E402
+from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E402
+from .jobs.merge import default_merge_output, merge_ranks  # noqa: E402
+from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
+from .jobs.stopping import exit_status, signals_unwind  # noqa: E402
+from .lane_rules import DEFAULT_LANES_TOML  # noqa: E402
+from .outputs.args_accelerator import available_cores  # noqa: E402
 
 EXIT_USAGE = 2
 _MAX_TOP = 100_000

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import random
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -142,6 +144,18 @@ def test_sweep_reads_entries_across_blocks(monkeypatch):
 def _children() -> list[int]:
     """This process's child processes still running or unreaped (Linux)."""
     return child_pids(os.getpid())
+
+
+def test_the_command_line_runs_one_thread_so_it_may_fork_its_helper():
+    """numpy's OpenBLAS would start a thread per core on import, and a second thread rules the
+    args helper out (cores_to_spare): the command line keeps BLAS to one thread."""
+    probe = ("import os, converter.cli, numpy\n"
+             "from converter.outputs.args_accelerator import _threads\n"
+             "print(_threads())")
+    environment = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
+    shown = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, text=True,
+                           check=True)
+    assert shown.stdout.split() == ["1"], shown.stderr
 
 
 def test_no_helper_is_forked_beside_other_threads(monkeypatch):
