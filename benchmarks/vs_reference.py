@@ -67,9 +67,14 @@ def compare(entry: dict, job: str, cgtrace: list[str], reference: bool, repeat: 
     return row
 
 
+def machine_line(machine: dict, measured: str) -> str:
+    """The line every table of real-shaped figures starts with: where and what was measured."""
+    return (f"Machine: {machine.get('cpu', '?')}, {machine.get('nproc', '?')} cores, commit "
+            f"{machine.get('commit', '?')}; best of the runs; {measured}.")
+
+
 def markdown(rows: list[dict], machine: dict) -> str:
-    lines = [f"Machine: {machine.get('cpu', '?')}, {machine.get('nproc', '?')} cores, commit "
-             f"{machine.get('commit', '?')}; best of the runs; peak = process tree's RSS; MB = 10^6 bytes.", "",
+    lines = [machine_line(machine, "peak = process tree's RSS; MB = 10^6 bytes"), "",
              "| job | trace (tiled) | MB | events | B/event | cgtrace s | MB/s | events/s | peak MB | peak / input | "
              "output / input | reference s | reference peak MB | speed-up | memory saved |",
              "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
