@@ -29,21 +29,17 @@ def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     return totals
 
 
-def add_busy_lanes(trace: Trace) -> int:
-    """Make each lane container a counter of how many of its lanes are busy; returns the
-    samples added (one per time the count changes)."""
+def add_busy_lanes(trace: Trace) -> None:
+    """Make each lane container a counter of how many of its lanes are busy: one sample per
+    time the count changes."""
     edges: dict[Track, list[tuple[int, int]]] = defaultdict(list)  # model objects hash by identity
     for slice_ in trace.slices:
         lane = slice_.track
         if lane.role is TrackRole.LANE and lane.parent is not None and slice_.dur > 0:
             edges[lane.parent].extend(((slice_.ts, 1), (slice_.end, -1)))
-    added = 0
     for container, changes in edges.items():
         container.is_counter = True
-        samples = [CounterSample(ts, busy, container) for ts, busy in running_totals(changes)]
-        trace.counters.extend(samples)
-        added += len(samples)
-    return added
+        trace.counters.extend(CounterSample(ts, busy, container) for ts, busy in running_totals(changes))
 
 
 def busy_gpu_changes(trace: Trace) -> list[tuple[int, int]]:

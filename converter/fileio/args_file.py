@@ -65,15 +65,6 @@ class FileArgsStore(ArgsStore):
     def __len__(self) -> int:
         return len(self._bounds) - 1
 
-    def add(self, text: Any) -> int:
-        pending = self._pending
-        pending += text
-        bounds = self._bounds
-        bounds.append(bounds[-1] + len(text))
-        if len(pending) >= _SPILL_BYTES:
-            self._spill()
-        return len(bounds) - 2
-
     def add_many(self, texts: list[Any]) -> int:
         first = len(self._bounds) - 1
         self._pending += b"".join(texts)

@@ -122,8 +122,8 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
     only those global ranks. The args strategy "auto" gives pass one's ranks an args helper
     where cores and memory allow (helper_fits). With a Dask `scheduler`, both passes run on
-    its cluster: only block summaries and busy-GPU changes travel back; snapshots and part files stay on the
-    output's file system."""
+    its cluster: only block summaries and busy-GPU changes travel back; snapshots and part
+    files stay on the output's file system."""
     files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
     options = options_for_cluster(options, scheduler is not None)
     if len(files) < 2:
