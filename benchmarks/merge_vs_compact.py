@@ -26,7 +26,7 @@ if str(REPO) not in sys.path:
 from benchmarks.corpus import DEFAULT_OUT as CORPUS  # noqa: E402  (after the path set-up above)
 from benchmarks.corpus import build_rank_sets  # noqa: E402
 from benchmarks.run import MB, find_cgtrace  # noqa: E402
-from benchmarks.vs_reference import best_of, machine_line, publish  # noqa: E402
+from benchmarks.vs_reference import best_of, publish, table_head  # noqa: E402
 
 
 def compare(entry: dict, cgtrace: list[str], repeat: int, timeout: Optional[float], work: Path) -> dict:
@@ -48,10 +48,9 @@ def compare(entry: dict, cgtrace: list[str], repeat: int, timeout: Optional[floa
 
 
 def markdown(rows: list[dict], machine: dict) -> str:
-    lines = [machine_line(machine, "CPU and peak are the process tree's"), "",
-             "| rank set | ranks | MB | merge wall s | merge CPU s | merge MB/s | merge peak MB | peak / input | "
-             "compacts wall s | compacts CPU s | merge CPU / compacts CPU |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = table_head(machine, "CPU and peak are the process tree's", ["rank set"],
+                       ["ranks", "MB", "merge wall s", "merge CPU s", "merge MB/s", "merge peak MB", "peak / input",
+                        "compacts wall s", "compacts CPU s", "merge CPU / compacts CPU"])
     for row in rows:
         mb = row["bytes"] / MB
         if "error" in row:

@@ -67,17 +67,19 @@ def compare(entry: dict, job: str, cgtrace: list[str], reference: bool, repeat: 
     return row
 
 
-def machine_line(machine: dict, measured: str) -> str:
-    """The line every table of real-shaped figures starts with: where and what was measured."""
-    return (f"Machine: {machine.get('cpu', '?')}, {machine.get('nproc', '?')} cores, commit "
-            f"{machine.get('commit', '?')}; best of the runs; {measured}.")
+def table_head(machine: dict, measured: str, text_columns: list[str], number_columns: list[str]) -> list[str]:
+    """How every table of real-shaped figures starts: where and what was measured, then its
+    header, text columns left-aligned and figures right-aligned."""
+    return [f"Machine: {machine.get('cpu', '?')}, {machine.get('nproc', '?')} cores, commit "
+            f"{machine.get('commit', '?')}; best of the runs; {measured}.", "",
+            "| " + " | ".join(text_columns + number_columns) + " |",
+            "|" + "---|" * len(text_columns) + "--:|" * len(number_columns)]
 
 
 def markdown(rows: list[dict], machine: dict) -> str:
-    lines = [machine_line(machine, "peak = process tree's RSS; MB = 10^6 bytes"), "",
-             "| job | trace (tiled) | MB | events | B/event | cgtrace s | MB/s | events/s | peak MB | peak / input | "
-             "output / input | reference s | reference peak MB | speed-up | memory saved |",
-             "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|"]
+    lines = table_head(machine, "peak = process tree's RSS; MB = 10^6 bytes", ["job", "trace (tiled)"],
+                       ["MB", "events", "B/event", "cgtrace s", "MB/s", "events/s", "peak MB", "peak / input",
+                        "output / input", "reference s", "reference peak MB", "speed-up", "memory saved"])
     for row in rows:
         ours, theirs = row["cgtrace"], row.get("reference", {})
         mb = row["bytes"] / MB
