@@ -14,6 +14,7 @@ import math
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
 import msgspec
+import numpy as np
 
 LabelRule = Callable[[bytes], Optional[str]]
 
@@ -61,7 +62,9 @@ class PreparedArgs(Protocol):
 
     interned: list[str]
 
-    def of(self, reference: int) -> bytes: ...
+    def runs(self, references: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(the entries' bytes, where each reference's entry starts there, its length), for
+        an array of references (-1: none, length 0)."""
 
 
 class ArgsStore:

@@ -8,18 +8,20 @@ slice it belongs to; flows get one id per arrow.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, BinaryIO, Callable, Optional
+from typing import Any, BinaryIO, Optional
 
 import msgspec
+import numpy as np
 
-from ..model import Process, Slice, Trace, Track, TrackRole
+from ..model import PreparedArgs, Process, Slice, Trace, Track, TrackRole
 from ..model.nesting import nesting_order
 from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
+from .packets import Column, Pieces, PieceTable, Rows
 from .prepared_args import ARGS_FORM, prepare_in_process
-from .wire import (SMALL_VARINT_LIMIT, SMALL_VARINTS, WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field,
-                   double_field, fixed64, length_prefixed, string_field, tag, varint, varint_field)
+from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, fixed64, length_prefixed, string_field, tag, \
+    varint_field
 
 _FLUSH_BYTES = 1 << 22
 # trace_processor keeps it in `metadata` as "cr-cgtrace_track_roles" (or "cr-<k>-cgtrace_track_roles").
@@ -44,7 +46,8 @@ _TYPE_COUNTER = varint_field(9, 4)
 _TRACK_UUID = 11
 _FLOW_ID = tag(47, WIRE_FIXED64)
 _TERMINATING_FLOW_ID = tag(48, WIRE_FIXED64)
-_DOUBLE_COUNTER_VALUE = 44
+_DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
+_PACKETS_AT_ONCE = 1 << 15  # a few MB of output, and of numpy's index arrays, at a time
 
 _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
@@ -52,6 +55,15 @@ _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
 
 def _flat_order(slice_: Slice) -> tuple[int, int]:
     return slice_.ts, slice_.dur
+
+
+class _Tags:
+    """The pieces every packet of a sequence has: field tags, and its sequence id."""
+
+    def __init__(self, pieces: Pieces, sequence: bytes):
+        self.packet, self.time, self.event, self.value = (pieces.id(tag_) for tag_ in (
+            _TRACE_PACKET, _TIMESTAMP, _TRACK_EVENT, _DOUBLE_COUNTER_TAG))
+        self.sequence = pieces.id(sequence)
 
 
 class PerfettoWriter:
@@ -78,20 +90,8 @@ class PerfettoWriter:
         uuids, process_uuids = self._write_descriptors(trace)
         self._write_track_roles(trace, uuids, process_uuids)
         flows_at_begin, flows_at_end = self._flow_ids(trace)
-        stored_args = self._stored_args_encoder(trace)
-        by_track: dict[Track, list[Slice]] = defaultdict(list)  # model objects hash by identity
-        for slice_ in trace.slices:
-            by_track[slice_.track].append(slice_)
-        for track in trace.tracks:
-            slices = by_track.get(track)
-            if slices:
-                # A zero-duration slice at another's start would nest under it in nesting order.
-                ordered = sorted(slices, key=_flat_order) if track.flat else nesting_order(slices)
-                self._write_track_slices(uuids[id(track)], ordered, flows_at_begin, flows_at_end, stored_args)
-        for sample in trace.counters:
-            event = _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(sample.track)]) + \
-                double_field(_DOUBLE_COUNTER_VALUE, sample.value)
-            self._emit(_TIMESTAMP + varint(sample.ts) + self.sequence + _TRACK_EVENT + varint(len(event)) + event)
+        self._write_slices(trace, uuids, flows_at_begin, flows_at_end)
+        self._write_counters(trace, uuids)
 
     def close(self) -> None:
         self.stream.write(self.buffer)
@@ -156,22 +156,137 @@ class PerfettoWriter:
         return uuid
 
     # -- events -----------------------------------------------------------------------------
-    def _stored_args_encoder(self, trace: Trace) -> Callable[[int], bytes]:
-        """reference -> encoded args, taken from the store's entries prepared in this writer's
-        form (by the args accelerator, or here, once per store: prepared_args.py), with their
-        annotation names interned first so that their iids are ours. A writer that already
-        interned names for an earlier trace encodes each slice's args itself."""
-        store = trace.args
+    def _write_slices(self, trace: Trace, uuids: dict[int, int], flows_at_begin: dict, flows_at_end: dict) -> None:
+        """Every track's slices in nesting order (flat tracks in start order), each END as soon as
+        its slice is over, a few thousand packets encoded at a time (packets.py)."""
+        by_track: dict[Track, list[Slice]] = defaultdict(list)  # model objects hash by identity
+        for slice_ in trace.slices:
+            by_track[slice_.track].append(slice_)
+        ordered: list[Slice] = []
+        pieces = Pieces()
+        heads: list[tuple[int, int, int]] = []  # per track with slices: its BEGIN's, instant's and END's head
+        run_lengths = []
+        for track in trace.tracks:
+            slices = by_track.get(track)
+            if slices:
+                # A zero-duration slice at another's start would nest under it in nesting order.
+                ordered += sorted(slices, key=_flat_order) if track.flat else nesting_order(slices)
+                track_field = varint_field(_TRACK_UUID, uuids[id(track)])
+                heads.append((pieces.id(_TYPE_BEGIN + track_field), pieces.id(_TYPE_INSTANT + track_field),
+                              pieces.id(_TYPE_END + track_field)))
+                run_lengths.append(len(slices))
+        if not ordered:
+            return
+        count = len(ordered)
+        starts = np.fromiter((s.ts for s in ordered), np.int64, count)
+        ends = starts + np.fromiter((s.dur for s in ordered), np.int64, count)
+        instant = np.fromiter((s.is_instant for s in ordered), bool, count)
+        events = _events_in_write_order(starts, ends, instant, run_lengths)
+
+        interned: dict[int, list[bytes]] = defaultdict(list)  # slice index -> InternedData entries first met there
+        prepared = self._prepared_args(trace)
+        names = self._name_fields(ordered, pieces, interned)
+        args_source, args_starts, args_lengths = self._encode_args(trace, ordered, interned) if prepared is None \
+            else prepared.runs(np.fromiter((-1 if s.args is None else s.args for s in ordered), np.int64, count))
+        state = np.full(count, pieces.id(self.sequence + _NEEDS_STATE), np.int64)
+        for first_use, entries in interned.items():
+            state[first_use] = pieces.id(self.sequence + _NEEDS_STATE + _INTERNED_DATA + length_prefixed(b"".join(entries)))
+        begin_flows, end_flows, none = flows_at_begin.get, flows_at_end.get, pieces.id(b"")
+        flows = np.array([none if (f := begin_flows(s)) is None else pieces.id(f) for s in ordered], np.int64)
+        end_flow = np.array([none if (f := end_flows(s)) is None else pieces.id(f) for s in ordered], np.int64)
+        begin_head, instant_head, end_head = np.repeat(np.array(heads, np.int64), run_lengths, axis=0).T
+        begin_head = np.where(instant, instant_head, begin_head)
+
+        tags = _Tags(pieces, self.sequence)
+        table = pieces.table()
+        for first in range(0, len(events), _PACKETS_AT_ONCE):
+            part = events[first:first + _PACKETS_AT_ONCE]
+            index, is_end = part >> 1, (part & 1).astype(bool)
+            event = Rows(len(part), table) \
+                .piece(np.where(is_end, end_head[index], begin_head[index])) \
+                .piece(np.where(is_end, none, names[index])) \
+                .add(Column.gathered(args_source, args_starts[index], np.where(is_end, 0, args_lengths[index]))) \
+                .piece(np.where(is_end, end_flow[index], flows[index]))
+            self._write_packets(table, tags, np.where(is_end, ends[index], starts[index]),
+                                np.where(is_end, tags.sequence, state[index]), event)
+
+    def _write_packets(self, table: PieceTable, tags: "_Tags", times: np.ndarray, state: Any, event: Rows) -> None:
+        """TracePackets of track events: each a time, its sequence's state (`state` pieces) and
+        its event."""
+        packet = Rows(len(times), table).piece(tags.time).add(Column.of_varints(times)).piece(state) \
+            .extend(event.framed(tags.event))
+        self._flush()
+        self.stream.write(packet.framed(tags.packet).encode().data)
+
+    def _name_fields(self, ordered: list[Slice], pieces: Pieces, interned: dict[int, list[bytes]]) -> np.ndarray:
+        """Per slice, the piece of its interned name and category references; a name or
+        category met for the first time is defined in that slice's packet."""
+        if self.pending_interned:  # defined in the first packet, before anything it needs itself
+            interned[0] += self.pending_interned
+            self.pending_interned.clear()
+        local: dict[tuple[str, str], int] = {}
+        keys = [(s.name, s.cat) for s in ordered]
+        ids = [local.get(key, -1) for key in keys]
+        heads, name_field, category_field = self._heads, self.names.field, self.categories.field
+        for index in [i for i, found in enumerate(ids) if found < 0]:
+            key = keys[index]
+            found = local.get(key)
+            if found is None:
+                fields = heads.get(key)
+                if fields is None:
+                    name, cat = key
+                    fields = heads[key] = name_field(name) + (category_field(cat) if cat else b"")
+                    if self.pending_interned:  # not where both were met before, in other pairs
+                        interned[index] += self.pending_interned
+                        self.pending_interned.clear()
+                found = local[key] = pieces.id(fields)
+            ids[index] = found
+        return np.array(ids, np.int64)
+
+    def _prepared_args(self, trace: Trace) -> Optional[PreparedArgs]:
+        """The store's entries prepared in this writer's form (by the args accelerator, or here,
+        once per store: prepared_args.py), with their annotation names interned first so that
+        their iids are ours; None for a writer that already interned names for an earlier
+        trace, which encodes each slice's args itself."""
         if self.annotation_names.references:
-            encode, text = self.args.encode, store.text
-            return lambda reference: encode(text(reference))
+            return None
+        store = trace.args
         prepared = store.prepared(ARGS_FORM)
         if prepared is None:
             prepared = prepare_in_process(store)
             store.keep_prepared(ARGS_FORM, prepared)
         for name in prepared.interned:
             self.annotation_names.field(name)
-        return prepared.of
+        return prepared
+
+    def _encode_args(self, trace: Trace, ordered: list[Slice],
+                     interned: dict[int, list[bytes]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Each slice's args encoded here, in order: (their bytes, each one's start, length)."""
+        encode, text, pending = self.args.encode, trace.args.text, self.pending_interned
+        encoded = []
+        for index, slice_ in enumerate(ordered):
+            encoded.append(b"" if slice_.args is None else encode(text(slice_.args)))
+            if pending:
+                interned[index] += pending
+                pending.clear()
+        lengths = np.fromiter(map(len, encoded), np.int64, len(encoded))
+        return np.frombuffer(b"".join(encoded), np.uint8), np.cumsum(lengths) - lengths, lengths
+
+    def _write_counters(self, trace: Trace, uuids: dict[int, int]) -> None:
+        samples = trace.counters
+        pieces = Pieces()
+        heads = {id(track): pieces.id(_TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(track)]))
+                 for track in {id(s.track): s.track for s in samples}.values()}
+        head = np.fromiter((heads[id(s.track)] for s in samples), np.int64, len(samples))
+        times = np.fromiter((s.ts for s in samples), np.int64, len(samples))
+        values = np.fromiter((s.value for s in samples), "<f8", len(samples))
+        tags = _Tags(pieces, self.sequence)
+        table = pieces.table()
+        for first in range(0, len(samples), _PACKETS_AT_ONCE):
+            part = slice(first, first + _PACKETS_AT_ONCE)
+            event = Rows(len(times[part]), table).piece(head[part]).piece(tags.value) \
+                .add(Column.of_fixed(values[part].view(np.uint8), 8))
+            self._write_packets(table, tags, times[part], tags.sequence, event)
 
     def _flow_ids(self, trace: Trace):
         """Per slice, the encoded flow ids for its BEGIN (outgoing, incoming) and for its END.
@@ -196,65 +311,6 @@ class PerfettoWriter:
             at_begin[end.slice] += field + fixed64(end.flow_id)
         return at_begin, at_end
 
-    def _write_track_slices(self, uuid: int, slices: list[Slice], flows_at_begin, flows_at_end, stored_args) -> None:
-        """BEGIN/INSTANT packets in the given (nesting) order, each END as soon as its slice is over."""
-        track_field = varint_field(_TRACK_UUID, uuid)
-        begin_head = _TYPE_BEGIN + track_field
-        instant_head = _TYPE_INSTANT + track_field
-        end_event = _TYPE_END + track_field
-        end_tail = self.sequence + _TRACK_EVENT + length_prefixed(end_event)
-        needs_state = self.sequence + _NEEDS_STATE
-        needs_state_event = needs_state + _TRACK_EVENT
-        name_field, category_field = self.names.field, self.categories.field
-        heads = self._heads  # (name, cat) -> their interned fields, looked up once per slice
-        begin_flows, end_flows = flows_at_begin.get, flows_at_end.get
-        small, limit = SMALL_VARINTS, SMALL_VARINT_LIMIT
-        pending = self.pending_interned
-        buffer = self.buffer
-        open_ends: list[tuple[int, bytes]] = []  # (end ts, END packet tail) of open slices
-        for slice_ in slices:
-            start = slice_.ts
-            while open_ends and open_ends[-1][0] <= start:
-                end, tail = open_ends.pop()
-                packet = _TIMESTAMP + varint(end) + tail
-                size = len(packet)
-                buffer += _TRACE_PACKET + (small[size] if size < limit else varint(size)) + packet
-            name, cat = slice_.name, slice_.cat
-            fields = heads.get((name, cat))
-            if fields is None:
-                fields = heads[(name, cat)] = name_field(name) + (category_field(cat) if cat else b"")
-            event = (instant_head if slice_.is_instant else begin_head) + fields
-            args = slice_.args
-            if args is not None:
-                event += stored_args(args)
-            flows = begin_flows(slice_)
-            if flows is not None:
-                event += flows
-            size = len(event)
-            if pending:
-                packet = _TIMESTAMP + varint(start) + needs_state + _INTERNED_DATA + \
-                    length_prefixed(b"".join(pending)) + _TRACK_EVENT + \
-                    (small[size] if size < limit else varint(size)) + event
-                pending.clear()
-            else:
-                packet = _TIMESTAMP + varint(start) + needs_state_event + \
-                    (small[size] if size < limit else varint(size)) + event
-            size = len(packet)
-            buffer += _TRACE_PACKET + (small[size] if size < limit else varint(size)) + packet
-            if not slice_.is_instant:
-                flows = end_flows(slice_)
-                if flows is None:
-                    open_ends.append((start + slice_.dur, end_tail))
-                else:
-                    open_ends.append((start + slice_.dur,
-                                      self.sequence + _TRACK_EVENT + length_prefixed(end_event + flows)))
-            if len(buffer) >= _FLUSH_BYTES:
-                self._flush()
-        while open_ends:
-            end, tail = open_ends.pop()
-            buffer += _TRACE_PACKET + length_prefixed(_TIMESTAMP + varint(end) + tail)
-        self._flush()
-
     def _emit(self, packet: bytes) -> None:
         self.buffer += _TRACE_PACKET + length_prefixed(packet)
         if len(self.buffer) >= _FLUSH_BYTES:
@@ -263,6 +319,66 @@ class PerfettoWriter:
     def _flush(self) -> None:
         self.stream.write(self.buffer)
         self.buffer.clear()
+
+
+def _events_in_write_order(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, run_lengths: list[int]) -> np.ndarray:
+    """The packets of runs of slices (a track's each, in nesting order), in write order: 2i is
+    slice i's BEGIN (or instant), 2i + 1 its END, written before the first later BEGIN at or
+    after its end or at the run's end, the latest opened first (Perfetto closes the most recent
+    open slice of its track). Placed all at once where every run nests properly, as layout
+    leaves every track; else as a stack of open slices places them, one slice at a time."""
+    placed = _placed_at_once(starts, ends, instant, run_lengths)
+    return placed if placed is not None else _placed_by_stack(starts, ends, instant, run_lengths)
+
+
+def _placed_at_once(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray,
+                    run_lengths: list[int]) -> Optional[np.ndarray]:
+    """Each END before the first later BEGIN of its run starting at or after its end, the ENDs
+    there latest slice first; None unless that closes every slice as the most recent open one."""
+    count = len(starts)
+    run = np.repeat(np.arange(len(run_lengths), dtype=np.int64), run_lengths)
+    times, ranks = np.unique(np.concatenate((starts, ends)), return_inverse=True)
+    # (run, time) as one key; a run's starts ascend, so the keys of all BEGINs ascend.
+    start_keys, end_keys = run * (len(times) + 1) + ranks[:count], run * (len(times) + 1) + ranks[count:]
+    before = np.maximum(np.searchsorted(start_keys, end_keys), np.arange(1, count + 1))  # the BEGIN an END precedes
+    closing = np.flatnonzero(~instant)[::-1]
+    closing = closing[np.argsort(before[closing], kind="stable")]  # by place, the latest opened first
+    ends_up_to = np.cumsum(np.bincount(before[closing], minlength=count + 1))
+    events = np.empty(count + len(closing), np.int64)
+    events[np.arange(count) + ends_up_to[:count]] = np.arange(0, 2 * count, 2)
+    events[np.arange(len(closing)) + before[closing]] = 2 * closing + 1
+    # Properly nested: at each depth, the events alternate BEGIN i, END i (an END closing
+    # anything but the most recent open slice pairs with another slice's BEGIN there).
+    is_end = (events & 1).astype(bool)
+    spans = events[is_end | ~instant[events >> 1]]
+    opens = (spans & 1) == 0
+    depth = np.cumsum(np.where(opens, 1, -1)) + ~opens  # an END's depth is the one before it
+    paired = spans[np.argsort(depth, kind="stable")]
+    if np.array_equal(paired[1::2], paired[0::2] + 1) and not np.any(paired[0::2] & 1):
+        return events
+    return None
+
+
+def _placed_by_stack(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, run_lengths: list[int]) -> np.ndarray:
+    events: list[int] = []
+    add = events.append
+    start_of, end_of, is_instant = starts.tolist(), ends.tolist(), instant.tolist()
+    first = 0
+    for length in run_lengths:
+        open_ends: list[int] = []
+        open_slices: list[int] = []
+        for index in range(first, first + length):
+            start = start_of[index]
+            while open_ends and open_ends[-1] <= start:
+                open_ends.pop()
+                add(2 * open_slices.pop() + 1)
+            add(2 * index)
+            if not is_instant[index]:
+                open_ends.append(end_of[index])
+                open_slices.append(index)
+        events.extend(2 * index + 1 for index in reversed(open_slices))
+        first += length
+    return np.array(events, np.int64)
 
 
 def _process_descriptor(process: Process, uuid: int, uuids: dict[int, int]) -> bytes:

@@ -14,6 +14,8 @@ import tempfile
 from array import array
 from typing import Any, BinaryIO, Iterable, Optional
 
+import numpy as np
+
 from ..fileio.direct import write_all
 from ..model import ArgsStore, LabelRule
 from .annotations import ArgsEncoder
@@ -36,9 +38,12 @@ class EncodedArgs:
         self._labels: list[Optional[str]] = [None, *labels]
         self._label_ids = label_ids  # entry i's label is _labels[label_ids[i]]
 
-    def of(self, reference: int) -> bytes:
-        bounds = self._bounds
-        return self._blob[bounds[reference]:bounds[reference + 1]]
+    def runs(self, references: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        bounds = np.frombuffer(self._bounds, np.uint64).astype(np.int64)
+        present = references >= 0
+        starts = bounds[np.where(present, references, 0)]
+        lengths = bounds[np.where(present, references + 1, 0)] - np.where(present, starts, 0)
+        return np.frombuffer(self._blob, np.uint8), starts, lengths
 
     @property
     def bounds(self) -> array:
@@ -87,25 +92,13 @@ class EntryEncoder:
 
 
 def prepare_in_process(store: ArgsStore, directory: Optional[str] = None) -> EncodedArgs:
-    """The accelerator's work, done here: every entry, in one sweep over the store. The
-    result is read back an entry at a time (the writer visits entries in track order), so the
-    file's pages stay page cache the kernel may drop, not memory this process holds."""
+    """The accelerator's work, done here: every entry, in one sweep over the store, read back
+    through the page cache as the accelerator's is."""
     output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
     encoder = EntryEncoder(output.fileno())
     encoder.add(store.sweep(range(len(store))))
     names, labels = encoder.finish()
-    return EncodedArgs(names, _ReadBack(output), encoder.bounds, labels, encoder.label_ids)
-
-
-class _ReadBack:
-    """`blob[start:end]` of a file, by pread; owns the file."""
-
-    def __init__(self, file: BinaryIO):
-        self._file = file
-        self._fd = file.fileno()
-
-    def __getitem__(self, span: slice) -> bytes:
-        return os.pread(self._fd, span.stop - span.start, span.start)
+    return EncodedArgs(names, mapped(output, encoder.bounds[-1]), encoder.bounds, labels, encoder.label_ids)
 
 
 def mapped(file: BinaryIO, size: int) -> Any:

@@ -1,0 +1,161 @@
+"""The Perfetto writer encodes packets a column at a time (converter/outputs/packets.py); here a
+plain writer encodes them one slice at a time, as the writer did before, and both must give
+the same bytes on random traces: converted, compacted, and written as read, partial overlaps
+and all (the writer's slice-by-slice placement of ENDs)."""
+
+from __future__ import annotations
+
+import io
+import struct
+from collections import defaultdict
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from converter.engine.activity import add_busy_lanes
+from converter.engine.compaction import compact
+from converter.engine.lane_grouping import RuleLanes
+from converter.engine.layout import separate_overlaps
+from converter.inputs.kineto_reader import parse_trace_text
+from converter.lane_rules import load_lane_rules
+from converter.model import Trace
+from converter.model.nesting import nesting_order
+from converter.outputs.packets import varint_matrix
+from converter.outputs.perfetto_writer import PerfettoWriter
+from converter.outputs.wire import varint
+
+from .test_properties import SETTINGS, kineto_traces
+
+
+def _varint(value: int) -> bytes:
+    value &= (1 << 64) - 1
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    return bytes(out + bytes([value]))
+
+
+def _field(number: int, wire_type: int) -> bytes:
+    return _varint(number << 3 | wire_type)
+
+
+def _delimited(number: int, payload: bytes) -> bytes:
+    return _field(number, 2) + _varint(len(payload)) + payload
+
+
+class PlainWriter(PerfettoWriter):
+    """Every packet built by concatenating bytes, one slice at a time, each END written when the
+    next slice of its track starts at or after its end (a stack of open slices)."""
+
+    def _write_slices(self, trace, uuids, flows_at_begin, flows_at_end):
+        by_track = defaultdict(list)
+        for slice_ in trace.slices:
+            by_track[slice_.track].append(slice_)
+        prepared = self._prepared_args(trace)
+        for track in trace.tracks:
+            slices = by_track.get(track)
+            if not slices:
+                continue
+            ordered = sorted(slices, key=lambda s: (s.ts, s.dur)) if track.flat else nesting_order(slices)
+            track_field = _field(11, 0) + _varint(uuids[id(track)])
+            open_ends = []
+            for slice_ in ordered:
+                while open_ends and open_ends[-1][0] <= slice_.ts:
+                    self._packet(*open_ends.pop())
+                head = self.names.field(slice_.name) + (self.categories.field(slice_.cat) if slice_.cat else b"")
+                if slice_.args is None:
+                    args = b""
+                elif prepared is None:
+                    args = self.args.encode(trace.args.text(slice_.args))
+                else:
+                    blob, starts, lengths = prepared.runs(np.array([slice_.args]))
+                    args = bytes(blob[starts[0]:starts[0] + lengths[0]])
+                kind = 3 if slice_.is_instant else 1
+                event = _field(9, 0) + _varint(kind) + track_field + head + args + flows_at_begin.get(slice_, b"")
+                self._packet(slice_.ts, event, begin=True)
+                if not slice_.is_instant:
+                    open_ends.append((slice_.ts + slice_.dur, _field(9, 0) + _varint(2) + track_field +
+                                      flows_at_end.get(slice_, b"")))
+            while open_ends:
+                self._packet(*open_ends.pop())
+
+    def _packet(self, ts: int, event: bytes, begin: bool = False) -> None:
+        state = b""
+        if begin:
+            state = _field(13, 0) + _varint(2)
+            if self.pending_interned:
+                state += _delimited(12, b"".join(self.pending_interned))
+                self.pending_interned.clear()
+        self._emit(_field(8, 0) + _varint(ts) + self.sequence + state + _delimited(11, event))
+
+    def _write_counters(self, trace, uuids):
+        for sample in trace.counters:
+            event = _field(9, 0) + _varint(4) + _field(11, 0) + _varint(uuids[id(sample.track)]) + \
+                _field(44, 1) + struct.pack("<d", sample.value)
+            self._emit(_field(8, 0) + _varint(sample.ts) + self.sequence + _delimited(11, event))
+
+
+def _written(writer_class, trace: Trace) -> bytes:
+    stream = io.BytesIO()
+    writer = writer_class(stream)
+    writer.write(trace)
+    writer.close()
+    return stream.getvalue()
+
+
+def _both(text: bytes, prepare) -> tuple[bytes, bytes]:
+    """The two writers' bytes for one reading of `text` each (the writers assign iids as they go)."""
+    written = []
+    for writer_class in (PerfettoWriter, PlainWriter):
+        trace = parse_trace_text(text)
+        prepare(trace)
+        written.append(_written(writer_class, trace))
+    return written[0], written[1]
+
+
+def _compacted(trace: Trace) -> None:
+    rules = load_lane_rules(None)
+    compact(trace, rules, RuleLanes(rules))
+    add_busy_lanes(trace)
+    separate_overlaps(trace)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(kineto_traces(), st.sampled_from(["as read", "converted", "compacted"]))
+def test_column_encoding_writes_what_slice_by_slice_encoding_writes(text, stage):
+    prepare = {"as read": lambda trace: None, "converted": separate_overlaps, "compacted": _compacted}[stage]
+    columns, plain = _both(text, prepare)
+    assert columns == plain
+
+
+def test_a_track_with_partial_overlaps_is_written_as_a_stack_places_ends():
+    """Without layout, [0, 10) and [5, 20) share a track: a stack closes the first only after
+    the second, so both ENDs come after [12, 13), though the first ended before it began."""
+    events = [{"ph": "X", "name": n, "pid": 1, "tid": 1, "ts": ts, "dur": dur}
+              for n, ts, dur in [("a", 0, 10), ("b", 5, 15), ("c", 12, 1)]]
+    columns, plain = _both(f'{{"traceEvents": {events}}}'.replace("'", '"').encode(), lambda trace: None)
+    assert columns == plain
+
+
+def test_a_second_trace_on_one_writer_encodes_its_own_args_like_the_plain_writer():
+    first = b'{"traceEvents": [{"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, "args": {"x": 1}}]}'
+    second = b'{"traceEvents": [{"ph": "X", "name": "b", "pid": 2, "tid": 2, "ts": 1, "dur": 1, "args": {"y": "z"}}]}'
+    written = []
+    for writer_class in (PerfettoWriter, PlainWriter):
+        stream = io.BytesIO()
+        writer = writer_class(stream)
+        for text in (first, second):
+            writer.write(parse_trace_text(text))
+        writer.close()
+        written.append(stream.getvalue())
+    assert written[0] == written[1]
+
+
+@given(st.lists(st.one_of(st.integers(0, 2**63 - 1), st.integers(-2**63, -1), st.sampled_from([0, 127, 128, 2**63 - 1])),
+                max_size=50))
+def test_varints_of_a_column_are_the_varints_of_each_value(values):
+    matrix, lengths = varint_matrix(np.array(values, np.int64))
+    assert [bytes(row[:length]) for row, length in zip(matrix, lengths)] == [varint(v) for v in values]
+    assert [varint(v) for v in values] == [_varint(v) for v in values]
