@@ -18,6 +18,9 @@ _number = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False, min_value=-1e18, max_value=1e18).map(repr),
     st.decimals(allow_nan=False, allow_infinity=False, places=4, min_value=-10**12, max_value=10**12).map(
         lambda d: f"{d:E}"),
+    # Where the ns leave int64, and 3 decimals with 18 or 19 digits.
+    st.sampled_from(["9223372036854775", "9223372036854776", "922337203685477.580", "999999999999999.999",
+                     "9223372036854775.807", "0.000", "0", "12.5", "1.", ".5"]),
 )
 
 
