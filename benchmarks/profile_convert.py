@@ -135,7 +135,7 @@ def main() -> int:
         t0 = time.perf_counter()
         if profiler:
             profiler.enable()
-        summary = run_job(args.input, out, JobOptions(compact=args.job == "compact", overwrite=True))
+        summary = run_job(args.input, out, JobOptions(compact=args.job == "compact", overwrite=True, args_strategy="auto"))
         if profiler:
             profiler.disable()
         total = time.perf_counter() - t0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import struct
 from collections import defaultdict
+from unittest import mock
 
 import numpy as np
 from hypothesis import given, settings
@@ -22,6 +23,7 @@ from converter.lane_rules import load_lane_rules
 from converter.model import Trace
 from converter.model.nesting import nesting_order
 from converter.outputs.packets import varint_matrix
+from converter.outputs import perfetto_writer
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.outputs.wire import varint
 
@@ -127,6 +129,16 @@ def _compacted(trace: Trace) -> None:
 def test_column_encoding_writes_what_slice_by_slice_encoding_writes(text, stage):
     prepare = {"as read": lambda trace: None, "converted": separate_overlaps, "compacted": _compacted}[stage]
     columns, plain = _both(text, prepare)
+    assert columns == plain
+
+
+@settings(max_examples=30, **SETTINGS)
+@given(kineto_traces(), st.sampled_from(["as read", "compacted"]))
+def test_tracks_cut_into_batches_and_packets_into_parts_are_written_alike(text, stage):
+    """Batches of a few slices (long tracks cut where nothing is open) and parts of a few packets."""
+    prepare = {"as read": lambda trace: None, "compacted": _compacted}[stage]
+    with mock.patch.object(perfetto_writer, "_SLICES_AT_ONCE", 3), mock.patch.object(perfetto_writer, "_PACKETS_AT_ONCE", 5):
+        columns, plain = _both(text, prepare)
     assert columns == plain
 
 

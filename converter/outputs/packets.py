@@ -33,11 +33,16 @@ def varint_matrix(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def gather_runs(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     """source[starts[0]:starts[0] + lengths[0]], then the next run, ..., as one array."""
-    total = int(lengths.sum())
-    index_type = np.int32 if max(len(source), total) < 1 << 31 else np.int64
-    placed = np.cumsum(lengths) - lengths  # where each run begins in the result
-    index = np.repeat((starts - placed).astype(index_type), lengths)
-    index += np.arange(total, dtype=index_type)
+    kept = lengths > 0
+    starts, lengths = starts[kept], lengths[kept]
+    if not len(lengths):
+        return source[:0]
+    ends = np.cumsum(lengths)
+    # Each byte's index in source: one more than the byte before, except where a run begins.
+    index = np.ones(int(ends[-1]), np.int32 if len(source) < 1 << 31 else np.int64)
+    index[0] = starts[0]
+    index[ends[:-1]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
+    np.cumsum(index, out=index)
     return source[index]
 
 

@@ -8,7 +8,7 @@ slice it belongs to; flows get one id per arrow.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, BinaryIO, Optional
+from typing import Any, BinaryIO, Iterator, Optional
 
 import msgspec
 import numpy as np
@@ -47,7 +47,9 @@ _TRACK_UUID = 11
 _FLOW_ID = tag(47, WIRE_FIXED64)
 _TERMINATING_FLOW_ID = tag(48, WIRE_FIXED64)
 _DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
-_PACKETS_AT_ONCE = 1 << 15  # a few MB of output, and of numpy's index arrays, at a time
+_PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time, and 5 MB of numpy's index arrays
+_SLICES_AT_ONCE = 1 << 16    # a batch's columns: about 100 bytes a slice
+_ID = np.int32               # a piece's id
 
 _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
@@ -158,43 +160,48 @@ class PerfettoWriter:
     # -- events -----------------------------------------------------------------------------
     def _write_slices(self, trace: Trace, uuids: dict[int, int], flows_at_begin: dict, flows_at_end: dict) -> None:
         """Every track's slices in nesting order (flat tracks in start order), each END as soon as
-        its slice is over, a few thousand packets encoded at a time (packets.py)."""
+        its slice is over, a batch of tracks (or of a long track's stretches) at a time."""
         by_track: dict[Track, list[Slice]] = defaultdict(list)  # model objects hash by identity
         for slice_ in trace.slices:
             by_track[slice_.track].append(slice_)
-        ordered: list[Slice] = []
-        pieces = Pieces()
-        heads: list[tuple[int, int, int]] = []  # per track with slices: its BEGIN's, instant's and END's head
-        run_lengths = []
+        runs = []
         for track in trace.tracks:
-            slices = by_track.get(track)
+            slices = by_track.pop(track, None)
             if slices:
                 # A zero-duration slice at another's start would nest under it in nesting order.
-                ordered += sorted(slices, key=_flat_order) if track.flat else nesting_order(slices)
-                track_field = varint_field(_TRACK_UUID, uuids[id(track)])
-                heads.append((pieces.id(_TYPE_BEGIN + track_field), pieces.id(_TYPE_INSTANT + track_field),
-                              pieces.id(_TYPE_END + track_field)))
-                run_lengths.append(len(slices))
-        if not ordered:
+                ordered = sorted(slices, key=_flat_order) if track.flat else nesting_order(slices)
+                runs.append((varint_field(_TRACK_UUID, uuids[id(track)]), ordered))
+        if not runs:
             return
+        prepared = self._prepared_args(trace)
+        for batch in _batches(runs):
+            self._write_batch(trace, batch, prepared, flows_at_begin, flows_at_end)
+
+    def _write_batch(self, trace: Trace, runs: list[tuple[bytes, list[Slice]]], prepared: Optional[PreparedArgs],
+                     flows_at_begin: dict, flows_at_end: dict) -> None:
+        """Runs of slices (a track's, or a stretch of one that nothing open spans), encoded a few
+        thousand packets at a time (packets.py)."""
+        ordered = [slice_ for _, slices in runs for slice_ in slices]
         count = len(ordered)
         starts = np.fromiter((s.ts for s in ordered), np.int64, count)
         ends = starts + np.fromiter((s.dur for s in ordered), np.int64, count)
         instant = np.fromiter((s.is_instant for s in ordered), bool, count)
-        events = _events_in_write_order(starts, ends, instant, run_lengths)
+        events = _events_in_write_order(starts, ends, instant, [len(slices) for _, slices in runs])
 
+        pieces = Pieces()
         interned: dict[int, list[bytes]] = defaultdict(list)  # slice index -> InternedData entries first met there
-        prepared = self._prepared_args(trace)
         names = self._name_fields(ordered, pieces, interned)
         args_source, args_starts, args_lengths = self._encode_args(trace, ordered, interned) if prepared is None \
             else prepared.runs(np.fromiter((-1 if s.args is None else s.args for s in ordered), np.int64, count))
-        state = np.full(count, pieces.id(self.sequence + _NEEDS_STATE), np.int64)
+        state = np.full(count, pieces.id(self.sequence + _NEEDS_STATE), _ID)
         for first_use, entries in interned.items():
             state[first_use] = pieces.id(self.sequence + _NEEDS_STATE + _INTERNED_DATA + length_prefixed(b"".join(entries)))
         begin_flows, end_flows, none = flows_at_begin.get, flows_at_end.get, pieces.id(b"")
-        flows = np.array([none if (f := begin_flows(s)) is None else pieces.id(f) for s in ordered], np.int64)
-        end_flow = np.array([none if (f := end_flows(s)) is None else pieces.id(f) for s in ordered], np.int64)
-        begin_head, instant_head, end_head = np.repeat(np.array(heads, np.int64), run_lengths, axis=0).T
+        flows = np.fromiter((none if (f := begin_flows(s)) is None else pieces.id(f) for s in ordered), _ID, count)
+        end_flow = np.fromiter((none if (f := end_flows(s)) is None else pieces.id(f) for s in ordered), _ID, count)
+        heads = [(pieces.id(_TYPE_BEGIN + field), pieces.id(_TYPE_INSTANT + field), pieces.id(_TYPE_END + field))
+                 for field, _ in runs]
+        begin_head, instant_head, end_head = np.repeat(np.array(heads, _ID), [len(s) for _, s in runs], axis=0).T
         begin_head = np.where(instant, instant_head, begin_head)
 
         tags = _Tags(pieces, self.sequence)
@@ -225,11 +232,10 @@ class PerfettoWriter:
             interned[0] += self.pending_interned
             self.pending_interned.clear()
         local: dict[tuple[str, str], int] = {}
-        keys = [(s.name, s.cat) for s in ordered]
-        ids = [local.get(key, -1) for key in keys]
+        ids = np.fromiter((local.get((s.name, s.cat), -1) for s in ordered), _ID, len(ordered))
         heads, name_field, category_field = self._heads, self.names.field, self.categories.field
-        for index in [i for i, found in enumerate(ids) if found < 0]:
-            key = keys[index]
+        for index in np.flatnonzero(ids < 0).tolist():
+            key = (ordered[index].name, ordered[index].cat)
             found = local.get(key)
             if found is None:
                 fields = heads.get(key)
@@ -241,7 +247,7 @@ class PerfettoWriter:
                         self.pending_interned.clear()
                 found = local[key] = pieces.id(fields)
             ids[index] = found
-        return np.array(ids, np.int64)
+        return ids
 
     def _prepared_args(self, trace: Trace) -> Optional[PreparedArgs]:
         """The store's entries prepared in this writer's form (by the args accelerator, or here,
@@ -321,6 +327,34 @@ class PerfettoWriter:
         self.buffer.clear()
 
 
+def _batches(runs: list[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[bytes, list[Slice]]]]:
+    """Runs grouped into batches of about _SLICES_AT_ONCE slices; a longer run is cut where no
+    slice is open (its stretches are written alike one by one), where it can be."""
+    batch: list[tuple[bytes, list[Slice]]] = []
+    size = 0
+    for field, slices in runs:
+        for stretch in _stretches(slices) if len(slices) > _SLICES_AT_ONCE else [slices]:
+            if batch and size + len(stretch) > _SLICES_AT_ONCE:
+                yield batch
+                batch, size = [], 0
+            batch.append((field, stretch))
+            size += len(stretch)
+    if batch:
+        yield batch
+
+
+def _stretches(ordered: list[Slice]) -> list[list[Slice]]:
+    """A long run cut, about every _SLICES_AT_ONCE slices, before a slice that starts when every
+    slice before it has ended (no END is pending across the cut)."""
+    starts = np.fromiter((s.ts for s in ordered), np.int64, len(ordered))
+    ended = np.maximum.accumulate(starts + np.fromiter((s.dur for s in ordered), np.int64, len(ordered)))
+    clear = np.flatnonzero(ended[:-1] <= starts[1:]) + 1  # nothing open before these
+    cuts = np.unique(clear[np.minimum(np.searchsorted(clear, np.arange(_SLICES_AT_ONCE, len(ordered), _SLICES_AT_ONCE)),
+                                      len(clear) - 1)]) if len(clear) else np.zeros(0, np.int64)
+    bounds = [0, *cuts.tolist(), len(ordered)]
+    return [ordered[first:last] for first, last in zip(bounds, bounds[1:])]
+
+
 def _events_in_write_order(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, run_lengths: list[int]) -> np.ndarray:
     """The packets of runs of slices (a track's each, in nesting order), in write order: 2i is
     slice i's BEGIN (or instant), 2i + 1 its END, written before the first later BEGIN at or
@@ -336,11 +370,13 @@ def _placed_at_once(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray,
     """Each END before the first later BEGIN of its run starting at or after its end, the ENDs
     there latest slice first; None unless that closes every slice as the most recent open one."""
     count = len(starts)
-    run = np.repeat(np.arange(len(run_lengths), dtype=np.int64), run_lengths)
-    times, ranks = np.unique(np.concatenate((starts, ends)), return_inverse=True)
-    # (run, time) as one key; a run's starts ascend, so the keys of all BEGINs ascend.
-    start_keys, end_keys = run * (len(times) + 1) + ranks[:count], run * (len(times) + 1) + ranks[count:]
-    before = np.maximum(np.searchsorted(start_keys, end_keys), np.arange(1, count + 1))  # the BEGIN an END precedes
+    before = np.empty(count, np.int64)  # the BEGIN an END precedes (a run's starts ascend)
+    first = 0
+    for length in run_lengths:
+        last = first + length
+        before[first:last] = np.searchsorted(starts[first:last], ends[first:last]) + first
+        first = last
+    np.maximum(before, np.arange(1, count + 1), out=before)
     closing = np.flatnonzero(~instant)[::-1]
     closing = closing[np.argsort(before[closing], kind="stable")]  # by place, the latest opened first
     ends_up_to = np.cumsum(np.bincount(before[closing], minlength=count + 1))
