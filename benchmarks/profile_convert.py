@@ -6,7 +6,8 @@
     python benchmarks/profile_convert.py IN.json --cprofile      # plus cProfile (slower, top functions)
     python benchmarks/profile_convert.py --size 1M               # input from run.py's cache (generated if absent)
 
-Runs the convert (or compact) job in-process (cyclic GC off, as the CLI does) with thin
+Runs the convert (or compact) job in-process (cyclic GC off and the args helper where a core
+is free, as the CLI does) with thin
 timers around the pipeline's stage functions, looked up by name at run time; a stage whose
 function no longer exists is reported as missing, not an error. Stage times are inclusive
 (a nested stage is also inside its parent) and the timers cost nothing measurable (one call
@@ -23,6 +24,7 @@ import functools
 import gc
 import io
 import importlib
+import os
 import pstats
 import resource
 import sys
@@ -31,6 +33,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# As the command line does before numpy loads: one OpenBLAS thread, so the args helper may fork.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 # (label, module, attribute path, depth). Wrapped where the caller looks the name up.
 STAGES = [

@@ -31,15 +31,20 @@ def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 def add_busy_lanes(trace: Trace) -> None:
     """Make each lane container a counter of how many of its lanes are busy: one sample per
-    time the count changes."""
+    time the count changes, and a 0 at its first slice where none lasts (a GPU of zero-length
+    kernels is a lane container all the same)."""
     edges: dict[Track, list[tuple[int, int]]] = defaultdict(list)  # model objects hash by identity
+    first: dict[Track, int] = {}
     for slice_ in trace.slices:
         lane = slice_.track
-        if lane.role is TrackRole.LANE and lane.parent is not None and slice_.dur > 0:
-            edges[lane.parent].extend(((slice_.ts, 1), (slice_.end, -1)))
-    for container, changes in edges.items():
+        if lane.role is TrackRole.LANE and lane.parent is not None:
+            first[lane.parent] = min(first.get(lane.parent, slice_.ts), slice_.ts)
+            if slice_.dur > 0:
+                edges[lane.parent].extend(((slice_.ts, 1), (slice_.end, -1)))
+    for container, start in first.items():
         container.is_counter = True
-        trace.counters.extend(CounterSample(ts, busy, container) for ts, busy in running_totals(changes))
+        totals = running_totals(edges[container]) or [(start, 0)]
+        trace.counters.extend(CounterSample(ts, busy, container) for ts, busy in totals)
 
 
 def busy_gpu_changes(trace: Trace) -> list[tuple[int, int]]:
