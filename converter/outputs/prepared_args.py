@@ -39,10 +39,10 @@ class EncodedArgs:
         self._label_ids = label_ids  # entry i's label is _labels[label_ids[i]]
 
     def runs(self, references: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        bounds = np.frombuffer(self._bounds, np.uint64).astype(np.int64)
+        bounds = np.frombuffer(self._bounds, np.uint64)  # a view: a batch reads only its own entries
         present = references >= 0
-        starts = bounds[np.where(present, references, 0)]
-        lengths = bounds[np.where(present, references + 1, 0)] - np.where(present, starts, 0)
+        starts = bounds[np.where(present, references, 0)].astype(np.int64)
+        lengths = bounds[np.where(present, references + 1, 0)].astype(np.int64) - np.where(present, starts, 0)
         return np.frombuffer(self._blob, np.uint8), starts, lengths
 
     @property
