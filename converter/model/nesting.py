@@ -22,38 +22,25 @@ def fits_nested(stack: list[Slice], candidate: Slice) -> bool:
     return not stack or stack[-1].ts + stack[-1].dur >= start + candidate.dur
 
 
-def _nests(ordered: list[Slice]) -> bool:
-    """Whether slices in nesting order all nest in one layer: fits_nested for each, on ends
-    alone (the usual track, checked at a fraction of the first-fit's cost)."""
-    open_ends: list[int] = []
-    for slice_ in ordered:
-        start, end = slice_.ts, slice_.ts + slice_.dur
-        while open_ends and open_ends[-1] <= start:
-            open_ends.pop()
-        if open_ends and open_ends[-1] < end:
-            return False
-        if not slice_.is_instant:
-            open_ends.append(end)
-    return True
-
-
 def nested_layers(slices: list[Slice]) -> list[list[Slice]]:
     """The slices in nesting order, split first-fit into layers that each nest properly
-    (a single layer unless some slices partially overlap)."""
-    ordered = nesting_order(slices)
-    if _nests(ordered):
-        return [ordered]
+    (a single layer unless some slices partially overlap). fits_nested, on each layer's
+    stack of open ends: ints, not slices, as this runs once per slice of every track."""
     layers: list[list[Slice]] = [[]]
-    stacks: list[list[Slice]] = [[]]
-    for slice_ in ordered:
-        for layer, stack in enumerate(stacks):
-            if fits_nested(stack, slice_):
+    open_ends: list[list[int]] = [[]]
+    for slice_ in nesting_order(slices):
+        start = slice_.ts
+        end = start + slice_.dur
+        for layer, ends in enumerate(open_ends):
+            while ends and ends[-1] <= start:
+                ends.pop()
+            if not ends or ends[-1] >= end:
                 break
         else:
-            layer = len(stacks)
-            stacks.append([])
+            layer = len(open_ends)
+            open_ends.append([])
             layers.append([])
         if not slice_.is_instant:
-            stacks[layer].append(slice_)
+            open_ends[layer].append(end)
         layers[layer].append(slice_)
     return layers

@@ -281,8 +281,8 @@ class PerfettoWriter:
     def _write_counters(self, trace: Trace, uuids: dict[int, int]) -> None:
         samples = trace.counters
         pieces = Pieces()
-        heads = {id(track): pieces.id(_TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(track)]))
-                 for track in {id(s.track): s.track for s in samples}.values()}
+        heads = {key: pieces.id(_TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[key]))
+                 for key in {id(s.track) for s in samples}}
         head = np.fromiter((heads[id(s.track)] for s in samples), np.int64, len(samples))
         times = np.fromiter((s.ts for s in samples), np.int64, len(samples))
         values = np.fromiter((s.value for s in samples), "<f8", len(samples))
