@@ -18,13 +18,8 @@ def separate_overlaps(trace: Trace) -> int:
     tracks (compacted lanes) hold no overlaps: compaction's self-check proved it."""
     by_track: dict[Track, list[Slice]] = defaultdict(list)
     for slice_ in trace.slices:
-        track = slice_.track
-        if not track.flat:
-            by_track[track].append(slice_)
-    moved = 0
-    for slices in by_track.values():
-        moved += _split_track(trace, slices)
-    return moved
+        by_track[slice_.track].append(slice_)
+    return sum(_split_track(trace, slices) for track, slices in by_track.items() if not track.flat)
 
 
 def _split_track(trace: Trace, slices: list[Slice]) -> int:

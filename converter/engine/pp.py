@@ -162,7 +162,8 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
     categories = rules.annotation_categories
     steps: list[tuple[int, int]] = []                 # (start, step number)
     pp, stageless = _Annotations(), _Annotations(stage_of_all=pp_rank)
-    for slice_ in trace.slices:
+    for slice_ in trace.slices_named(lambda name: profiler_step(name) is not None or rules.pp_match(name) is not None
+                                     or _STAGELESS.match(name) is not None):
         name = slice_.name
         step = profiler_step(name)
         if step is not None:

@@ -66,7 +66,7 @@ def step_ranges(trace: Trace) -> dict[int, tuple[int, int]]:
     """ProfilerStep number -> (start, end) in ns, from the CPU's ProfilerStep slices (their GPU
     projections run later)."""
     ranges = {}
-    for slice_ in trace.slices:
+    for slice_ in trace.slices_named(lambda name: profiler_step(name) is not None):
         step = profiler_step(slice_.name)
         if step is not None and slice_.cat not in GPU_ANNOTATION_CATEGORIES:
             ranges[step] = (slice_.ts, slice_.ts + slice_.dur)

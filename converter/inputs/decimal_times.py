@@ -21,7 +21,8 @@ _DIGITS_MAX = 19  # below 10**19 ns fits uint64
 _POWERS = np.array([10 ** k for k in range(_DIGITS_MAX)], dtype=np.uint64)
 _ZERO, _NINE, _DOT, _MINUS = ord("0"), ord("9"), ord("."), ord("-")
 _INFINITIES = (float("inf"), float("-inf"))
-_MAX_MICROS = ((1 << 63) - 1) // 1000
+_USUAL_NS_DIGITS = 18  # the usual path's sums stay below 10**18, inside int64
+_USUAL_WIDTH = _USUAL_NS_DIGITS + 1
 
 
 def exact_ns(texts: list[Any]) -> list[Optional[int]]:
@@ -34,27 +35,34 @@ def exact_ns(texts: list[Any]) -> list[Optional[int]]:
     values = np.zeros(count, np.int64)
     usual = np.zeros(count, bool)
     for width in np.flatnonzero(np.bincount(lengths)).tolist():
-        if not 0 < width <= _DIGITS_MAX:
-            continue
-        rows = np.flatnonzero(lengths == width)
-        matrix = chars[starts[rows, None] + np.arange(width)]
-        digits = matrix - np.uint8(_ZERO)  # a character that is not a digit wraps to above 9
-        if width < _DIGITS_MAX:  # whole microseconds, their ns within int64
-            micros = digits.astype(np.int64) @ _POWERS[width - 1::-1].astype(np.int64)
-            whole = (digits <= 9).all(axis=1) & (micros <= _MAX_MICROS)
-            values[rows[whole]] = micros[whole] * 1000
-            usual[rows[whole]] = True
-        if width > 4:  # digits, a dot, 3 decimals: at most 18 digits of ns
-            digits = np.delete(digits, width - 4, axis=1)
-            decimal = (matrix[:, width - 4] == _DOT) & (digits <= 9).all(axis=1)
-            values[rows[decimal]] = digits[decimal].astype(np.int64) @ _POWERS[width - 2::-1].astype(np.int64)
-            usual[rows[decimal]] = True
+        if 0 < width <= _USUAL_WIDTH:
+            rows = np.flatnonzero(lengths == width)
+            values[rows], usual[rows] = _usual_ns(chars, starts[rows], width)
     result: list[Optional[int]] = values.tolist()
     unusual = np.flatnonzero(~usual).tolist()
     if unusual:
         for index, value in zip(unusual, _any_exact_ns([texts[index] for index in unusual])):
             result[index] = value
     return result
+
+
+def _usual_ns(chars: np.ndarray, starts: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ns, whether usual) of texts of one width: digits with at most 3 decimals, read a
+    column at a time (Horner's rule), the dot's column skipped; at most 18 digits of ns,
+    so no sum leaves int64."""
+    decimals = np.zeros(len(starts), np.int64)
+    for places in range(1, min(3, width - 2) + 1):
+        decimals[chars[starts + width - 1 - places] == _DOT] = places
+    valid = (width - (decimals > 0) - decimals + 3 <= _USUAL_NS_DIGITS)
+    dot_column = np.where(decimals > 0, width - 1 - decimals, -1)
+    values = np.zeros(len(starts), np.int64)
+    for column in range(width):
+        digit = chars[starts + column] - np.uint8(_ZERO)  # a character that is not a digit wraps to above 9
+        at_dot = dot_column == column
+        valid &= (digit <= 9) | at_dot
+        values = np.where(at_dot, values, values * 10 + digit)
+    values *= _POWERS[3 - decimals].astype(np.int64)
+    return np.where(valid, values, 0), valid
 
 
 def _any_exact_ns(texts: list[Any]) -> list[Optional[int]]:

@@ -19,6 +19,7 @@ from ..model import Flow, Slice, Track
 
 
 _BY_TS = attrgetter("ts")
+_CATEGORY, _FLOW_ID, _PHASE = attrgetter("cat"), attrgetter("flow_id"), attrgetter("phase")
 
 
 class FlowEvent(msgspec.Struct, gc=False, eq=False):  # ~430k of them per 1M events: see model.py
@@ -45,12 +46,12 @@ class BoundFlows(msgspec.Struct):
 def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> BoundFlows:
     """Arrows for the given flow events, one per `s`/`t` -> `t`/`f` step of each chain."""
     chains: dict[tuple[str, Any], list[FlowEvent]] = defaultdict(list)
-    for event in events:
-        chains[event.cat, event.flow_id].append(event)
+    for key, event in zip(zip(map(_CATEGORY, events), map(_FLOW_ID, events)), events):
+        chains[key].append(event)
     result = BoundFlows([])
     complete: list[tuple[tuple[str, Any], list[FlowEvent]]] = []
     for key, chain in chains.items():
-        starts = sum(1 for event in chain if event.phase == "s")
+        starts = list(map(_PHASE, chain)).count("s")
         if starts == 0 or starts == len(chain):
             result.partnerless += len(chain)
         else:

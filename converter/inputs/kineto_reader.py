@@ -19,11 +19,13 @@ import codecs
 import functools
 import mmap
 from decimal import Decimal
-from itertools import count
+from itertools import count, repeat
+from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Any, Callable, ClassVar, Optional, Union
+from typing import Any, Callable, ClassVar, Optional, Sequence, Union
 
 import msgspec
+import numpy as np
 
 from .. import kineto, progress
 from ..kineto import MAX_NS
@@ -77,6 +79,8 @@ class _Plain(_Tagged, gc=False):
 
 
 _SLICE, _INSTANT, _FLOW = "slice", "instant", "flow"
+_KIND, _TS, _DUR, _PID, _TID, _CAT, _NAME, _ARGS = map(attrgetter, ("kind", "ts", "dur", "pid", "tid", "cat", "name",
+                                                                   "args"))
 
 
 def _plain_phases(time: Any) -> tuple[type, ...]:
@@ -304,9 +308,9 @@ class _KinetoEvents(TraceBuilder):
         self.trace.events_read += len(items)
         if raw_piece is not None:
             raw_piece = functools.cache(raw_piece)  # decoded raw once per piece, however many runs ask
-        plain = [isinstance(item, _Plain) for item in items]
+        plain = np.fromiter(map(isinstance, items, repeat(_Plain)), bool, len(items))
         start = 0
-        for end in [i for i in range(1, len(items)) if plain[i] != plain[i - 1]] + [len(items)]:
+        for end in [*(np.flatnonzero(plain[1:] != plain[:-1]) + 1).tolist(), len(items)]:
             if plain[start]:
                 self._add_plain(items, start, end, raw_piece)
             else:
@@ -320,9 +324,10 @@ class _KinetoEvents(TraceBuilder):
         run = items[start:end]
         base, latest = self.base_ns, MAX_NS
         as_text = type(run[0].ts) is msgspec.Raw  # which of the two tagged decoders made the piece
-        starts = _exact_ns([e.ts for e in run], as_text)
+        kinds = list(map(_KIND, run))
+        starts = _exact_ns(list(map(_TS, run)), as_text)
         zero = _ZERO if as_text else 0  # the duration of instants and flow steps
-        ends = _exact_ns([e.dur if e.kind is _SLICE else zero for e in run], as_text)
+        ends = _exact_ns([dur if kind is _SLICE else zero for dur, kind in zip(map(_DUR, run), kinds)], as_text)
         items[start:end] = [None] * len(run)
         odd = [i for i, (ts, dur) in enumerate(zip(starts, ends))
                if ts is None or dur is None or not (0 <= ts + base and 0 <= dur <= latest - ts - base)]
@@ -332,38 +337,46 @@ class _KinetoEvents(TraceBuilder):
         edges = [-1, *odd, len(run)]
         for before, after in zip(edges, edges[1:]):
             if after - before > 1:
-                self._add_plain_run(run[before + 1:after], starts[before + 1:after], ends[before + 1:after])
+                part = slice(before + 1, after)
+                self._add_plain_run(run[part], kinds[part], starts[part], ends[part])
             if after < len(run):
                 self._add_each(items, start + after, start + after + 1, raw_piece)
 
-    def _add_plain_run(self, run: list, starts: list, durations: list) -> None:
+    def _add_plain_run(self, run: Sequence, kinds: Sequence, starts: Sequence, durations: Sequence) -> None:
         """Slices of the complete events and instants of `run`, flow events of the rest, in
-        order, with their exact start and duration in ns; tracks are made in the order of `run`."""
-        tracks, find = self._tracks_by_input_key, self._track_for_input_key
-        kinds = [e.kind for e in run]
-        on = [tracks.get((e.pid, e.tid)) or find((e.pid, e.tid)) if kind is not _INSTANT or e.s not in _NOT_THREAD
-              else self._instant_track(e) for e, kind in zip(run, kinds)]
-        cats = [e.cat if e.cat is not None else "" for e in run]
+        order, with their exact start and duration in ns; tracks are made in the order of `run`.
+        Each field is a pass in C (map, itemgetter) where no event needs more."""
+        on: Sequence[Any] = list(map(self._tracks_by_input_key.get, zip(map(_PID, run), map(_TID, run))))
+        if None in on or _INSTANT in kinds:  # a thread met for the first time, or an instant's scope
+            find = self._track_for_input_key
+            on = [track or find((e.pid, e.tid)) if kind is not _INSTANT or e.s not in _NOT_THREAD
+                  else self._instant_track(e) for e, kind, track in zip(run, kinds, on)]
+        cats: Sequence[Any] = list(map(_CAT, run))
+        if None in cats:
+            cats = [cat if cat is not None else "" for cat in cats]
         if _FLOW in kinds:
             self.flow_events.extend(
                 FlowEvent(cat, e.id, e.ph, ts, track, e.ph != "f" or e.bp == "e")
                 for e, ts, track, cat, kind in zip(run, starts, on, cats, kinds) if kind is _FLOW)
-        slices = [e for e, kind in zip(run, kinds) if kind is not _FLOW]
-        if not slices:
-            return
-        strings, intern = self.strings, self.intern
-        texts = [e.args for e in slices]
-        kept = [text for text in texts if len(text) > 2]  # "{}" or absent: no args
-        references = count(self.args.add_many(kept)) if kept else count()
+            kept = [index for index, kind in enumerate(kinds) if kind is not _FLOW]
+            if not kept:
+                return
+            pick = _picker(kept)
+            run, kinds, starts, durations, on, cats = map(pick, (run, kinds, starts, durations, on, cats))
+        strings = self.strings
+        names = list(map(_NAME, run))
+        texts = list(map(_ARGS, run))
+        has_args = np.fromiter(map(len, texts), np.int64, len(texts)) > 2  # "{}" or absent: no args
+        references: Any
+        if has_args.all():
+            first = self.args.add_many(texts)
+            references = range(first, first + len(texts))
+        else:
+            numbers = count(self.args.add_many([text for text, has in zip(texts, has_args.tolist()) if has]))
+            references = [next(numbers) if has else None for has in has_args.tolist()]
         self.trace.slices.extend(map(
-            Slice,
-            [ts for ts, kind in zip(starts, kinds) if kind is not _FLOW],
-            [dur for dur, kind in zip(durations, kinds) if kind is not _FLOW],
-            [strings.get(e.name) or intern(e.name) for e in slices],
-            [strings.get(cat) or intern(cat) for cat, kind in zip(cats, kinds) if kind is not _FLOW],
-            [next(references) if len(text) > 2 else None for text in texts],
-            [track for track, kind in zip(on, kinds) if kind is not _FLOW],
-            [kind is _INSTANT for kind in kinds if kind is not _FLOW]))
+            Slice, starts, durations, map(strings.setdefault, names, names), map(strings.setdefault, cats, cats),
+            references, on, [False] * len(run) if _INSTANT not in kinds else [kind is _INSTANT for kind in kinds]))
 
     def _instant_track(self, event: Any) -> Track:
         return self.global_track() if event.s == "g" else self.process_track(event.pid)
@@ -671,6 +684,14 @@ class _KinetoEvents(TraceBuilder):
         else:
             return "unsupported_metadata"
         return "bad_metadata_value"
+
+
+def _picker(indices: list[int]) -> Callable[[Sequence], tuple]:
+    """Takes these items of a list, in one pass in C (itemgetter, but always a tuple)."""
+    if len(indices) == 1:
+        only = indices[0]
+        return lambda items: (items[only],)
+    return itemgetter(*indices)
 
 
 def _beyond_float(events: list) -> bool:

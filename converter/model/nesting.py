@@ -6,12 +6,41 @@ written in nesting order and never partially overlap on one track.
 
 from __future__ import annotations
 
+from itertools import compress, islice
+from operator import attrgetter, eq
+
 from .trace import Slice
+
+_START, _DURATION = attrgetter("ts"), attrgetter("dur")
 
 
 def nesting_order(slices: list[Slice]) -> list[Slice]:
     """Start order, enclosing slices before the ones they contain."""
-    return sorted(slices, key=lambda s: (s.ts, -s.dur))
+    return start_order(slices, longest_first=True)
+
+
+def start_order(slices: list[Slice], longest_first: bool) -> list[Slice]:
+    """By start, equal starts by duration (longest or shortest first), then in input order.
+
+    Sorted by start alone, on a C key (a real track is nearly in order already: timsort's
+    best case), then only the runs of equal starts by duration: no key tuple per slice."""
+    ordered = sorted(slices, key=_START)
+    starts = list(map(_START, ordered))
+    ties = compress(range(1, len(starts)), map(eq, starts, islice(starts, 1, None)))  # starts[i] == starts[i - 1]
+
+    def sort_run(first: int, last: int) -> None:
+        ordered[first:last + 1] = sorted(ordered[first:last + 1], key=_DURATION, reverse=longest_first)
+
+    first = last = -2
+    for index in ties:
+        if index != last + 1:
+            if last >= 0:
+                sort_run(first, last)
+            first = index - 1
+        last = index
+    if last >= 0:
+        sort_run(first, last)
+    return ordered
 
 
 def fits_nested(stack: list[Slice], candidate: Slice) -> bool:

@@ -8,13 +8,15 @@ slice it belongs to; flows get one id per arrow.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import compress, repeat
+from operator import attrgetter, is_not
 from typing import Any, BinaryIO, Iterator, Optional
 
 import msgspec
 import numpy as np
 
 from ..model import PreparedArgs, Process, Slice, Trace, Track, TrackRole
-from ..model.nesting import nesting_order
+from ..model.nesting import start_order
 from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
@@ -51,12 +53,9 @@ _PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time, and 5 MB of nump
 _SLICES_AT_ONCE = 1 << 16    # a batch's columns: about 100 bytes a slice
 _ID = np.int32               # a piece's id
 
+_NAME, _CATEGORY = attrgetter("name"), attrgetter("cat")
 _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
-
-
-def _flat_order(slice_: Slice) -> tuple[int, int]:
-    return slice_.ts, slice_.dur
 
 
 class _Tags:
@@ -168,8 +167,9 @@ class PerfettoWriter:
         for track in trace.tracks:
             slices = by_track.pop(track, None)
             if slices:
-                # A zero-duration slice at another's start would nest under it in nesting order.
-                ordered = sorted(slices, key=_flat_order) if track.flat else nesting_order(slices)
+                # Nesting order, but a flat track's zero-duration slice goes before another starting
+                # with it, which it would otherwise nest under.
+                ordered = start_order(slices, longest_first=not track.flat)
                 runs.append((varint_field(_TRACK_UUID, uuids[id(track)]), ordered))
         if not runs:
             return
@@ -196,9 +196,8 @@ class PerfettoWriter:
         state = np.full(count, pieces.id(self.sequence + _NEEDS_STATE), _ID)
         for first_use, entries in interned.items():
             state[first_use] = pieces.id(self.sequence + _NEEDS_STATE + _INTERNED_DATA + length_prefixed(b"".join(entries)))
-        begin_flows, end_flows, none = flows_at_begin.get, flows_at_end.get, pieces.id(b"")
-        flows = np.fromiter((none if (f := begin_flows(s)) is None else pieces.id(f) for s in ordered), _ID, count)
-        end_flow = np.fromiter((none if (f := end_flows(s)) is None else pieces.id(f) for s in ordered), _ID, count)
+        none = pieces.id(b"")
+        flows, end_flow = (_flow_pieces(ordered, encoded, pieces, none) for encoded in (flows_at_begin, flows_at_end))
         heads = [(pieces.id(_TYPE_BEGIN + field), pieces.id(_TYPE_INSTANT + field), pieces.id(_TYPE_END + field))
                  for field, _ in runs]
         begin_head, instant_head, end_head = np.repeat(np.array(heads, _ID), [len(s) for _, s in runs], axis=0).T
@@ -232,7 +231,8 @@ class PerfettoWriter:
             interned[0] += self.pending_interned
             self.pending_interned.clear()
         local: dict[tuple[str, str], int] = {}
-        ids = np.fromiter((local.get((s.name, s.cat), -1) for s in ordered), _ID, len(ordered))
+        ids = np.fromiter(map(local.get, zip(map(_NAME, ordered), map(_CATEGORY, ordered)), repeat(-1)), _ID,
+                          len(ordered))
         heads, name_field, category_field = self._heads, self.names.field, self.categories.field
         for index in np.flatnonzero(ids < 0).tolist():
             key = (ordered[index].name, ordered[index].cat)
@@ -325,6 +325,15 @@ class PerfettoWriter:
     def _flush(self) -> None:
         self.stream.write(self.buffer)
         self.buffer.clear()
+
+
+def _flow_pieces(ordered: list[Slice], encoded: dict[Slice, bytes], pieces: Pieces, none: int) -> np.ndarray:
+    """Per slice, the piece of its encoded flow ids (`none` for the many without), found in C."""
+    found = list(map(encoded.get, ordered))
+    having = list(compress(range(len(found)), map(is_not, found, repeat(None))))
+    column = np.full(len(found), none, _ID)
+    column[having] = [pieces.id(encoded[ordered[index]]) for index in having]
+    return column
 
 
 def _batches(runs: list[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[bytes, list[Slice]]]]:
