@@ -10,9 +10,13 @@ Both are derived series: every slice stays where it is, counted once.
 from __future__ import annotations
 
 from collections import defaultdict
+from itertools import compress
+from operator import attrgetter
 from typing import Iterable
 
 from ..model import CounterSample, Trace, Track, TrackRole
+
+_TRACK = attrgetter("track")
 
 
 def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -35,12 +39,15 @@ def add_busy_lanes(trace: Trace) -> None:
     kernels is a lane container all the same)."""
     edges: dict[Track, list[tuple[int, int]]] = defaultdict(list)  # model objects hash by identity
     first: dict[Track, int] = {}
-    for slice_ in trace.slices:
-        lane = slice_.track
-        if lane.role is TrackRole.LANE and lane.parent is not None:
-            first[lane.parent] = min(first.get(lane.parent, slice_.ts), slice_.ts)
-            if slice_.dur > 0:
-                edges[lane.parent].extend(((slice_.ts, 1), (slice_.end, -1)))
+    container_of: dict[Track, Track] = {}  # lane -> its container
+    for track in trace.tracks:
+        if track.role is TrackRole.LANE and track.parent is not None:
+            container_of[track] = track.parent
+    for slice_ in compress(trace.slices, map(container_of.__contains__, map(_TRACK, trace.slices))):
+        container = container_of[slice_.track]
+        first[container] = min(first.get(container, slice_.ts), slice_.ts)
+        if slice_.dur > 0:
+            edges[container].extend(((slice_.ts, 1), (slice_.end, -1)))
     for container, start in first.items():
         container.is_counter = True
         totals = running_totals(edges[container]) or [(start, 0)]

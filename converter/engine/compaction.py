@@ -13,7 +13,7 @@ from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import compress
-from operator import attrgetter, not_
+from operator import attrgetter, countOf, not_
 from typing import Container, Iterator, Optional
 
 from ..errors import CgtraceError
@@ -26,7 +26,7 @@ from .window import step_ranges
 
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
 _BY_TS = attrgetter("ts")
-_CATEGORY = attrgetter("cat")
+_CATEGORY, _NAME, _TRACK = attrgetter("cat"), attrgetter("name"), attrgetter("track")
 _MEASURED = attrgetter("name", "ts", "dur", "cat", "is_instant", "args")  # what compaction never changes
 
 
@@ -49,7 +49,8 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
     measured_before = _fingerprint(trace.slices, rules.annotation_categories)
     gpu_slices: dict[Process, list[Slice]] = defaultdict(list)  # model objects hash by identity
     annotations: dict[Process, list[Slice]] = defaultdict(list)
-    for slice_ in trace.slices:
+    moved_categories = rules.gpu_categories | rules.annotation_categories
+    for slice_ in compress(trace.slices, map(moved_categories.__contains__, map(_CATEGORY, trace.slices))):
         thread = slice_.track.thread
         if thread is None:
             continue
@@ -90,7 +91,7 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
         "gpu_annotations_retained": summary["annotations_retained"],
         "kernel_annotations_converted": summary["kernels_labelled"],
         "kernel_annotation_blocks": summary["label_blocks"],
-        "cuda_graph_launches": sum(1 for s in trace.slices if s.name == CUDA_GRAPH_LAUNCH),
+        "cuda_graph_launches": countOf(map(_NAME, trace.slices), CUDA_GRAPH_LAUNCH),
     }
 
 
@@ -267,9 +268,8 @@ def _layer_annotation_rows(trace: Trace, gpu: GpuLanes) -> None:
     """Annotations that partially overlap on one row move to further rows above the lane."""
     by_row: dict[Track, list[Slice]] = defaultdict(list)
     first_rows = {rows[0]: lane for lane, rows in gpu.annotation_rows.items()}
-    for slice_ in trace.slices:
-        if slice_.track in first_rows:
-            by_row[slice_.track].append(slice_)
+    for slice_ in compress(trace.slices, map(first_rows.__contains__, map(_TRACK, trace.slices))):
+        by_row[slice_.track].append(slice_)
     for first_row, members in by_row.items():
         for depth, layer in enumerate(nested_layers(members), start=1):
             row = _annotation_row(trace, gpu, first_rows[first_row], depth)

@@ -51,11 +51,11 @@ def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> BoundFlows:
     result = BoundFlows([])
     complete: list[tuple[tuple[str, Any], list[FlowEvent]]] = []
     for key, chain in chains.items():
-        starts = list(map(_PHASE, chain)).count("s")
-        if starts == 0 or starts == len(chain):
-            result.partnerless += len(chain)
-        else:
+        # A chain needs a start and something else; a lone event (most partnerless ones) has neither.
+        if len(chain) > 1 and 0 < list(map(_PHASE, chain)).count("s") < len(chain):
             complete.append((key, chain))
+        else:
+            result.partnerless += len(chain)
     _bind_to_slices([event for _, chain in complete for event in chain], slices)
     for key, chain in complete:
         chain.sort(key=_BY_TS)
