@@ -25,6 +25,7 @@ with a note.
 from __future__ import annotations
 
 import argparse
+import compileall
 import datetime as _dt
 import hashlib
 import json
@@ -276,8 +277,12 @@ def _self_peak_rss_kb() -> int:
 
 
 def find_cgtrace(explicit: Optional[str]) -> list[str]:
+    """The cgtrace to measure: `explicit`, else this checkout's, with its bytecode compiled as an
+    installed package's is (pip compiles it at install). A checkout run with
+    PYTHONDONTWRITEBYTECODE set compiles every module at every start: about 0.2 s here."""
     if explicit:
         return [explicit]
+    compileall.compile_dir(str(REPO / "converter"), quiet=1)
     beside = Path(sys.executable).parent / "cgtrace"
     if beside.exists():
         return [str(beside)]

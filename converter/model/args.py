@@ -66,6 +66,10 @@ class PreparedArgs(Protocol):
         """(the entries' bytes, where each reference's entry starts there, its length), for
         an array of references (-1: none, length 0)."""
 
+    def release(self) -> None:
+        """What `runs` gave so far is written: its pages may leave memory (a later run reads
+        them again, from the page cache)."""
+
 
 class ArgsStore:
     """Raw JSON args, kept in memory; the base of every store.

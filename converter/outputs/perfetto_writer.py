@@ -215,6 +215,8 @@ class PerfettoWriter:
                 .piece(np.where(is_end, end_flow[index], flows[index]))
             self._write_packets(table, tags, np.where(is_end, ends[index], starts[index]),
                                 np.where(is_end, tags.sequence, state[index]), event)
+        if prepared is not None:
+            prepared.release()
 
     def _write_packets(self, table: PieceTable, tags: "_Tags", times: np.ndarray, state: Any, event: Rows) -> None:
         """TracePackets of track events: each a time, its sequence's state (`state` pieces) and

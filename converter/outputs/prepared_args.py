@@ -45,6 +45,12 @@ class EncodedArgs:
         lengths = bounds[np.where(present, references + 1, 0)].astype(np.int64) - np.where(present, starts, 0)
         return np.frombuffer(self._blob, np.uint8), starts, lengths
 
+    def release(self) -> None:
+        """A mapped file's pages count in the process's memory once read; a writer going
+        through every entry would otherwise end up holding them all."""
+        if isinstance(self._blob, mmap.mmap):
+            self._blob.madvise(mmap.MADV_DONTNEED)
+
     @property
     def bounds(self) -> array:
         return self._bounds

@@ -25,7 +25,9 @@ def _encode_varint_slow(value: int) -> bytes:
     return bytes(out)
 
 
-_SMALL_VARINTS = [_encode_varint_slow(v) for v in range(_VARINT_CACHE_LIMIT)]
+# Below 2**14 a varint is one byte, or two: the low 7 bits with the continuation bit, then the rest.
+_SMALL_VARINTS = [bytes((v,)) for v in range(0x80)] + \
+    [bytes(((v & 0x7F) | 0x80, v >> 7)) for v in range(0x80, _VARINT_CACHE_LIMIT)]
 # The low 14 bits of a larger value: two bytes, both with the continuation bit set.
 _LOW14 = [bytes(((v & 0x7F) | 0x80, (v >> 7) | 0x80)) for v in range(_VARINT_CACHE_LIMIT)]
 _HIGH_PARTS: dict[int, bytes] = {}
