@@ -15,7 +15,9 @@ Two encodings, chosen per slice for speed without losing a bit:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
+
+import msgspec
 
 from ..model import decode_json
 from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, length_prefixed, pack_double, string_field, tag, varint
@@ -39,6 +41,7 @@ _INT64_MIN, _INT64_MAX, _UINT64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 _EXPONENT_MARKS = bytes(
     0x44 if chr(code).isdigit() else 0x65 if chr(code) in "eE" else 0x20 for code in range(256))
 _CACHE_LIMIT = 100_000
+_RAW_MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode  # an object's members, values as written
 # 19 digits in a row may be an int beyond int64, which trace_processor's JSON parser wraps around.
 _LONG_NUMBER = b"D" * 19
 
@@ -83,7 +86,7 @@ class ArgsEncoder:
         """`name_reference` interns an annotation name and returns its encoded name_iid field."""
         self._name_reference = name_reference
         self._name: bytes = b""
-        self._entries: dict[tuple, bytes] = {}
+        self._entries: dict[tuple[str, bytes], bytes] = {}
 
     def encode(self, text: bytes) -> bytes:
         """TrackEvent.debug_annotations bytes for raw JSON object text."""
@@ -99,36 +102,26 @@ class ArgsEncoder:
             marks = text.translate(_EXPONENT_MARKS)
             if b"De" not in marks and _LONG_NUMBER not in marks:
                 return _DEBUG_ANNOTATIONS + length_prefixed(self._name + _LEGACY_JSON_VALUE + length_prefixed(text))
-        args = decode_json(text)
         try:
-            value = self._typed_entries(args)
+            value = self._typed_entries(_RAW_MEMBERS(text))
         except RecursionError:  # nested hundreds of levels deep: keep it whole, as JSON text
             value = string_field(_STRING, text.decode())
         return _DEBUG_ANNOTATIONS + length_prefixed(self._name + value)
 
-    def _typed_entries(self, args: dict) -> bytes:
+    def _typed_entries(self, members: dict[str, msgspec.Raw]) -> bytes:
+        """Each member's entry, cached by its key and its JSON text: equal text is an equal
+        value of the same type (1, 1.0 and true differ, and so do 0.0 and -0.0), and a value
+        holding lists (Kineto's "Input Dims") is cached like any other."""
         cache = self._entries
         parts = []
-        cache_key: tuple[Any, Any, Any]
-        for key, value in args.items():
-            kind = type(value)
-            # Equal is not identical: 1, 1.0 and True are equal dict keys, and so are 0.0 and
-            # -0.0. The type is part of the key (for lists, each element's), floats are keyed by
-            # their bits.
-            if kind is float:
-                cache_key = (key, kind, pack_double(value))
-            elif kind is list:
-                cache_key = (key, tuple(map(type, value)), tuple(value))
-            else:
-                cache_key = (key, kind, value)
-            try:
-                encoded = cache[cache_key]
-            except KeyError:
+        for key, raw in members.items():
+            cache_key = (key, bytes(raw))
+            encoded = cache.get(cache_key)
+            if encoded is None:
+                value = decode_json(raw)
                 encoded = _entry(key, value, self._name_reference) if value is not None else b""
                 if len(cache) >= _CACHE_LIMIT:
                     cache.clear()
                 cache[cache_key] = encoded
-            except TypeError:  # unhashable: a dict, or a list holding lists or dicts
-                encoded = _entry(key, value, self._name_reference)
             parts.append(encoded)
         return b"".join(parts)

@@ -1,0 +1,50 @@
+"""The args encoder's cache never changes what a slice's args encode to.
+
+Encoded members are cached by key and JSON text across slices; values that are equal in
+Python but not the same JSON (1, 1.0, true; 0.0, -0.0; 1.5, 1.50) or that hold lists and
+objects must still encode exactly as a fresh encoder, with nothing cached, encodes them.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from converter.outputs.annotations import ArgsEncoder
+from converter.outputs.wire import string_field
+
+# JSON texts of values chosen to collide in a cache keyed by Python equality.
+_SCALAR_TEXTS = st.sampled_from(["1", "1.0", "1.00", "true", "false", "0", "0.0", "-0.0", "null", '"1"', '"a.b"',
+                                 "1e400", "-1e400", "12345678901234567890", "2.962963", "[]", "{}", "[null]"])
+_VALUES = st.recursive(
+    _SCALAR_TEXTS,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3).map(lambda items: "[" + ", ".join(items) + "]"),
+        st.dictionaries(st.sampled_from(["a", "b.c", "d"]), inner, max_size=3).map(
+            lambda members: "{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in members.items()) + "}")),
+    max_leaves=6)
+_ARGS = st.lists(st.tuples(st.sampled_from(["Input Dims", "grid", "est. occupancy %", "x"]), _VALUES),
+                 min_size=1, max_size=5).map(
+    lambda members: ("{" + ", ".join(f"{json.dumps(k)}: {v}" for k, v in members) + "}").encode())
+
+
+def _inline_name(name: str) -> bytes:
+    return string_field(10, name)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_ARGS, min_size=1, max_size=12))
+def test_cached_encoding_equals_a_fresh_encoders(texts):
+    shared = ArgsEncoder(_inline_name)
+    assert [shared.encode(text) for text in texts] == [ArgsEncoder(_inline_name).encode(text) for text in texts]
+
+
+def test_equal_values_of_other_types_encode_apart():
+    encoder = ArgsEncoder(_inline_name)
+    texts = [b'{"n": 1, "x": 0.5}', b'{"n": 1.0, "x": 0.5}', b'{"n": true, "x": 0.5}', b'{"n": -0.0, "x": 0.5}',
+             b'{"n": 0.0, "x": 0.5}', b'{"n": [[1], []], "x": 0.5}', b'{"n": [[1.0], []], "x": 0.5}']
+    encoded = [encoder.encode(text) for text in texts]
+    assert len(set(encoded)) == len(texts)
+    assert encoded == [ArgsEncoder(_inline_name).encode(text) for text in texts]
