@@ -172,7 +172,7 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
         match = rules.pp_match(name)
         if match is not None:
             pp.add(slice_, match, categories)
-        elif name.startswith(("Forward ", "Backward ")) and (match := _STAGELESS.match(name)) is not None:
+        elif (match := _STAGELESS.match(name)) is not None:
             stageless.add(slice_, match, categories)
     found, scheme = (pp, GPU_PP if pp.fragments else CPU_PP) if pp.fragments or pp.cpu else \
         (stageless, STAGELESS) if stageless.fragments or stageless.cpu else (pp, NO_PP)

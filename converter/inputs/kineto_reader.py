@@ -372,8 +372,9 @@ class _KinetoEvents(TraceBuilder):
             first = self.args.add_many(texts)
             references = range(first, first + len(texts))
         else:
-            numbers = count(self.args.add_many([text for text, has in zip(texts, has_args.tolist()) if has]))
-            references = [next(numbers) if has else None for has in has_args.tolist()]
+            flags = has_args.tolist()
+            numbers = count(self.args.add_many([text for text, has in zip(texts, flags) if has]))
+            references = [next(numbers) if has else None for has in flags]
         self.trace.slices.extend(map(
             Slice, starts, durations, map(strings.setdefault, names, names), map(strings.setdefault, cats, cats),
             references, on, [False] * len(run) if _INSTANT not in kinds else [kind is _INSTANT for kind in kinds]))

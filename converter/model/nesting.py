@@ -27,19 +27,14 @@ def start_order(slices: list[Slice], longest_first: bool) -> list[Slice]:
     ordered = sorted(slices, key=_START)
     starts = list(map(_START, ordered))
     ties = compress(range(1, len(starts)), map(eq, starts, islice(starts, 1, None)))  # starts[i] == starts[i - 1]
-
-    def sort_run(first: int, last: int) -> None:
-        ordered[first:last + 1] = sorted(ordered[first:last + 1], key=_DURATION, reverse=longest_first)
-
-    first = last = -2
+    runs: list[list[int]] = []  # [first, last] of each run of equal starts
     for index in ties:
-        if index != last + 1:
-            if last >= 0:
-                sort_run(first, last)
-            first = index - 1
-        last = index
-    if last >= 0:
-        sort_run(first, last)
+        if runs and runs[-1][1] == index - 1:
+            runs[-1][1] = index
+        else:
+            runs.append([index - 1, index])
+    for first, last in runs:
+        ordered[first:last + 1] = sorted(ordered[first:last + 1], key=_DURATION, reverse=longest_first)
     return ordered
 
 
