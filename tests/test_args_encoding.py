@@ -12,6 +12,7 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from converter.outputs import annotations
 from converter.outputs.annotations import ArgsEncoder
 from converter.outputs.wire import string_field
 
@@ -48,3 +49,18 @@ def test_equal_values_of_other_types_encode_apart():
     encoded = [encoder.encode(text) for text in texts]
     assert len(set(encoded)) == len(texts)
     assert encoded == [ArgsEncoder(_inline_name).encode(text) for text in texts]
+
+
+def test_keys_whose_values_never_repeat_leave_the_cache(monkeypatch):
+    """Kineto writes a fresh "External id" per event: caching those only fills memory (the
+    cache once held 100k of them, about 18 MB in the args helper). Once the cache fills, such
+    a key is encoded afresh each time, a repeating one stays cached, and every slice still
+    encodes as a fresh encoder would."""
+    monkeypatch.setattr(annotations, "_CACHE_LIMIT", 64)
+    encoder = ArgsEncoder(_inline_name)
+    texts = [f'{{"External id": {number}, "grid": [1, 2], "kernel": "k{number % 3}", "x": 0.5}}'.encode()
+             for number in range(1000)]
+    assert [encoder.encode(text) for text in texts] == [ArgsEncoder(_inline_name).encode(text) for text in texts]
+    cached_keys = {key for key, _ in encoder._entries}
+    assert "External id" not in cached_keys and {"grid", "kernel"} <= cached_keys
+    assert len(encoder._entries) < 64

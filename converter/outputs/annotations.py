@@ -15,6 +15,7 @@ Two encodings, chosen per slice for speed without losing a bit:
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable, Optional
 
 import msgspec
@@ -40,7 +41,10 @@ _INT64_MIN, _INT64_MAX, _UINT64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 # which only costs the typed path). bytes.translate + `in` measured 4x faster than a regex.
 _EXPONENT_MARKS = bytes(
     0x44 if chr(code).isdigit() else 0x65 if chr(code) in "eE" else 0x20 for code in range(256))
-_CACHE_LIMIT = 100_000
+_CACHE_LIMIT = 20_000
+# A key holding more than this share of a full cache has values that rarely repeat (Kineto's
+# "External id", "correlation", "Ev Idx": one per event): caching them only fills memory.
+_UNIQUE_SHARE = 8
 _RAW_MEMBERS = msgspec.json.Decoder(dict[str, msgspec.Raw]).decode  # an object's members, values as written
 # 19 digits in a row may be an int beyond int64, which trace_processor's JSON parser wraps around.
 _LONG_NUMBER = b"D" * 19
@@ -87,6 +91,7 @@ class ArgsEncoder:
         self._name_reference = name_reference
         self._name: bytes = b""
         self._entries: dict[tuple[str, bytes], bytes] = {}
+        self._uncached_keys: set[str] = set()
 
     def encode(self, text: bytes) -> bytes:
         """TrackEvent.debug_annotations bytes for raw JSON object text."""
@@ -111,7 +116,8 @@ class ArgsEncoder:
     def _typed_entries(self, members: dict[str, msgspec.Raw]) -> bytes:
         """Each member's entry, cached by its key and its JSON text: equal text is an equal
         value of the same type (1, 1.0 and true differ, and so do 0.0 and -0.0), and a value
-        holding lists (Kineto's "Input Dims") is cached like any other."""
+        holding lists (Kineto's "Input Dims") is cached like any other. Keys whose values
+        turned out not to repeat are encoded afresh each time instead."""
         cache = self._entries
         parts = []
         for key, raw in members.items():
@@ -121,7 +127,14 @@ class ArgsEncoder:
                 value = decode_json(raw)
                 encoded = _entry(key, value, self._name_reference) if value is not None else b""
                 if len(cache) >= _CACHE_LIMIT:
-                    cache.clear()
-                cache[cache_key] = encoded
+                    self._forget()
+                if key not in self._uncached_keys:
+                    cache[cache_key] = encoded
             parts.append(encoded)
         return b"".join(parts)
+
+    def _forget(self) -> None:
+        """Empty the full cache, and stop caching the keys that filled most of it."""
+        held = Counter(key for key, _ in self._entries)
+        self._uncached_keys.update(key for key, entries in held.items() if entries * _UNIQUE_SHARE > _CACHE_LIMIT)
+        self._entries.clear()
