@@ -60,3 +60,50 @@ def test_a_flow_at_a_shared_start_binds_to_the_shortest_slice_read_last():
     finish = FlowEvent("cat", 1, "f", 80, Track(name="b"), True)  # a chain needs both ends to bind
     bind_flows([event, finish], [outer, first, second, instant])
     assert event.bound is second
+
+
+def _plain_arrows(events: list[FlowEvent]):
+    """The chain rule, read literally on bound events: chains keyed by (category, id) in the
+    order they begin; each in time order (input order on a tie); an arrow per step from the
+    last `s` or `t` to each later `t` or `f`."""
+    chains: dict = {}
+    for event in events:
+        chains.setdefault((event.cat, type(event.flow_id), event.flow_id), []).append(event)
+    arrows, unbound, partnerless = [], 0, 0
+    for (category, _, _), chain in chains.items():
+        phases = [event.phase for event in chain]
+        if len(chain) < 2 or "s" not in phases or all(phase == "s" for phase in phases):
+            partnerless += len(chain)
+            continue
+        source = None
+        for event in sorted(chain, key=lambda e: e.ts):
+            if event.phase == "s":
+                source = event.bound
+                unbound += source is None
+                continue
+            target = event.bound
+            if target is None or source is None or not (target.ts >= source.ts or target.ts + target.dur > source.ts):
+                unbound += 1
+            elif target is not source:
+                arrows.append((source, target, category))
+            if event.phase == "t":
+                source = event.bound
+    return arrows, unbound, partnerless
+
+
+# Ids that collide in careless keys: 1 and "1", ints beyond int64, two categories.
+FLOW_IDS = st.sampled_from([1, 2, "1", "2", 1 << 70, -(1 << 70), -1])
+CHAIN_EVENTS = st.lists(st.tuples(st.sampled_from(["ac2g", "fwdbwd"]), FLOW_IDS, st.sampled_from("stf"), TIMES,
+                                  st.booleans()), max_size=30)
+
+
+@settings(derandomize=True, max_examples=300, deadline=None, database=None)
+@given(slices=SLICES, described=CHAIN_EVENTS)
+def test_chains_give_the_arrows_the_rule_says(slices, described):
+    track = Track(name="a")
+    model = [Slice(ts, dur, f"a{i}", "", None, track, is_instant=instant) for i, (ts, dur, instant) in enumerate(slices)]
+    events = [FlowEvent(cat, flow_id, phase, ts, track, enclosing) for cat, flow_id, phase, ts, enclosing in described]
+    bound = bind_flows(events, model)
+    arrows, unbound, partnerless = _plain_arrows(events)
+    assert [(flow.source, flow.target, flow.category) for flow in bound.flows] == arrows
+    assert (bound.unbound, bound.partnerless) == (unbound, partnerless)

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections import defaultdict
+from itertools import count
 from operator import attrgetter
 from typing import Any, Optional
 
 import msgspec
+import numpy as np
 
 from ..model.nesting import nesting_order
 from ..model import Flow, Slice, Track
@@ -44,36 +46,84 @@ class BoundFlows(msgspec.Struct):
 
 
 def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> BoundFlows:
-    """Arrows for the given flow events, one per `s`/`t` -> `t`/`f` step of each chain."""
-    chains: dict[tuple[str, Any], list[FlowEvent]] = defaultdict(list)
-    for key, event in zip(zip(map(_CATEGORY, events), map(_FLOW_ID, events)), events):
-        chains[key].append(event)
+    """Arrows for the given flow events, one per `s`/`t` -> `t`/`f` step of each chain, chains
+    in the order they begin in the input."""
     result = BoundFlows([])
-    complete: list[tuple[tuple[str, Any], list[FlowEvent]]] = []
-    for key, chain in chains.items():
-        # A chain needs a start and something else; a lone event (most partnerless ones) has neither.
-        if len(chain) > 1 and 0 < list(map(_PHASE, chain)).count("s") < len(chain):
-            complete.append((key, chain))
-        else:
-            result.partnerless += len(chain)
-    _bind_to_slices([event for _, chain in complete for event in chain], slices)
-    for key, chain in complete:
-        chain.sort(key=_BY_TS)
-        source: Optional[Slice] = None
-        for event in chain:
-            if event.phase == "s":
-                source = event.bound
-                if source is None:
-                    result.unbound += 1
-                continue
-            target = event.bound
-            if target is None or source is None or not drawable(source, target):
+    chains = _chains(events)
+    result.partnerless = len(events) - len(chains.events)
+    _bind_to_slices(chains.events, slices)
+    source: Optional[Slice] = None
+    for event, first in zip(chains.events, chains.starts_chain):
+        if first:
+            source = None
+        if event.phase == "s":
+            source = event.bound
+            if source is None:
                 result.unbound += 1
-            elif target is not source:
-                result.flows.append(Flow(source, target, key[0]))
-            if event.phase == "t":
-                source = event.bound
+            continue
+        target = event.bound
+        if target is None or source is None or not drawable(source, target):
+            result.unbound += 1
+        elif target is not source:
+            result.flows.append(Flow(source, target, event.cat))
+        if event.phase == "t":
+            source = event.bound
     return result
+
+
+class _Chains(msgspec.Struct):
+    """The events of every chain with a start and something else, chain after chain (in the
+    order the chains begin in the input), each chain's in time order (input order on a tie)."""
+
+    events: list[FlowEvent]
+    starts_chain: list[bool]  # per event: the first of its chain
+
+
+def _chains(events: list[FlowEvent]) -> _Chains:
+    """Chains found by sorting keys, not by a list per (category, id): most flow ends are lone
+    (a capture cuts through their chain), and a list and a key apiece for 140k of them was
+    the read's peak memory on real traces."""
+    total = len(events)
+    if not total:
+        return _Chains([], [])
+    categories, ids = _codes(list(map(_CATEGORY, events))), _id_keys(list(map(_FLOW_ID, events)))
+    order = np.lexsort((ids, categories))  # stable: a chain's first event comes first
+    first_of_chain = np.ones(total, bool)
+    first_of_chain[1:] = (categories[order][1:] != categories[order][:-1]) | (ids[order][1:] != ids[order][:-1])
+    heads = np.flatnonzero(first_of_chain)
+    sizes = np.diff(heads, append=total)
+    is_start = np.fromiter(map("s".__eq__, map(_PHASE, events)), bool, total)
+    starts = np.add.reduceat(is_start[order], heads)
+    # A chain needs a start and something else; a lone event (most partnerless ones) has neither.
+    complete = (sizes > 1) & (starts > 0) & (starts < sizes)
+    chain_begins = np.empty(total, np.int64)  # per event, where in the input its chain begins
+    chain_begins[order] = np.repeat(order[heads], sizes)
+    in_complete = np.empty(total, bool)
+    in_complete[order] = np.repeat(complete, sizes)
+    chosen = np.flatnonzero(in_complete)
+    times = np.fromiter(map(_BY_TS, events), np.int64, total)
+    chosen = chosen[np.lexsort((times[chosen], chain_begins[chosen]))]
+    begins = chain_begins[chosen]
+    first = np.ones(len(chosen), bool)
+    first[1:] = begins[1:] != begins[:-1]
+    return _Chains(list(map(events.__getitem__, chosen.tolist())), first.tolist())
+
+
+def _codes(values: list[Any]) -> np.ndarray:
+    """Equal values, equal codes (for the few distinct categories, or ids that are not int64)."""
+    known: dict[Any, int] = {}
+    return np.fromiter(map(known.setdefault, values, count()), np.int64, len(values))
+
+
+def _id_keys(ids: list[Any]) -> np.ndarray:
+    """Keys equal exactly where flow ids are: the ids themselves where all are int64 (Kineto's),
+    else codes (a text id "1" and the int 1 name different chains)."""
+    if set(map(type, ids)) == {int}:
+        try:
+            return np.fromiter(ids, np.int64, len(ids))
+        except OverflowError:
+            pass
+    return _codes(ids)
 
 
 def drawable(source: Slice, target: Slice) -> bool:
