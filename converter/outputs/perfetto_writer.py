@@ -50,7 +50,7 @@ _FLOW_ID = tag(47, WIRE_FIXED64)
 _TERMINATING_FLOW_ID = tag(48, WIRE_FIXED64)
 _DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
 _PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time, and 5 MB of numpy's index arrays
-_SLICES_AT_ONCE = 1 << 16    # a batch's columns: about 100 bytes a slice
+_SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
 _ID = np.int32               # a piece's id
 
 _NAME, _CATEGORY = attrgetter("name"), attrgetter("cat")
