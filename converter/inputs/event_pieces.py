@@ -20,7 +20,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import msgspec
 
-PIECE_BYTES = 1 << 22
+PIECE_BYTES = 1 << 20
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 NON_SPACE = re.compile(rb"[^ \t\r\n]")
