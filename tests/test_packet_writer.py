@@ -47,11 +47,30 @@ def _delimited(number: int, payload: bytes) -> bytes:
     return _field(number, 2) + _varint(len(payload)) + payload
 
 
+def _plain_flow_fields(trace, first_flow_id):
+    """Per slice, the flow id fields of its BEGIN and of its END: an arrow's id goes to its
+    source's BEGIN, and terminates at its target's BEGIN, or at its END where the target began
+    no later than the source (trace_processor closes a flow at the next event naming it)."""
+    at_begin, at_end = defaultdict(bytes), defaultdict(bytes)
+    for flow_id, flow in enumerate(trace.flows, start=first_flow_id):
+        encoded = struct.pack("<Q", flow_id)
+        source, target = flow.source, flow.target
+        at_begin[source] += _field(47, 1) + encoded
+        if target.ts > source.ts or target.is_instant or not target.dur:
+            at_begin[target] += _field(48, 1) + encoded
+        else:
+            at_end[target] += _field(48, 1) + encoded
+    for end in trace.flow_ends:
+        at_begin[end.slice] += _field(47 if end.outgoing else 48, 1) + struct.pack("<Q", end.flow_id)
+    return at_begin, at_end
+
+
 class PlainWriter(PerfettoWriter):
     """Every packet built by concatenating bytes, one slice at a time, each END written when the
     next slice of its track starts at or after its end (a stack of open slices)."""
 
-    def _write_slices(self, trace, uuids, flows_at_begin, flows_at_end):
+    def _write_slices(self, trace, uuids, flow_fields):
+        flows_at_begin, flows_at_end = _plain_flow_fields(trace, flow_fields.next_flow_id - len(trace.flows))
         by_track = defaultdict(list)
         for slice_ in trace.slices:
             by_track[slice_.track].append(slice_)

@@ -8,8 +8,8 @@ slice it belongs to; flows get one id per arrow.
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import compress, repeat
-from operator import attrgetter, is_not
+from itertools import repeat
+from operator import attrgetter
 from typing import Any, BinaryIO, Iterator, Optional
 
 import msgspec
@@ -20,9 +20,10 @@ from ..model.nesting import start_order
 from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
+from .flow_fields import FlowFields
 from .packets import Column, Pieces, PieceTable, Rows
 from .prepared_args import ARGS_FORM, prepare_in_process
-from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, fixed64, length_prefixed, string_field, tag, \
+from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, length_prefixed, string_field, tag, \
     varint_field
 
 _FLUSH_BYTES = 1 << 22
@@ -46,8 +47,6 @@ _TYPE_END = varint_field(9, 2)
 _TYPE_INSTANT = varint_field(9, 3)
 _TYPE_COUNTER = varint_field(9, 4)
 _TRACK_UUID = 11
-_FLOW_ID = tag(47, WIRE_FIXED64)
-_TERMINATING_FLOW_ID = tag(48, WIRE_FIXED64)
 _DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
 _PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time, and 5 MB of numpy's index arrays
 _SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
@@ -90,8 +89,9 @@ class PerfettoWriter:
     def write(self, trace: Trace) -> None:
         uuids, process_uuids = self._write_descriptors(trace)
         self._write_track_roles(trace, uuids, process_uuids)
-        flows_at_begin, flows_at_end = self._flow_ids(trace)
-        self._write_slices(trace, uuids, flows_at_begin, flows_at_end)
+        flow_fields = FlowFields(trace, self.next_flow_id)
+        self.next_flow_id = flow_fields.next_flow_id
+        self._write_slices(trace, uuids, flow_fields)
         self._write_counters(trace, uuids)
 
     def close(self) -> None:
@@ -157,7 +157,7 @@ class PerfettoWriter:
         return uuid
 
     # -- events -----------------------------------------------------------------------------
-    def _write_slices(self, trace: Trace, uuids: dict[int, int], flows_at_begin: dict, flows_at_end: dict) -> None:
+    def _write_slices(self, trace: Trace, uuids: dict[int, int], flow_fields: FlowFields) -> None:
         """Every track's slices in nesting order (flat tracks in start order), each END as soon as
         its slice is over, a batch of tracks (or of a long track's stretches) at a time."""
         by_track: dict[Track, list[Slice]] = defaultdict(list)  # model objects hash by identity
@@ -175,10 +175,10 @@ class PerfettoWriter:
             return
         prepared = self._prepared_args(trace)
         for batch in _batches(runs):
-            self._write_batch(trace, batch, prepared, flows_at_begin, flows_at_end)
+            self._write_batch(trace, batch, prepared, flow_fields)
 
     def _write_batch(self, trace: Trace, runs: list[tuple[bytes, list[Slice]]], prepared: Optional[PreparedArgs],
-                     flows_at_begin: dict, flows_at_end: dict) -> None:
+                     flow_fields: FlowFields) -> None:
         """Runs of slices (a track's, or a stretch of one that nothing open spans), encoded a few
         thousand packets at a time (packets.py)."""
         ordered = [slice_ for _, slices in runs for slice_ in slices]
@@ -197,7 +197,7 @@ class PerfettoWriter:
         for first_use, entries in interned.items():
             state[first_use] = pieces.id(self.sequence + _NEEDS_STATE + _INTERNED_DATA + length_prefixed(b"".join(entries)))
         none = pieces.id(b"")
-        flows, end_flow = (_flow_pieces(ordered, encoded, pieces, none) for encoded in (flows_at_begin, flows_at_end))
+        flows = flow_fields.of(ordered)
         heads = [(pieces.id(_TYPE_BEGIN + field), pieces.id(_TYPE_INSTANT + field), pieces.id(_TYPE_END + field))
                  for field, _ in runs]
         begin_head, instant_head, end_head = np.repeat(np.array(heads, _ID), [len(s) for _, s in runs], axis=0).T
@@ -212,7 +212,7 @@ class PerfettoWriter:
                 .piece(np.where(is_end, end_head[index], begin_head[index])) \
                 .piece(np.where(is_end, none, names[index])) \
                 .add(Column.gathered(args_source, args_starts[index], np.where(is_end, 0, args_lengths[index]))) \
-                .piece(np.where(is_end, end_flow[index], flows[index]))
+                .add(flows.column(index, is_end))
             self._write_packets(table, tags, np.where(is_end, ends[index], starts[index]),
                                 np.where(is_end, tags.sequence, state[index]), event)
         if prepared is not None:
@@ -296,29 +296,6 @@ class PerfettoWriter:
                 .add(Column.of_fixed(values[part].view(np.uint8), 8))
             self._write_packets(table, tags, times[part], tags.sequence, event)
 
-    def _flow_ids(self, trace: Trace):
-        """Per slice, the encoded flow ids for its BEGIN (outgoing, incoming) and for its END.
-
-        trace_processor opens a flow at the event that lists its id in flow_ids and closes it
-        at the next event listing it in terminating_flow_ids, in time order. An arrow whose
-        target began no later than its source therefore terminates at the target's END.
-        """
-        at_begin: dict[Slice, bytes] = defaultdict(bytes)
-        at_end: dict[Slice, bytes] = defaultdict(bytes)
-        for flow in trace.flows:
-            encoded = fixed64(self.next_flow_id)
-            self.next_flow_id += 1
-            source, target = flow.source, flow.target
-            at_begin[source] += _FLOW_ID + encoded
-            if target.ts > source.ts or target.is_instant or not target.dur:
-                at_begin[target] += _TERMINATING_FLOW_ID + encoded
-            else:
-                at_end[target] += _TERMINATING_FLOW_ID + encoded
-        for end in trace.flow_ends:
-            field = _FLOW_ID if end.outgoing else _TERMINATING_FLOW_ID
-            at_begin[end.slice] += field + fixed64(end.flow_id)
-        return at_begin, at_end
-
     def _emit(self, packet: bytes) -> None:
         self.buffer += _TRACE_PACKET + length_prefixed(packet)
         if len(self.buffer) >= _FLUSH_BYTES:
@@ -327,15 +304,6 @@ class PerfettoWriter:
     def _flush(self) -> None:
         self.stream.write(self.buffer)
         self.buffer.clear()
-
-
-def _flow_pieces(ordered: list[Slice], encoded: dict[Slice, bytes], pieces: Pieces, none: int) -> np.ndarray:
-    """Per slice, the piece of its encoded flow ids (`none` for the many without), found in C."""
-    found = list(map(encoded.get, ordered))
-    having = list(compress(range(len(found)), map(is_not, found, repeat(None))))
-    column = np.full(len(found), none, _ID)
-    column[having] = [pieces.id(encoded[ordered[index]]) for index in having]
-    return column
 
 
 def _batches(runs: list[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[bytes, list[Slice]]]]:
