@@ -20,6 +20,8 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import msgspec
 
+# 1 MiB: a piece's decoded events strand less of the heap than 4 MiB did (the slices made
+# meanwhile pin the pages they were freed from), and they stay in the CPU's caches.
 PIECE_BYTES = 1 << 20
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
