@@ -100,6 +100,25 @@ def test_a_failed_helper_only_costs_time(tmp_path, monkeypatch):
     assert _children() == []
 
 
+def test_a_helper_answering_for_fewer_entries_is_not_believed(tmp_path, monkeypatch):
+    """The main process receives the helper's bounds straight into arrays sized for what it
+    submitted; an answer that does not fill them (a helper that lost entries) is refused and
+    the writer encodes the args itself."""
+    submit = background_args.BackgroundArgsEncoder.submit
+
+    def submit_and_miscount(self, bounds):
+        submit(self, bounds)
+        self._entries += 1
+
+    monkeypatch.setattr(background_args.BackgroundArgsEncoder, "submit", submit_and_miscount)
+    source = _source(tmp_path)
+    output = tmp_path / "out.perfetto-trace"
+    results = _record_results(monkeypatch)
+    summary = _run(convert_file, source, output, monkeypatch, ahead=True)
+    assert results and all(result is None for result in results)
+    assert_lossless(source, output, summary)
+
+
 def test_a_writer_that_interned_names_already_encodes_itself(tmp_path):
     """The helpers of two traces numbered their annotation names independently."""
     first = write_json(tmp_path / "a.json", {"traceEvents": [

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import weakref
 from array import array
+from multiprocessing import BufferTooShort
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, Optional
 
@@ -91,6 +92,7 @@ class BackgroundArgsEncoder:
         results_in.close()
         self._result: Optional[EncodedArgs] = None
         self._failed = False
+        self._entries = 0  # submitted so far
         self._finalizer = weakref.finalize(self, _stop, pid, self._requests, self._results, self._output, self._ends)
 
     def submit(self, bounds: array) -> None:
@@ -100,6 +102,7 @@ class BackgroundArgsEncoder:
         try:
             write_all(self._ends.fileno(), bytearray(memoryview(bounds)[1:]))  # each entry's end
             self._requests.send_bytes((len(bounds) - 1).to_bytes(8, "little"))
+            self._entries += len(bounds) - 1
         except OSError:  # the helper is gone: the writer will encode these args itself
             self._failed = True
 
@@ -109,14 +112,20 @@ class BackgroundArgsEncoder:
             try:
                 self._requests.send_bytes(b"")
                 names, labels = msgspec.json.decode(self._results.recv_bytes())
-                bounds, label_ids = array("Q"), array("I")
-                bounds.frombytes(self._results.recv_bytes())
-                label_ids.frombytes(self._results.recv_bytes())
+                bounds = self._receive(array("Q", [0]) * (self._entries + 1))
+                label_ids = self._receive(array("I", [0]) * self._entries)
                 self._result = EncodedArgs(names, mapped(self._output, bounds[-1]), bounds, labels, label_ids)
-            except (OSError, EOFError, msgspec.DecodeError, ValueError, IndexError):
+            except (OSError, EOFError, BufferTooShort, msgspec.DecodeError, ValueError, IndexError):
                 self._failed = True
             self._finalizer()
         return self._result
+
+    def _receive(self, items: array) -> array:
+        """The helper's next message, straight into `items` (sized for every entry submitted):
+        at 1 GB the bounds are 28 MB, and a bytes object first would hold them twice."""
+        if self._results.recv_bytes_into(items) != len(items) * items.itemsize:
+            raise ValueError("the args helper answered for fewer entries than were submitted")
+        return items
 
 
 def _stop(pid: int, requests: Connection, results: Connection, *files: Any) -> None:
