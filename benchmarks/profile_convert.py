@@ -46,11 +46,13 @@ STAGES = [
     ("finish (metadata + flows)", "converter.inputs.kineto_reader", "_KinetoEvents.finish", 2),
     ("bind flows", "converter.inputs.kineto_reader", "bind_flows", 3),
     ("compaction (compact)", "converter.jobs.runner", "compact", 1),
+    ("waiting for the args helper", "converter.outputs.args_accelerator", "BackgroundArgsEncoder.result", 2),
     ("find PP blocks", "converter.jobs.runner", "find_blocks", 1),
     ("rank-local PP arrows", "converter.jobs.runner", "link_rank_local", 1),
     ("layout (separate_overlaps)", "converter.jobs.runner", "separate_overlaps", 1),
     ("write (PerfettoWriter.write)", "converter.outputs.perfetto_writer", "PerfettoWriter.write", 1),
     ("descriptors", "converter.outputs.perfetto_writer", "PerfettoWriter._write_descriptors", 2),
+    ("flow ids (FlowFields)", "converter.outputs.perfetto_writer", "FlowFields", 2),
     ("close", "converter.outputs.perfetto_writer", "PerfettoWriter.close", 1),
     ("summary", "converter.jobs.runner", "trace_summary", 1),
 ]

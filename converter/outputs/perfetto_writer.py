@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from ..model import PreparedArgs, Process, Slice, Trace, Track, TrackRole
-from ..model.nesting import start_order
+from ..model.nesting import sort_by_start
 from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
@@ -163,18 +163,10 @@ class PerfettoWriter:
         by_track: dict[Track, list[Slice]] = defaultdict(list)  # model objects hash by identity
         for slice_ in trace.slices:
             by_track[slice_.track].append(slice_)
-        runs = []
-        for track in trace.tracks:
-            slices = by_track.pop(track, None)
-            if slices:
-                # Nesting order, but a flat track's zero-duration slice goes before another starting
-                # with it, which it would otherwise nest under.
-                ordered = start_order(slices, longest_first=not track.flat)
-                runs.append((varint_field(_TRACK_UUID, uuids[id(track)]), ordered))
-        if not runs:
-            return
-        prepared = self._prepared_args(trace)
-        for batch in _batches(runs):
+        prepared: Optional[PreparedArgs] = None
+        for number, batch in enumerate(_batches(_runs(trace, by_track, uuids))):
+            if number == 0:  # interns the annotation names first: only where a slice follows
+                prepared = self._prepared_args(trace)
             self._write_batch(trace, batch, prepared, flow_fields)
 
     def _write_batch(self, trace: Trace, runs: list[tuple[bytes, list[Slice]]], prepared: Optional[PreparedArgs],
@@ -306,7 +298,19 @@ class PerfettoWriter:
         self.buffer.clear()
 
 
-def _batches(runs: list[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[bytes, list[Slice]]]]:
+def _runs(trace: Trace, by_track: dict[Track, list[Slice]], uuids: dict[int, int]) -> Iterator[tuple[bytes, list[Slice]]]:
+    """Each track's slices in write order, with its uuid field, a track at a time: its list
+    is sorted in place and leaves `by_track`, so no slice is listed twice for long."""
+    for track in trace.tracks:
+        slices = by_track.pop(track, None)
+        if slices:
+            # Nesting order, but a flat track's zero-duration slice goes before another starting
+            # with it, which it would otherwise nest under.
+            sort_by_start(slices, longest_first=not track.flat)
+            yield varint_field(_TRACK_UUID, uuids[id(track)]), slices
+
+
+def _batches(runs: Iterator[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[bytes, list[Slice]]]]:
     """Runs grouped into batches of about _SLICES_AT_ONCE slices; a longer run is cut where no
     slice is open (its stretches are written alike one by one), where it can be."""
     batch: list[tuple[bytes, list[Slice]]] = []
@@ -322,7 +326,7 @@ def _batches(runs: list[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[bytes
         yield batch
 
 
-def _stretches(ordered: list[Slice]) -> list[list[Slice]]:
+def _stretches(ordered: list[Slice]) -> Iterator[list[Slice]]:
     """A long run cut, about every _SLICES_AT_ONCE slices, before a slice that starts when every
     slice before it has ended (no END is pending across the cut)."""
     starts = np.fromiter((s.ts for s in ordered), np.int64, len(ordered))
@@ -331,7 +335,7 @@ def _stretches(ordered: list[Slice]) -> list[list[Slice]]:
     cuts = np.unique(clear[np.minimum(np.searchsorted(clear, np.arange(_SLICES_AT_ONCE, len(ordered), _SLICES_AT_ONCE)),
                                       len(clear) - 1)]) if len(clear) else np.zeros(0, np.int64)
     bounds = [0, *cuts.tolist(), len(ordered)]
-    return [ordered[first:last] for first, last in zip(bounds, bounds[1:])]
+    return (ordered[first:last] for first, last in zip(bounds, bounds[1:]))  # one copy at a time
 
 
 def _events_in_write_order(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, run_lengths: list[int]) -> np.ndarray:
