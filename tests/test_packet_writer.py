@@ -154,9 +154,11 @@ def test_column_encoding_writes_what_slice_by_slice_encoding_writes(text, stage)
 @settings(max_examples=30, **SETTINGS)
 @given(kineto_traces(), st.sampled_from(["as read", "compacted"]))
 def test_tracks_cut_into_batches_and_packets_into_parts_are_written_alike(text, stage):
-    """Batches of a few slices (long tracks cut where nothing is open) and parts of a few packets."""
+    """Batches of a few slices (long tracks cut where nothing is open), parts of a few packets,
+    and their args copied a couple at a time."""
     prepare = {"as read": lambda trace: None, "compacted": _compacted}[stage]
-    with mock.patch.object(perfetto_writer, "_SLICES_AT_ONCE", 3), mock.patch.object(perfetto_writer, "_PACKETS_AT_ONCE", 5):
+    with mock.patch.object(perfetto_writer, "_SLICES_AT_ONCE", 3), mock.patch.object(perfetto_writer, "_PACKETS_AT_ONCE", 5), \
+            mock.patch.object(perfetto_writer, "_ARGS_AT_ONCE", 2):
         columns, plain = _both(text, prepare)
     assert columns == plain
 

@@ -21,7 +21,7 @@ from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
 from .flow_fields import FlowFields
-from .packets import Column, Pieces, PieceTable, Rows
+from .packets import Column, Pieces, PieceTable, Rows, gather_runs
 from .prepared_args import ARGS_FORM, prepare_in_process
 from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, length_prefixed, string_field, tag, \
     varint_field
@@ -50,6 +50,7 @@ _TRACK_UUID = 11
 _DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
 _PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time, and 5 MB of numpy's index arrays
 _SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
+_ARGS_AT_ONCE = 1 << 9       # args copied between releases of their mapped pages: 32 MB of pages at most
 _ID = np.int32               # a piece's id
 
 _NAME, _CATEGORY = attrgetter("name"), attrgetter("cat")
@@ -203,12 +204,10 @@ class PerfettoWriter:
             event = Rows(len(part), table) \
                 .piece(np.where(is_end, end_head[index], begin_head[index])) \
                 .piece(np.where(is_end, none, names[index])) \
-                .add(Column.gathered(args_source, args_starts[index], np.where(is_end, 0, args_lengths[index]))) \
+                .add(_args_column(args_source, args_starts[index], np.where(is_end, 0, args_lengths[index]), prepared)) \
                 .add(flows.column(index, is_end))
             self._write_packets(table, tags, np.where(is_end, ends[index], starts[index]),
                                 np.where(is_end, tags.sequence, state[index]), event)
-        if prepared is not None:
-            prepared.release()
 
     def _write_packets(self, table: PieceTable, tags: "_Tags", times: np.ndarray, state: Any, event: Rows) -> None:
         """TracePackets of track events: each a time, its sequence's state (`state` pieces) and
@@ -308,6 +307,19 @@ def _runs(trace: Trace, by_track: dict[Track, list[Slice]], uuids: dict[int, int
             # with it, which it would otherwise nest under.
             sort_by_start(slices, longest_first=not track.flat)
             yield varint_field(_TRACK_UUID, uuids[id(track)]), slices
+
+
+def _args_column(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prepared: Optional[PreparedArgs]) -> Column:
+    """The args runs, copied out a few hundred at a time with the prepared args' pages let go
+    in between: a fault on a mapped file maps the 64 KB around it too, so the sparse args of a
+    thread seen now and then across a 1 GB trace held 150 MB of pages for one part."""
+    if prepared is None:
+        return Column.gathered(source, starts, lengths)
+    parts = []
+    for first in range(0, len(starts), _ARGS_AT_ONCE):
+        parts.append(gather_runs(source, starts[first:first + _ARGS_AT_ONCE], lengths[first:first + _ARGS_AT_ONCE]))
+        prepared.release()
+    return Column(np.concatenate(parts), np.cumsum(lengths) - lengths, lengths)
 
 
 def _batches(runs: Iterator[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[bytes, list[Slice]]]]:
