@@ -6,7 +6,7 @@
     python benchmarks/profile_convert.py IN.json --cprofile      # plus cProfile (slower, top functions)
     python benchmarks/profile_convert.py --size 1M               # input from run.py's cache (generated if absent)
 
-Runs the convert (or compact) job in-process (cyclic GC off and the args helper where a core
+Runs the convert (or compact) job in-process (cyclic GC off, the C heap tuned, and the args helper where a core
 is free, as the CLI does) with thin
 timers around the pipeline's stage functions, looked up by name at run time; a stage whose
 function no longer exists is reported as missing, not an error. Stage times are inclusive
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, os.environ.get("TREE") or str(Path(__file__).resolve().parent.parent))
 # As the command line does before numpy loads: one OpenBLAS thread, so the args helper may fork.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
@@ -131,6 +131,7 @@ def main() -> int:
         args.input = Path(meta["paths"][0])
 
     missing = install_timers()
+    from converter.heap import reuse_freed_memory
     from converter.jobs.runner import JobOptions, run_job
 
     size = args.input.stat().st_size
@@ -138,6 +139,7 @@ def main() -> int:
         out = Path(tmp) / "out.perfetto-trace"
         profiler = cProfile.Profile() if args.cprofile else None
         gc.disable()
+        reuse_freed_memory()
         t0 = time.perf_counter()
         if profiler:
             profiler.enable()
