@@ -12,7 +12,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converter.inputs.flows import FlowEvent, bind_flows
+from converter.inputs.flows import FlowEvent, FlowEvents, _bind_to_slices, bind_flows
 from converter.model import Slice, Track
 
 TIMES = st.integers(min_value=0, max_value=40)
@@ -40,12 +40,9 @@ def test_every_flow_event_binds_as_the_rule_says(slices, other_slices, events):
     track, other = Track(name="a"), Track(name="b")
     model = [Slice(ts, dur, f"a{i}", "", None, track, is_instant=instant) for i, (ts, dur, instant) in enumerate(slices)]
     model += [Slice(ts, dur, f"b{i}", "", None, other) for i, (ts, dur, _) in enumerate(other_slices)]
-    flow_events = []
-    for flow_id, (ts, enclosing, on_other) in enumerate(events):
-        # A start and a finish per id, so every event is part of a chain bind_flows looks at.
-        flow_events.append(FlowEvent("cat", flow_id, "s", ts, other if on_other else track, True))
-        flow_events.append(FlowEvent("cat", flow_id, "f", ts + 1, track, enclosing))
-    bind_flows(flow_events, model)
+    flow_events = [FlowEvent("cat", flow_id, "f", ts, other if on_other else track, enclosing)
+                   for flow_id, (ts, enclosing, on_other) in enumerate(events)]
+    _bind_to_slices(flow_events, model)
     for event in flow_events:
         assert event.bound is expected_binding(event, model), (event.phase, event.ts, event.bind_to_enclosing)
 
@@ -57,15 +54,14 @@ def test_a_flow_at_a_shared_start_binds_to_the_shortest_slice_read_last():
     second = Slice(10, 5, "second", "", None, track)
     instant = Slice(10, 0, "instant", "", None, track, is_instant=True)
     event = FlowEvent("cat", 1, "s", 10, track, True)
-    finish = FlowEvent("cat", 1, "f", 80, Track(name="b"), True)  # a chain needs both ends to bind
-    bind_flows([event, finish], [outer, first, second, instant])
+    _bind_to_slices([event], [outer, first, second, instant])
     assert event.bound is second
 
 
 def _plain_arrows(events: list[FlowEvent]):
-    """The chain rule, read literally on bound events: chains keyed by (category, id) in the
-    order they begin; each in time order (input order on a tie); an arrow per step from the
-    last `s` or `t` to each later `t` or `f`."""
+    """The chain rule, read literally on bound events (whose binding the tests above check):
+    chains keyed by (category, id) in the order they begin; each in time order (input order on
+    a tie); an arrow per step from the last `s` or `t` to each later `t` or `f`."""
     chains: dict = {}
     for event in events:
         chains.setdefault((event.cat, type(event.flow_id), event.flow_id), []).append(event)
@@ -102,8 +98,12 @@ CHAIN_EVENTS = st.lists(st.tuples(st.sampled_from(["ac2g", "fwdbwd"]), FLOW_IDS,
 def test_chains_give_the_arrows_the_rule_says(slices, described):
     track = Track(name="a")
     model = [Slice(ts, dur, f"a{i}", "", None, track, is_instant=instant) for i, (ts, dur, instant) in enumerate(slices)]
+    columns = FlowEvents()
+    for cat, flow_id, phase, ts, enclosing in described:
+        columns.append(cat, flow_id, phase, ts, track, enclosing)
+    bound = bind_flows(columns, model)
     events = [FlowEvent(cat, flow_id, phase, ts, track, enclosing) for cat, flow_id, phase, ts, enclosing in described]
-    bound = bind_flows(events, model)
+    _bind_to_slices(events, model)
     arrows, unbound, partnerless = _plain_arrows(events)
     assert [(flow.source, flow.target, flow.category) for flow in bound.flows] == arrows
     assert (bound.unbound, bound.partnerless) == (unbound, partnerless)

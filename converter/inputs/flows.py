@@ -7,11 +7,12 @@ becomes its own Flow, so a CUDA-graph launch with one `s` and many `f`s fans out
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from itertools import compress, count
 from operator import attrgetter
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import msgspec
 import numpy as np
@@ -21,10 +22,46 @@ from ..model import Flow, Slice, Track
 
 
 _BY_TS = attrgetter("ts")
-_CATEGORY, _FLOW_ID, _PHASE = attrgetter("cat"), attrgetter("flow_id"), attrgetter("phase")
 
 
-class FlowEvent(msgspec.Struct, gc=False, eq=False):  # ~430k of them per 1M events: see model.py
+class FlowEvents:
+    """Flow events as the reader meets them, a column per field. Most never give an arrow
+    (the capture cut their chain: 141k of 208k on hta_cuda_graph_rank0), and an object
+    apiece held about 140 bytes each through the read (250 MB at 1 GB); only the events of
+    complete chains become FlowEvents."""
+
+    def __init__(self) -> None:
+        self.categories: list[Any] = []
+        self.ids: list[Any] = []  # with the category, names the chain an event belongs to
+        self.phases: list[str] = []
+        self.times = array("q")
+        self.tracks: list[Track] = []
+        self.enclosing = bytearray()  # per event, 1: binds to the slice enclosing it (else the next one)
+
+    def __len__(self) -> int:
+        return len(self.phases)
+
+    def append(self, category: Any, flow_id: Any, phase: str, ts: int, track: Track, enclosing: bool) -> None:
+        self.extend((category,), (flow_id,), (phase,), (ts,), (track,), (enclosing,))
+
+    def extend(self, categories: Iterable[Any], ids: Iterable[Any], phases: Iterable[str], times: Iterable[int],
+               tracks: Iterable[Track], enclosing: Iterable[bool]) -> None:
+        """Events given a field at a time, all fields equally long."""
+        self.categories.extend(categories)
+        self.ids.extend(ids)
+        self.phases.extend(phases)
+        self.times.extend(times)
+        self.tracks.extend(tracks)
+        self.enclosing.extend(enclosing)
+
+    def event(self, index: int) -> "FlowEvent":
+        return FlowEvent(self.categories[index], self.ids[index], self.phases[index], self.times[index],
+                         self.tracks[index], bool(self.enclosing[index]))
+
+
+class FlowEvent(msgspec.Struct, gc=False, eq=False):
+    """One flow event of a complete chain, with the slice it binds to."""
+
     cat: str
     flow_id: Any  # with cat, names the arrow chain the event belongs to
     phase: str
@@ -45,7 +82,7 @@ class BoundFlows(msgspec.Struct):
     partnerless: int = 0
 
 
-def bind_flows(events: list[FlowEvent], slices: list[Slice]) -> BoundFlows:
+def bind_flows(events: FlowEvents, slices: list[Slice]) -> BoundFlows:
     """Arrows for the given flow events, one per `s`/`t` -> `t`/`f` step of each chain, chains
     in the order they begin in the input."""
     result = BoundFlows([])
@@ -79,20 +116,19 @@ class _Chains(msgspec.Struct):
     starts_chain: list[bool]  # per event: the first of its chain
 
 
-def _chains(events: list[FlowEvent]) -> _Chains:
-    """Chains found by sorting keys, not by a list per (category, id): most flow ends are lone
-    (a capture cuts through their chain), and a list and a key apiece for 140k of them was
-    the read's peak memory on real traces."""
+def _chains(events: FlowEvents) -> _Chains:
+    """Chains found by sorting keys, not by a list per (category, id): most flow events are
+    lone, and a list and a key apiece for 140k of them was the read's peak memory."""
     total = len(events)
     if not total:
         return _Chains([], [])
-    categories, ids = _codes(list(map(_CATEGORY, events))), _id_keys(list(map(_FLOW_ID, events)))
+    categories, ids = _codes(events.categories), _id_keys(events.ids)
     order = np.lexsort((ids, categories))  # stable: a chain's first event comes first
     first_of_chain = np.ones(total, bool)
     first_of_chain[1:] = (categories[order][1:] != categories[order][:-1]) | (ids[order][1:] != ids[order][:-1])
     heads = np.flatnonzero(first_of_chain)
     sizes = np.diff(heads, append=total)
-    is_start = np.fromiter(map("s".__eq__, map(_PHASE, events)), bool, total)
+    is_start = np.fromiter(map("s".__eq__, events.phases), bool, total)
     starts = np.add.reduceat(is_start[order], heads)
     # A chain needs a start and something else; a lone event (most partnerless ones) has neither.
     complete = (sizes > 1) & (starts > 0) & (starts < sizes)
@@ -101,12 +137,12 @@ def _chains(events: list[FlowEvent]) -> _Chains:
     in_complete = np.empty(total, bool)
     in_complete[order] = np.repeat(complete, sizes)
     chosen = np.flatnonzero(in_complete)
-    times = np.fromiter(map(_BY_TS, events), np.int64, total)
+    times = np.frombuffer(events.times, np.int64)
     chosen = chosen[np.lexsort((times[chosen], chain_begins[chosen]))]
     begins = chain_begins[chosen]
     first = np.ones(len(chosen), bool)
     first[1:] = begins[1:] != begins[:-1]
-    return _Chains(list(map(events.__getitem__, chosen.tolist())), first.tolist())
+    return _Chains(list(map(events.event, chosen.tolist())), first.tolist())
 
 
 def _codes(values: list[Any]) -> np.ndarray:

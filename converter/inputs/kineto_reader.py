@@ -35,7 +35,7 @@ from ..model.builder import TraceBuilder
 from .decimal_times import exact_ns, to_ns
 from .event_pieces import (HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, iter_pieces,
                            locate_events, piece_events)
-from .flows import FlowEvent, bind_flows
+from .flows import FlowEvents, bind_flows
 from .source import read_input_bytes
 
 # Floats carry ns exactly only below 2**40 us (~12 days) of relative time; old traces write
@@ -81,6 +81,7 @@ class _Plain(_Tagged, gc=False):
 _SLICE, _INSTANT, _FLOW = "slice", "instant", "flow"
 _KIND, _TS, _DUR, _PID, _TID, _CAT, _NAME, _ARGS = map(attrgetter, ("kind", "ts", "dur", "pid", "tid", "cat", "name",
                                                                    "args"))
+_PHASE, _ID, _BP = attrgetter("ph"), attrgetter("id"), attrgetter("bp")
 
 
 def _plain_phases(time: Any) -> tuple[type, ...]:
@@ -294,7 +295,7 @@ class _KinetoEvents(TraceBuilder):
         self.base_ns = base_ns
         self.open_begins: dict[tuple[Any, Any], list[tuple[int, _Event]]] = {}
         self.open_async: dict[tuple[Any, ...], list[tuple[int, _Event]]] = {}
-        self.flow_events: list[FlowEvent] = []
+        self.flow_events = FlowEvents()
         self.metadata_events: list[_Event] = []
         self.exact_times = False  # whether an event had to be decoded again for its exact times
         self._tracks_by_input_key: dict[tuple[Any, Any], Track] = {}  # (pid, tid) as written -> track
@@ -355,9 +356,11 @@ class _KinetoEvents(TraceBuilder):
         if None in cats:
             cats = [cat if cat is not None else "" for cat in cats]
         if _FLOW in kinds:
-            self.flow_events.extend(
-                FlowEvent(cat, e.id, e.ph, ts, track, e.ph != "f" or e.bp == "e")
-                for e, ts, track, cat, kind in zip(run, starts, on, cats, kinds) if kind is _FLOW)
+            take = _picker([index for index, kind in enumerate(kinds) if kind is _FLOW])
+            flows = take(run)
+            phases = list(map(_PHASE, flows))
+            self.flow_events.extend(take(cats), map(_ID, flows), phases, take(starts), take(on),
+                                    [phase != "f" or bp == "e" for phase, bp in zip(phases, map(_BP, flows))])
             kept = [index for index, kind in enumerate(kinds) if kind is not _FLOW]
             if not kept:
                 return
@@ -578,9 +581,8 @@ class _KinetoEvents(TraceBuilder):
             flow_id = _hashable(flow_id)
         ph = event.ph
         key = (event.pid, event.tid)
-        self.flow_events.append(FlowEvent(
-            event.cat, flow_id, ph, ts, self.thread_tracks.get(key) or self.thread_track(*key),
-            ph != "f" or event.bp == "e"))
+        self.flow_events.append(event.cat, flow_id, ph, ts, self.thread_tracks.get(key) or self.thread_track(*key),
+                                ph != "f" or event.bp == "e")
         return None
 
     def _async_key(self, event: _Event):
