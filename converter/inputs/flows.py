@@ -26,9 +26,9 @@ _BY_TS = attrgetter("ts")
 
 class FlowEvents:
     """Flow events as the reader meets them, a column per field. Most never give an arrow
-    (the capture cut their chain: 141k of 208k on hta_cuda_graph_rank0), and an object
-    apiece held about 140 bytes each through the read (250 MB at 1 GB); only the events of
-    complete chains become FlowEvents."""
+    (the capture cut their chain: 141k of 208k on hta_cuda_graph_rank0), yet an object
+    apiece (about 140 bytes with its time and id) was held through the whole read; only the
+    events of complete chains become FlowEvents."""
 
     def __init__(self) -> None:
         self.categories: list[Any] = []

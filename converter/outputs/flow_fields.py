@@ -17,7 +17,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from ..model import Trace
+from ..model import Slice, Trace
 from .packets import Column
 from .wire import WIRE_FIXED64, tag
 
@@ -63,7 +63,7 @@ class FlowFields:
         self._fields = np.concatenate([begin_fields, end_fields])
         self._end_offset = len(begin_fields)
 
-    def of(self, slices: list) -> "SliceFlowFields":
+    def of(self, slices: list[Slice]) -> "SliceFlowFields":
         """Where each of `slices`' BEGIN and END fields lie (empty for most: no arrow)."""
         keys = np.fromiter(map(id, slices), np.uint64, len(slices))
         begin_starts, begin_lengths = _runs(self._begin_holders, keys)
