@@ -15,19 +15,15 @@ _START, _DURATION = attrgetter("ts"), attrgetter("dur")
 
 
 def nesting_order(slices: list[Slice]) -> list[Slice]:
-    """Start order, enclosing slices before the ones they contain."""
-    return start_order(slices, longest_first=True)
-
-
-def start_order(slices: list[Slice], longest_first: bool) -> list[Slice]:
-    """By start, equal starts by duration (longest or shortest first), then in input order."""
+    """Start order, enclosing slices before the ones they contain (a new list)."""
     ordered = list(slices)
-    sort_by_start(ordered, longest_first)
+    sort_by_start(ordered, longest_first=True)
     return ordered
 
 
 def sort_by_start(slices: list[Slice], longest_first: bool) -> None:
-    """start_order, in place (a writer's own lists: no second list of a million slices).
+    """By start, equal starts by duration (longest or shortest first), then in input order;
+    in place (a writer's own lists: no second list of a million slices).
 
     Sorted by start alone, on a C key (a real track is nearly in order already: timsort's
     best case), then only the runs of equal starts by duration: no key tuple per slice."""

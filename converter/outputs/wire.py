@@ -9,7 +9,6 @@ import struct
 
 _VARINT_CACHE_LIMIT = 1 << 14
 pack_double = struct.Struct("<d").pack  # a double's 8 little-endian bytes
-_pack_fixed64 = struct.Struct("<Q").pack
 
 WIRE_VARINT = 0
 WIRE_FIXED64 = 1
@@ -72,7 +71,3 @@ def length_prefixed(payload: bytes) -> bytes:
 
 def string_field(field: int, text: str) -> bytes:
     return bytes_field(field, text.encode("utf-8", "surrogatepass"))
-
-
-def fixed64(value: int) -> bytes:
-    return _pack_fixed64(value)
