@@ -66,9 +66,9 @@ class PreparedArgs(Protocol):
         """(the entries' bytes, where each reference's entry starts there, its length), for
         an array of references (-1: none, length 0)."""
 
-    def release(self) -> None:
-        """What `runs` gave so far is written: its pages may leave memory (a later run reads
-        them again, from the page cache)."""
+    def copied(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+        """The runs at `starts` (as `runs` gave them), copied back to back; a store reading
+        through a mapped file lets its pages go as it copies."""
 
 
 class ArgsStore:

@@ -87,7 +87,12 @@ class Column:
     def gathered(cls, source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> "Column":
         """The runs copied out of a large source (rows encode a part at a time, and joining the
         whole source to each part would copy it each time)."""
-        return cls(gather_runs(source, starts, lengths), np.cumsum(lengths) - lengths, lengths)
+        return cls.back_to_back(gather_runs(source, starts, lengths), lengths)
+
+    @classmethod
+    def back_to_back(cls, data: np.ndarray, lengths: np.ndarray) -> "Column":
+        """Rows of `lengths[i]` bytes each, one after another in `data`."""
+        return cls(data, np.cumsum(lengths) - lengths, lengths)
 
     @classmethod
     def of_pieces(cls, table: PieceTable, ids: Any) -> "Column":

@@ -8,9 +8,10 @@ slice it belongs to; flows get one id per arrow.
 from __future__ import annotations
 
 from collections import defaultdict
+from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, BinaryIO, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Iterator, Optional
 
 import msgspec
 import numpy as np
@@ -50,7 +51,6 @@ _TRACK_UUID = 11
 _DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
 _PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time, and 5 MB of numpy's index arrays
 _SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
-_ARGS_AT_ONCE = 1 << 9       # args copied between releases of their mapped pages: 32 MB of pages at most
 _ID = np.int32               # a piece's id
 
 _NAME, _CATEGORY = attrgetter("name"), attrgetter("cat")
@@ -184,8 +184,14 @@ class PerfettoWriter:
         pieces = Pieces()
         interned: dict[int, list[bytes]] = defaultdict(list)  # slice index -> InternedData entries first met there
         names = self._name_fields(ordered, pieces, interned)
-        args_source, args_starts, args_lengths = self._encode_args(trace, ordered, interned) if prepared is None \
-            else prepared.runs(np.fromiter((-1 if s.args is None else s.args for s in ordered), np.int64, count))
+        copy_args: Callable[[np.ndarray, np.ndarray], np.ndarray]
+        if prepared is None:
+            args_source, args_starts, args_lengths = self._encode_args(trace, ordered, interned)
+            copy_args = partial(gather_runs, args_source)
+        else:
+            _, args_starts, args_lengths = prepared.runs(
+                np.fromiter((-1 if s.args is None else s.args for s in ordered), np.int64, count))
+            copy_args = prepared.copied
         state = np.full(count, pieces.id(self.sequence + _NEEDS_STATE), _ID)
         for first_use, entries in interned.items():
             state[first_use] = pieces.id(self.sequence + _NEEDS_STATE + _INTERNED_DATA + length_prefixed(b"".join(entries)))
@@ -201,10 +207,11 @@ class PerfettoWriter:
         for first in range(0, len(events), _PACKETS_AT_ONCE):
             part = events[first:first + _PACKETS_AT_ONCE]
             index, is_end = part >> 1, (part & 1).astype(bool)
+            args_lengths_here = np.where(is_end, 0, args_lengths[index])
             event = Rows(len(part), table) \
                 .piece(np.where(is_end, end_head[index], begin_head[index])) \
                 .piece(np.where(is_end, none, names[index])) \
-                .add(_args_column(args_source, args_starts[index], np.where(is_end, 0, args_lengths[index]), prepared)) \
+                .add(Column.back_to_back(copy_args(args_starts[index], args_lengths_here), args_lengths_here)) \
                 .add(flows.column(index, is_end))
             self._write_packets(table, tags, np.where(is_end, ends[index], starts[index]),
                                 np.where(is_end, tags.sequence, state[index]), event)
@@ -307,19 +314,6 @@ def _runs(trace: Trace, by_track: dict[Track, list[Slice]], uuids: dict[int, int
             # with it, which it would otherwise nest under.
             sort_by_start(slices, longest_first=not track.flat)
             yield varint_field(_TRACK_UUID, uuids[id(track)]), slices
-
-
-def _args_column(source: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prepared: Optional[PreparedArgs]) -> Column:
-    """The args runs, copied out a few hundred at a time with the prepared args' pages let go
-    in between: a fault on a mapped file maps the 64 KB around it too, so the sparse args of a
-    thread seen now and then across a 1 GB trace held 150 MB of pages for one part."""
-    if prepared is None:
-        return Column.gathered(source, starts, lengths)
-    parts = []
-    for first in range(0, len(starts), _ARGS_AT_ONCE):
-        parts.append(gather_runs(source, starts[first:first + _ARGS_AT_ONCE], lengths[first:first + _ARGS_AT_ONCE]))
-        prepared.release()
-    return Column(np.concatenate(parts), np.cumsum(lengths) - lengths, lengths)
 
 
 def _batches(runs: Iterator[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[bytes, list[Slice]]]]:
