@@ -7,7 +7,7 @@ from decimal import Decimal
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converter.inputs.decimal_times import exact_ns
+from converter.inputs.decimal_times import FLOAT_EXACT_LIMIT_US, exact_ns, numbers_ns
 
 # JSON numbers as profilers (and other tools) write microseconds: ints, up to 3 decimals,
 # more decimals, exponents, negatives, 19-digit epoch stamps.
@@ -24,16 +24,37 @@ _number = st.one_of(
 )
 
 
-def _oracle(text: str) -> int:
-    return int((Decimal(text) * 1000).to_integral_value())
+def _oracle(text: str) -> tuple[int, bool]:
+    """(ns, known): Decimal arithmetic, known where the ns fit int64."""
+    ns = int((Decimal(text) * 1000).to_integral_value())
+    return (ns, True) if -(1 << 63) <= ns < 1 << 63 else (0, False)
+
+
+def _as_pairs(values, known) -> list[tuple[int, bool]]:
+    return list(zip(values.tolist(), known.tolist()))
 
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_number, max_size=40))
 def test_bulk_times_equal_decimal_arithmetic(texts):
-    assert exact_ns([text.encode() for text in texts]) == [_oracle(text) for text in texts]
+    assert _as_pairs(*exact_ns([text.encode() for text in texts])) == [_oracle(text) for text in texts]
 
 
 def test_what_is_not_a_number_has_no_time():
-    assert exact_ns([b"null", b'"5"', b"true", b"[1]", b"5"]) == [None, None, None, None, 5000]
-    assert exact_ns([]) == []
+    assert _as_pairs(*exact_ns([b"null", b'"5"', b"true", b"[1]", b"5"])) == \
+        [(0, False), (0, False), (0, False), (0, False), (5000, True)]
+    assert _as_pairs(*exact_ns([])) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.lists(st.one_of(st.integers(min_value=-2**70, max_value=2**70), st.floats(allow_nan=False)),
+                          max_size=40),
+                 st.lists(st.integers(min_value=-2**70, max_value=2**70), max_size=40)))
+def test_numbers_as_decoded_equal_python_arithmetic(numbers):
+    """Known where exact in int64: a run of ints at any size, a float (or an int among floats)
+    below 2**40 us, rounded as round() does."""
+    all_ints = all(type(number) is int for number in numbers)
+    expected = [(number * 1000, True) if all_ints and -(1 << 63) <= number * 1000 < 1 << 63 else
+                (round(number * 1000), True) if -FLOAT_EXACT_LIMIT_US < number < FLOAT_EXACT_LIMIT_US else (0, False)
+                for number in numbers]
+    assert _as_pairs(*numbers_ns(numbers)) == expected

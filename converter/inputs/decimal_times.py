@@ -4,16 +4,17 @@ Real Kineto traces write times such as 4458676522690.655 us: beyond 2**40 us a f
 longer holds them to the nanosecond, and most real traces are beyond it (their clocks count
 from boot or from the epoch). The digits themselves are exact, so a run of times is parsed
 from its text at once with numpy. Times as profilers write them, digits with 3 decimals or
-none, are read as rows of a matrix per length, a dot product with the places' powers of ten;
-the rest, one pass over their joined characters, each digit weighted by its place. A time
+none, are read a column at a time for all texts of one length (Horner's rule); the rest, one pass over their joined characters, each digit weighted by its place. A time
 with more than 3 decimals, an exponent or more than 19 digits is converted alone through
-Decimal, rounded half to even.
+Decimal, rounded half to even. Times msgspec decoded as numbers are converted in bulk too,
+where exact. Both give ns as an int64 column and where each is known, so a reader checks a
+whole run of events' times at once.
 """
 
 from __future__ import annotations
 
 from decimal import Decimal, InvalidOperation
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import numpy as np
 
@@ -23,11 +24,15 @@ _ZERO, _NINE, _DOT, _MINUS = ord("0"), ord("9"), ord("."), ord("-")
 _INFINITIES = (float("inf"), float("-inf"))
 _USUAL_NS_DIGITS = 18  # the usual path's sums stay below 10**18, inside int64
 _USUAL_WIDTH = _USUAL_NS_DIGITS + 1
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+# Floats carry ns exactly only below 2**40 us (~12 days) of relative time.
+FLOAT_EXACT_LIMIT_US = float(1 << 40)
+_INT_MICROS_MAX = _INT64_MAX // 1000
 
 
-def exact_ns(texts: list[Any]) -> list[Optional[int]]:
-    """Each text (bytes-like: a JSON number of microseconds) in ns; None where it is not a
-    finite number."""
+def exact_ns(texts: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Each text (bytes-like: a JSON number of microseconds) in ns, and whether it is known:
+    a finite number whose ns fit int64 (where not, 0)."""
     count = len(texts)
     lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
     chars = np.frombuffer(b"".join(texts), dtype=np.uint8)
@@ -38,12 +43,35 @@ def exact_ns(texts: list[Any]) -> list[Optional[int]]:
         if 0 < width <= _USUAL_WIDTH:
             rows = np.flatnonzero(lengths == width)
             values[rows], usual[rows] = _usual_ns(chars, starts[rows], width)
-    result: list[Optional[int]] = values.tolist()
-    unusual = np.flatnonzero(~usual).tolist()
-    if unusual:
-        for index, value in zip(unusual, _any_exact_ns([texts[index] for index in unusual])):
-            result[index] = value
-    return result
+    unusual = np.flatnonzero(~usual)
+    if len(unusual):
+        for index, value in zip(unusual.tolist(), _any_exact_ns([texts[index] for index in unusual.tolist()])):
+            if value is not None and _INT64_MIN <= value <= _INT64_MAX:
+                values[index], usual[index] = value, True
+    return values, usual
+
+
+def numbers_ns(numbers: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Microseconds as msgspec decodes them (int or float) in ns, and whether known: an int
+    whose ns fit int64, a float below 2**40 us, where it holds the ns exactly (elsewhere 0;
+    the caller converts those one by one)."""
+    count = len(numbers)
+    if set(map(type, numbers)) == {int}:  # e.g. epoch microseconds written as ints
+        try:
+            micros = np.fromiter(numbers, np.int64, count)
+            known = (-_INT_MICROS_MAX <= micros) & (micros <= _INT_MICROS_MAX)
+        except OverflowError:
+            known = np.fromiter((abs(number) <= _INT_MICROS_MAX for number in numbers), bool, count)
+            micros = np.array([number if fits else 0 for number, fits in zip(numbers, known.tolist())], np.int64)
+        return np.where(known, micros, 0) * 1000, known
+    try:
+        floats = np.fromiter(numbers, np.float64, count)
+    except OverflowError:  # an int beyond any float
+        floats = np.array([float(number) if -FLOAT_EXACT_LIMIT_US < number < FLOAT_EXACT_LIMIT_US else np.inf
+                           for number in numbers], np.float64)
+    known = (-FLOAT_EXACT_LIMIT_US < floats) & (floats < FLOAT_EXACT_LIMIT_US)
+    # Rounding half to even, as round() does; the product is the float Python computes too.
+    return np.rint(np.where(known, floats, 0.0) * 1000).astype(np.int64), known
 
 
 def _usual_ns(chars: np.ndarray, starts: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
