@@ -9,16 +9,39 @@ other `f` to the first slice in that order starting at or after its ts.
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple, Optional
+
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converter.inputs.flows import FlowEvent, FlowEvents, _bind_to_slices, bind_flows
+from converter.inputs.flows import FlowEvents, bind_flows, bind_to_slices
 from converter.model import Slice, Track
 
 TIMES = st.integers(min_value=0, max_value=40)
 SLICES = st.lists(st.tuples(TIMES, st.integers(min_value=0, max_value=15), st.booleans()), max_size=25)
 # (ts, binds to the enclosing slice, on the other track)
 EVENTS = st.lists(st.tuples(TIMES, st.booleans(), st.booleans()), min_size=1, max_size=25)
+
+
+class FlowEvent(NamedTuple):
+    cat: str
+    flow_id: Any
+    phase: str
+    ts: int
+    track: Track
+    bind_to_enclosing: bool
+
+
+def _bound(events: list[FlowEvent], slices: list[Slice]) -> list[Optional[Slice]]:
+    """The slice each event binds to, through the columns bind_to_slices takes."""
+    indices = bind_to_slices(np.array([e.ts for e in events], np.int64), [e.track for e in events],
+                             np.array([e.bind_to_enclosing for e in events], bool), slices, _starts(slices))
+    return [slices[index] if index >= 0 else None for index in indices.tolist()]
+
+
+def _starts(slices: list[Slice]) -> np.ndarray:
+    return np.array([s.ts for s in slices], np.int64)
 
 
 def _start_order(slices: list[Slice]) -> list[Slice]:
@@ -42,9 +65,8 @@ def test_every_flow_event_binds_as_the_rule_says(slices, other_slices, events):
     model += [Slice(ts, dur, f"b{i}", "", None, other) for i, (ts, dur, _) in enumerate(other_slices)]
     flow_events = [FlowEvent("cat", flow_id, "f", ts, other if on_other else track, enclosing)
                    for flow_id, (ts, enclosing, on_other) in enumerate(events)]
-    _bind_to_slices(flow_events, model)
-    for event in flow_events:
-        assert event.bound is expected_binding(event, model), (event.phase, event.ts, event.bind_to_enclosing)
+    for event, bound in zip(flow_events, _bound(flow_events, model)):
+        assert bound is expected_binding(event, model), (event.phase, event.ts, event.bind_to_enclosing)
 
 
 def test_a_flow_at_a_shared_start_binds_to_the_shortest_slice_read_last():
@@ -54,36 +76,35 @@ def test_a_flow_at_a_shared_start_binds_to_the_shortest_slice_read_last():
     second = Slice(10, 5, "second", "", None, track)
     instant = Slice(10, 0, "instant", "", None, track, is_instant=True)
     event = FlowEvent("cat", 1, "s", 10, track, True)
-    _bind_to_slices([event], [outer, first, second, instant])
-    assert event.bound is second
+    assert _bound([event], [outer, first, second, instant]) == [second]
 
 
-def _plain_arrows(events: list[FlowEvent]):
+def _plain_arrows(events: list[FlowEvent], bindings: list[Optional[Slice]]):
     """The chain rule, read literally on bound events (whose binding the tests above check):
     chains keyed by (category, id) in the order they begin; each in time order (input order on
     a tie); an arrow per step from the last `s` or `t` to each later `t` or `f`."""
     chains: dict = {}
-    for event in events:
-        chains.setdefault((event.cat, type(event.flow_id), event.flow_id), []).append(event)
+    for event, bound in zip(events, bindings):
+        chains.setdefault((event.cat, type(event.flow_id), event.flow_id), []).append((event, bound))
     arrows, unbound, partnerless = [], 0, 0
     for (category, _, _), chain in chains.items():
-        phases = [event.phase for event in chain]
+        phases = [event.phase for event, _ in chain]
         if len(chain) < 2 or "s" not in phases or all(phase == "s" for phase in phases):
             partnerless += len(chain)
             continue
         source = None
-        for event in sorted(chain, key=lambda e: e.ts):
+        for event, bound in sorted(chain, key=lambda pair: pair[0].ts):
             if event.phase == "s":
-                source = event.bound
+                source = bound
                 unbound += source is None
                 continue
-            target = event.bound
+            target = bound
             if target is None or source is None or not (target.ts >= source.ts or target.ts + target.dur > source.ts):
                 unbound += 1
             elif target is not source:
                 arrows.append((source, target, category))
             if event.phase == "t":
-                source = event.bound
+                source = bound
     return arrows, unbound, partnerless
 
 
@@ -101,9 +122,8 @@ def test_chains_give_the_arrows_the_rule_says(slices, described):
     columns = FlowEvents()
     for cat, flow_id, phase, ts, enclosing in described:
         columns.append(cat, flow_id, phase, ts, track, enclosing)
-    bound = bind_flows(columns, model)
+    bound = bind_flows(columns, model, _starts(model))
     events = [FlowEvent(cat, flow_id, phase, ts, track, enclosing) for cat, flow_id, phase, ts, enclosing in described]
-    _bind_to_slices(events, model)
-    arrows, unbound, partnerless = _plain_arrows(events)
+    arrows, unbound, partnerless = _plain_arrows(events, _bound(events, model))
     assert [(flow.source, flow.target, flow.category) for flow in bound.flows] == arrows
     assert (bound.unbound, bound.partnerless) == (unbound, partnerless)

@@ -10,25 +10,23 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import defaultdict
-from itertools import compress, count
+from itertools import count, repeat
 from operator import attrgetter
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable
 
 import msgspec
 import numpy as np
 
-from ..model.nesting import nesting_order
 from ..model import Flow, Slice, Track
 
-
-_BY_TS = attrgetter("ts")
+_DURATION, _TRACK, _INSTANT = map(attrgetter, ("dur", "track", "is_instant"))
 
 
 class FlowEvents:
     """Flow events as the reader meets them, a column per field. Most never give an arrow
     (the capture cut their chain: 141k of 208k on hta_cuda_graph_rank0), yet an object
-    apiece (about 140 bytes with its time and id) was held through the whole read; only the
-    events of complete chains become FlowEvents."""
+    apiece (about 140 bytes with its time and id) was held through the whole read; binding
+    reads the columns of complete chains' events."""
 
     def __init__(self) -> None:
         self.categories: list[Any] = []
@@ -54,22 +52,6 @@ class FlowEvents:
         self.tracks.extend(tracks)
         self.enclosing.extend(enclosing)
 
-    def event(self, index: int) -> "FlowEvent":
-        return FlowEvent(self.categories[index], self.ids[index], self.phases[index], self.times[index],
-                         self.tracks[index], bool(self.enclosing[index]))
-
-
-class FlowEvent(msgspec.Struct, gc=False, eq=False):
-    """One flow event of a complete chain, with the slice it binds to."""
-
-    cat: str
-    flow_id: Any  # with cat, names the arrow chain the event belongs to
-    phase: str
-    ts: int
-    track: Track
-    bind_to_enclosing: bool
-    bound: Optional[Slice] = None
-
 
 class BoundFlows(msgspec.Struct):
     """The arrows drawn, and the flow ends that gave none: `partnerless` ends belong to a chain
@@ -82,38 +64,46 @@ class BoundFlows(msgspec.Struct):
     partnerless: int = 0
 
 
-def bind_flows(events: FlowEvents, slices: list[Slice]) -> BoundFlows:
-    """Arrows for the given flow events, one per `s`/`t` -> `t`/`f` step of each chain, chains
-    in the order they begin in the input."""
-    result = BoundFlows([])
-    chains = _chains(events)
-    result.partnerless = len(events) - len(chains.events)
-    _bind_to_slices(chains.events, slices)
-    source: Optional[Slice] = None
-    for event, first in zip(chains.events, chains.starts_chain):
-        if first:
-            source = None
-        if event.phase == "s":
-            source = event.bound
-            if source is None:
-                result.unbound += 1
-            continue
-        target = event.bound
-        if target is None or source is None or not drawable(source, target):
-            result.unbound += 1
-        elif target is not source:
-            result.flows.append(Flow(source, target, event.cat))
-        if event.phase == "t":
-            source = event.bound
-    return result
-
-
 class _Chains(msgspec.Struct):
     """The events of every chain with a start and something else, chain after chain (in the
-    order the chains begin in the input), each chain's in time order (input order on a tie)."""
+    order the chains begin in the input), each chain's in time order (input order on a tie):
+    their indices among the flow events, and per event whether it is the first of its chain,
+    a start (`s`) or a step (`t`)."""
 
-    events: list[FlowEvent]
-    starts_chain: list[bool]  # per event: the first of its chain
+    events: np.ndarray
+    first: np.ndarray
+    is_start: np.ndarray
+    is_step: np.ndarray
+
+
+def bind_flows(events: FlowEvents, slices: list[Slice], starts: np.ndarray) -> BoundFlows:
+    """Arrows for the given flow events, one per `s`/`t` -> `t`/`f` step of each chain, chains
+    in the order they begin in the input; `starts`: each slice's ts (a reader keeps them as
+    it goes: a pass over millions of slices for them costs more than binding). Done on
+    columns: an event's source is the slice its chain's latest `s` or `t` before it bound to."""
+    chains = _chains(events)
+    result = BoundFlows([], partnerless=len(events) - len(chains.events))
+    if not len(chains.events):
+        return result
+    chosen = chains.events.tolist()
+    bound = bind_to_slices(np.frombuffer(events.times, np.int64)[chains.events], _picked(events.tracks, chosen),
+                           np.frombuffer(events.enclosing, np.uint8)[chains.events].astype(bool), slices, starts)
+    positions = np.arange(len(chosen))
+    latest_lead = np.maximum.accumulate(np.where(chains.is_start | chains.is_step, positions, -1))
+    lead = np.concatenate(([-1], latest_lead[:-1]))  # the latest `s` or `t` before each event
+    has_lead = lead >= np.maximum.accumulate(np.where(chains.first, positions, 0))
+    source = np.where(has_lead, bound[np.maximum(lead, 0)], -1)
+    arrow_end = ~chains.is_start
+    reaches = arrow_end & (bound >= 0) & (source >= 0)
+    sources, targets = source[reaches], bound[reaches]
+    drawn = np.zeros(len(chosen), bool)
+    drawn[reaches] = drawable(starts[sources], starts[targets], _fields(slices, targets, _DURATION))
+    result.unbound = int(np.count_nonzero(chains.is_start & (bound < 0)) + np.count_nonzero(arrow_end & ~drawn))
+    arrows = drawn & (source != bound)
+    sources, targets = source[arrows].tolist(), bound[arrows].tolist()
+    categories = _picked(events.categories, chains.events[arrows].tolist())
+    result.flows = list(map(Flow, map(slices.__getitem__, sources), map(slices.__getitem__, targets), categories))
+    return result
 
 
 def _chains(events: FlowEvents) -> _Chains:
@@ -121,7 +111,7 @@ def _chains(events: FlowEvents) -> _Chains:
     lone, and a list and a key apiece for 140k of them was the read's peak memory."""
     total = len(events)
     if not total:
-        return _Chains([], [])
+        return _Chains(*(np.zeros(0, kind) for kind in (np.int64, bool, bool, bool)))
     categories, ids = _codes(events.categories), _id_keys(events.ids)
     order = np.lexsort((ids, categories))  # stable: a chain's first event comes first
     first_of_chain = np.ones(total, bool)
@@ -142,7 +132,8 @@ def _chains(events: FlowEvents) -> _Chains:
     begins = chain_begins[chosen]
     first = np.ones(len(chosen), bool)
     first[1:] = begins[1:] != begins[:-1]
-    return _Chains(list(map(events.event, chosen.tolist())), first.tolist())
+    is_step = np.fromiter(map("t".__eq__, _picked(events.phases, chosen.tolist())), bool, len(chosen))
+    return _Chains(chosen, first, is_start[chosen], is_step)
 
 
 def _codes(values: list[Any]) -> np.ndarray:
@@ -162,68 +153,126 @@ def _id_keys(ids: list[Any]) -> np.ndarray:
     return _codes(ids)
 
 
-def drawable(source: Slice, target: Slice) -> bool:
-    """Perfetto draws an arrow only if its target is still running when its source begins."""
-    return target.ts >= source.ts or target.ts + target.dur > source.ts
+def _picked(items: list[Any], indices: list[int]) -> list[Any]:
+    return list(map(items.__getitem__, indices))
 
 
-def _bind_to_slices(events: list[FlowEvent], slices: list[Slice]) -> None:
-    """Kineto stamps a flow event with the start of its slice, and the deepest slice running
-    at a slice's start is the shortest one starting there (the last read, on a tie): one pass
-    over the slices finds those. The other events (and `f`s binding to the next slice) sweep."""
-    deepest_at: dict[Track, dict[int, Slice]] = {track: {} for track in {event.track for event in events}}
-    # Only slices starting at some event's time (sifted in C): a table of every slice's start
-    # was the read's memory peak at 1 GB.
-    stamps = set(map(_BY_TS, events))
-    for slice_ in compress(slices, map(stamps.__contains__, map(_BY_TS, slices))):
-        if not slice_.is_instant:
-            starts = deepest_at.get(slice_.track)
-            if starts is not None:
-                other = starts.get(slice_.ts)
-                if other is None or slice_.dur <= other.dur:
-                    starts[slice_.ts] = slice_
-    rest: dict[Track, list[FlowEvent]] = defaultdict(list)
-    for event in events:
-        if event.bind_to_enclosing:
-            event.bound = deepest_at[event.track].get(event.ts)
-            if event.bound is not None:
-                continue
-        rest[event.track].append(event)
-    if not rest:
+def _fields(slices: list[Slice], indices: np.ndarray, field: Callable[[Slice], int]) -> np.ndarray:
+    return np.fromiter(map(field, map(slices.__getitem__, indices.tolist())), np.int64, len(indices))
+
+
+def drawable(source_start: Any, target_start: Any, target_duration: Any) -> Any:
+    """Perfetto draws an arrow only if its target is still running when its source begins
+    (numbers or columns of them)."""
+    return (target_start >= source_start) | (target_start + target_duration > source_start)
+
+
+def bind_to_slices(times: np.ndarray, tracks: list[Track], enclosing: np.ndarray, slices: list[Slice],
+                   starts: np.ndarray) -> np.ndarray:
+    """Per flow event (its time, track, and whether it binds to the slice enclosing it), the
+    index of the slice it binds to (`starts`: each one's ts), or -1.
+
+    Kineto stamps a flow event with the start of its slice, and the deepest slice running at
+    a slice's start is the shortest one starting there (the last read, on a tie): those are
+    found with sorted columns. The other events (and `f`s binding to the next slice) sweep."""
+    codes: dict[Track, int] = {}
+    track_codes = np.fromiter(map(codes.setdefault, tracks, count()), np.int64, len(tracks))
+    bound = np.full(len(times), -1, np.int64)
+    if enclosing.any():
+        _bind_at_starts(times, track_codes, enclosing, codes, slices, starts, bound)
+    rest = np.flatnonzero(bound < 0).tolist()
+    if rest:
+        _bind_the_rest(times[rest].tolist(), _picked(tracks, rest), enclosing[rest].tolist(), slices, bound, rest)
+    return bound
+
+
+def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.ndarray, codes: dict[Track, int],
+                    slices: list[Slice], starts: np.ndarray, bound: np.ndarray) -> None:
+    """bound[i] for the enclosing events that some slice on their track starts at."""
+    stamps = _distinct(times[enclosing])
+    at_stamp = np.flatnonzero(stamps[np.minimum(np.searchsorted(stamps, starts), len(stamps) - 1)] == starts)
+    chosen = _picked(slices, at_stamp.tolist())
+    on = np.fromiter(map(codes.get, map(_TRACK, chosen), repeat(-1)), np.int64, len(chosen))
+    keep = (on >= 0) & ~np.fromiter(map(_INSTANT, chosen), bool, len(chosen))
+    candidates, on = at_stamp[keep], on[keep]
+    begins = starts[candidates]
+    durations = _fields(slices, candidates, _DURATION)
+    # Per (track, start), the shortest slice, the last read on a tie: first in this order.
+    order = np.lexsort((-candidates, durations, begins, on))
+    on, begins, candidates = on[order], begins[order], candidates[order]
+    first = np.ones(len(order), bool)
+    first[1:] = (on[1:] != on[:-1]) | (begins[1:] != begins[:-1])
+    # (track, time) pairs compared as one key: the track's code, then the time's rank.
+    wanted = np.flatnonzero(enclosing)
+    ranks = _ranks(np.concatenate((begins[first], times[wanted])))
+    width = int(ranks.max()) + 1
+    keys = on[first] * width + ranks[:np.count_nonzero(first)]
+    event_keys = track_codes[wanted] * width + ranks[np.count_nonzero(first):]
+    if not len(keys):
         return
-    track_slices: dict[Track, list[Slice]] = {track: [] for track in rest}
-    for slice_ in slices:
+    found = np.minimum(np.searchsorted(keys, event_keys), len(keys) - 1)
+    hit = keys[found] == event_keys
+    bound[wanted[hit]] = candidates[first][found[hit]]
+
+
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """Sorted, without repeats (np.unique's hashing is several times slower on a million times)."""
+    ordered = np.sort(values)
+    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Each value's rank among the distinct values."""
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    ranks = np.empty(len(values), np.int64)
+    ranks[order] = np.cumsum(np.concatenate(([False], ordered[1:] != ordered[:-1])))
+    return ranks
+
+
+def _bind_the_rest(times: list[int], tracks: list[Track], enclosing: list[bool], slices: list[Slice],
+                   bound: np.ndarray, positions: list[int]) -> None:
+    """bound[positions[i]] for the events no slice's start gave, by a sweep per track over its
+    slices in nesting order (start, longer first, input order)."""
+    by_track: dict[Track, list[int]] = defaultdict(list)  # track -> indices into times
+    for index, track in enumerate(tracks):
+        by_track[track].append(index)
+    candidates: dict[Track, list[int]] = {track: [] for track in by_track}  # slice indices
+    for index, slice_ in enumerate(slices):
         if not slice_.is_instant:
-            candidates = track_slices.get(slice_.track)
-            if candidates is not None:
-                candidates.append(slice_)
-    for track, track_events in rest.items():
-        candidates = nesting_order(track_slices[track])
-        enclosed = [e for e in track_events if e.bind_to_enclosing]
-        if enclosed:
-            _sweep_enclosing(enclosed, candidates)
-        if len(enclosed) < len(track_events):
-            _bind_next([e for e in track_events if not e.bind_to_enclosing], candidates)
+            on_track = candidates.get(slice_.track)
+            if on_track is not None:
+                on_track.append(index)
+    for track, events in by_track.items():
+        ordered = sorted(candidates[track], key=lambda index: (slices[index].ts, -slices[index].dur))
+        for binds_enclosing, bind in ((True, _sweep_enclosing), (False, _bind_next)):
+            chosen = [index for index in events if enclosing[index] is binds_enclosing]
+            if chosen:
+                for index, slice_index in zip(chosen, bind([times[index] for index in chosen], ordered, slices)):
+                    bound[positions[index]] = slice_index
 
 
-def _sweep_enclosing(events: list[FlowEvent], candidates: list[Slice]) -> None:
+def _sweep_enclosing(times: list[int], ordered: list[int], slices: list[Slice]) -> list[int]:
     """Sweep in time: a stack of started slices; the deepest one still running encloses ts."""
-    events.sort(key=_BY_TS)
-    stack: list[Slice] = []
+    result = [-1] * len(times)
+    stack: list[int] = []
     position = 0
-    for event in events:
-        while position < len(candidates) and candidates[position].ts <= event.ts:
-            stack.append(candidates[position])
+    for event in sorted(range(len(times)), key=times.__getitem__):
+        ts = times[event]
+        while position < len(ordered) and slices[ordered[position]].ts <= ts:
+            stack.append(ordered[position])
             position += 1
         # Slices that ended before ts are dropped lazily; a partially overlapping one lower
         # down is checked again once everything above it has ended.
-        while stack and stack[-1].ts + stack[-1].dur < event.ts:
+        while stack and slices[stack[-1]].ts + slices[stack[-1]].dur < ts:
             stack.pop()
-        event.bound = stack[-1] if stack else None
+        if stack:
+            result[event] = stack[-1]
+    return result
 
 
-def _bind_next(events: list[FlowEvent], candidates: list[Slice]) -> None:
-    starts = [s.ts for s in candidates]
-    for event in events:
-        index = bisect_left(starts, event.ts)
-        event.bound = candidates[index] if index < len(candidates) else None
+def _bind_next(times: list[int], ordered: list[int], slices: list[Slice]) -> list[int]:
+    """The first slice in nesting order starting at or after each time."""
+    starts = [slices[index].ts for index in ordered]
+    found = [bisect_left(starts, ts) for ts in times]
+    return [ordered[index] if index < len(ordered) else -1 for index in found]

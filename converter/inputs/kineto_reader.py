@@ -18,6 +18,7 @@ from __future__ import annotations
 import codecs
 import functools
 import mmap
+from array import array
 from decimal import Decimal
 from itertools import count, repeat
 from operator import attrgetter, itemgetter
@@ -293,6 +294,7 @@ class _KinetoEvents(TraceBuilder):
         self.open_begins: dict[tuple[Any, Any], list[tuple[int, _Event]]] = {}
         self.open_async: dict[tuple[Any, ...], list[tuple[int, _Event]]] = {}
         self.flow_events = FlowEvents()
+        self.slice_starts = array("q")  # each slice's ts, as the slices are added: flow binding reads them
         self.metadata_events: list[_Event] = []
         self.exact_times = False  # whether an event had to be decoded again for its exact times
         self._tracks_by_input_key: dict[tuple[Any, Any], Track] = {}  # (pid, tid) as written -> track
@@ -381,9 +383,14 @@ class _KinetoEvents(TraceBuilder):
             flags = has_args.tolist()
             numbers = count(self.args.add_many([text for text, has in zip(texts, flags) if has]))
             references = [next(numbers) if has else None for has in flags]
+        self.slice_starts.extend(starts)
         self.trace.slices.extend(map(
             Slice, starts, durations, map(strings.setdefault, names, names), map(strings.setdefault, cats, cats),
             references, on, [False] * len(run) if _INSTANT not in kinds else [kind is _INSTANT for kind in kinds]))
+
+    def _add_slice(self, slice_: Slice) -> None:
+        self.trace.slices.append(slice_)
+        self.slice_starts.append(slice_.ts)
 
     def _instant_track(self, event: Any) -> Track:
         return self.global_track() if event.s == "g" else self.process_track(event.pid)
@@ -501,7 +508,7 @@ class _KinetoEvents(TraceBuilder):
         track = self.thread_tracks.get(key) or self.thread_track(*key)
         strings = self.strings
         name, cat, args = event.name, event.cat, event.args
-        self.trace.slices.append(Slice(
+        self._add_slice(Slice(
             ts, dur, strings.get(name) or self.intern(name), strings.get(cat) or self.intern(cat),
             self.args.add(args) if len(args) > 2 else None, track))  # _args, inline
         return None
@@ -525,7 +532,7 @@ class _KinetoEvents(TraceBuilder):
             return "end_before_begin"
         args = self._merged_args(begin, event)
         track = self.thread_track(begin.pid, begin.tid)
-        self.trace.slices.append(
+        self._add_slice(
             Slice(begin_ts, ts - begin_ts, self.intern(begin.name), self.intern(begin.cat), args, track))
         return None
 
@@ -548,7 +555,7 @@ class _KinetoEvents(TraceBuilder):
             track = self.process_track(event.pid)
         else:
             track = self.thread_track(event.pid, event.tid)
-        self.trace.slices.append(
+        self._add_slice(
             Slice(ts, 0, self.intern(event.name), self.intern(event.cat), self._args(event), track,
                   is_instant=True))
         return None
@@ -614,7 +621,7 @@ class _KinetoEvents(TraceBuilder):
         if ts < begin_ts:
             return "end_before_begin"
         track = self.async_track(key, begin.name)
-        self.trace.slices.append(Slice(
+        self._add_slice(Slice(
             begin_ts, ts - begin_ts, self.intern(begin.name), self.intern(begin.cat),
             self._merged_args(begin, event), track))
         return None
@@ -625,7 +632,7 @@ class _KinetoEvents(TraceBuilder):
         if problem or key is None:
             return problem or "async_without_id"
         track = self.async_track(key, event.name)
-        self.trace.slices.append(Slice(
+        self._add_slice(Slice(
             ts, 0, self.intern(event.name), self.intern(event.cat), self._args(event), track,
             is_instant=True))
         return None
@@ -645,7 +652,8 @@ class _KinetoEvents(TraceBuilder):
                 skipped[problem] += 1
         for process in self.trace.processes:
             process.row_group = process.source_pid in kineto.BOOKKEEPING_PIDS
-        bound = bind_flows(self.flow_events, self.trace.slices)
+        assert len(self.slice_starts) == len(self.trace.slices), "every slice is added through _add_slice"
+        bound = bind_flows(self.flow_events, self.trace.slices, np.frombuffer(self.slice_starts, np.int64))
         self.trace.flows.extend(bound.flows)
         self.trace.unbound_flows += bound.unbound
         self.trace.partnerless_flow_ends += bound.partnerless
