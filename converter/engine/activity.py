@@ -10,13 +10,15 @@ Both are derived series: every slice stays where it is, counted once.
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import compress
+from itertools import compress, count, repeat
 from operator import attrgetter
 from typing import Iterable
 
+import numpy as np
+
 from ..model import CounterSample, Trace, Track, TrackRole
 
-_TRACK = attrgetter("track")
+_TRACK, _START, _DURATION = map(attrgetter, ("track", "ts", "dur"))
 
 
 def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -34,24 +36,39 @@ def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def add_busy_lanes(trace: Trace) -> None:
-    """Make each lane container a counter of how many of its lanes are busy: one sample per
-    time the count changes, and a 0 at its first slice where none lasts (a GPU of zero-length
-    kernels is a lane container all the same)."""
-    edges: dict[Track, list[tuple[int, int]]] = defaultdict(list)  # model objects hash by identity
-    first: dict[Track, int] = {}
+    """Make each lane container a counter of how many of its lanes are busy: a sample at each
+    time one of its slices starts or ends, and a 0 at its first slice where none lasts (a GPU of zero-length
+    kernels is a lane container all the same). Containers come in the order of their first
+    slice. Counted on columns: a million kernels made two edge tuples each to sort."""
     container_of: dict[Track, Track] = {}  # lane -> its container
     for track in trace.tracks:
         if track.role is TrackRole.LANE and track.parent is not None:
             container_of[track] = track.parent
-    for slice_ in compress(trace.slices, map(container_of.__contains__, map(_TRACK, trace.slices))):
-        container = container_of[slice_.track]
-        first[container] = min(first.get(container, slice_.ts), slice_.ts)
-        if slice_.dur > 0:
-            edges[container].extend(((slice_.ts, 1), (slice_.end, -1)))
-    for container, start in first.items():
+    on_lanes = list(compress(trace.slices, map(container_of.__contains__, map(_TRACK, trace.slices))))
+    codes: dict[Track, int] = {}  # container -> a code rising with its first slice
+    slice_owner = np.fromiter(map(codes.setdefault, map(container_of.__getitem__, map(_TRACK, on_lanes)), count()),
+                              np.int64, len(on_lanes))
+    starts = np.fromiter(map(_START, on_lanes), np.int64, len(on_lanes))
+    ends = starts + np.fromiter(map(_DURATION, on_lanes), np.int64, len(on_lanes))
+    lasting = ends > starts
+    # Edges (container, ts, +1 at a start, -1 at an end), ends first at one time.
+    owner = np.concatenate((slice_owner[lasting], slice_owner[lasting]))
+    times = np.concatenate((starts[lasting], ends[lasting]))
+    changes = np.repeat(np.array([1, -1], np.int64), np.count_nonzero(lasting))
+    order = np.lexsort((changes, times, owner))
+    owner, times = owner[order], times[order]
+    totals = np.cumsum(changes[order])  # each container's edges sum to 0: no reset needed between them
+    last = np.ones(len(times), bool)  # the last edge of each (container, time) holds its total
+    last[:-1] = (owner[1:] != owner[:-1]) | (times[1:] != times[:-1])
+    owner, times, totals = owner[last], times[last], totals[last]
+    bounds = np.searchsorted(owner, list(codes.values()) + [len(on_lanes)]).tolist()
+    for (container, code), first, end in zip(codes.items(), bounds, bounds[1:]):
         container.is_counter = True
-        totals = running_totals(edges[container]) or [(start, 0)]
-        trace.counters.extend(CounterSample(ts, busy, container) for ts, busy in totals)
+        if first == end:  # only zero-length slices: a 0 at the earliest
+            trace.counters.append(CounterSample(int(starts[slice_owner == code].min()), 0, container))
+            continue
+        trace.counters.extend(map(CounterSample, times[first:end].tolist(), totals[first:end].tolist(),
+                                  repeat(container)))
 
 
 def busy_gpu_changes(trace: Trace) -> list[tuple[int, int]]:
