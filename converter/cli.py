@@ -22,7 +22,7 @@ from . import __version__, progress  # noqa: E402
 from .engine.window import parse_steps, parse_window  # noqa: E402
 from .errors import CgtraceError  # noqa: E402
 from .fileio.regular import read_small_text  # noqa: E402
-from .heap import reuse_freed_memory  # noqa: E402
+from .heap import end_process, keep_models_to_the_end, reuse_freed_memory  # noqa: E402
 from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E402
 from .jobs.merge import default_merge_output, merge_ranks  # noqa: E402
 from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
@@ -442,5 +442,12 @@ def _say(line: str) -> None:
     print(line, file=sys.stderr)
 
 
+def console() -> NoReturn:
+    """The `cgtrace` command: main(), each converted model kept to the end rather than freed
+    object by object (heap.py)."""
+    keep_models_to_the_end()
+    end_process(main())
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    console()

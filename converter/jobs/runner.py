@@ -23,6 +23,7 @@ from ..fileio.args_file import FileArgsStore
 from ..fileio.atomic import AtomicFiles, check_output_path, write_failed
 from ..inputs.kineto_reader import read_trace
 from ..lane_rules import LaneRules, load_lane_rules
+from ..heap import keep_to_the_end
 from ..model import ArgsStore, RankIdentity, Trace
 from ..outputs.args_accelerator import accelerated_args_store, cores_to_spare
 from ..outputs.json_writer import ChromeJsonWriter
@@ -89,6 +90,7 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
         raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
     prepared = prepare(input_path, options, rules)
     trace, summary = prepared.trace, prepared.summary
+    keep_to_the_end(trace)
     if prepared.pp_annotations != NO_PP:
         summary.update(link_rank_local(trace, prepared.blocks))
         summary["flows"] = len(trace.flows)
