@@ -97,7 +97,7 @@ def bind_flows(events: FlowEvents, slices: list[Slice], starts: np.ndarray) -> B
     reaches = arrow_end & (bound >= 0) & (source >= 0)
     sources, targets = source[reaches], bound[reaches]
     drawn = np.zeros(len(chosen), bool)
-    drawn[reaches] = drawable(starts[sources], starts[targets], _fields(slices, targets, _DURATION))
+    drawn[reaches] = _drawable(starts[sources], starts[targets], _fields(slices, targets, _DURATION))
     result.unbound = int(np.count_nonzero(chains.is_start & (bound < 0)) + np.count_nonzero(arrow_end & ~drawn))
     arrows = drawn & (source != bound)
     sources, targets = source[arrows].tolist(), bound[arrows].tolist()
@@ -161,9 +161,8 @@ def _fields(slices: list[Slice], indices: np.ndarray, field: Callable[[Slice], i
     return np.fromiter(map(field, map(slices.__getitem__, indices.tolist())), np.int64, len(indices))
 
 
-def drawable(source_start: Any, target_start: Any, target_duration: Any) -> Any:
-    """Perfetto draws an arrow only if its target is still running when its source begins
-    (numbers or columns of them)."""
+def _drawable(source_start: np.ndarray, target_start: np.ndarray, target_duration: np.ndarray) -> np.ndarray:
+    """Perfetto draws an arrow only if its target is still running when its source begins."""
     return (target_start >= source_start) | (target_start + target_duration > source_start)
 
 

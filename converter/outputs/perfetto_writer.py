@@ -53,7 +53,7 @@ _PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time, and 5 MB of nump
 _SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
 _ID = np.int32               # a piece's id
 
-_NAME, _CATEGORY = attrgetter("name"), attrgetter("cat")
+_NAME, _CATEGORY, _START, _DURATION, _INSTANT = map(attrgetter, ("name", "cat", "ts", "dur", "is_instant"))
 _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
 
@@ -176,9 +176,9 @@ class PerfettoWriter:
         thousand packets at a time (packets.py)."""
         ordered = [slice_ for _, slices in runs for slice_ in slices]
         count = len(ordered)
-        starts = np.fromiter((s.ts for s in ordered), np.int64, count)
-        ends = starts + np.fromiter((s.dur for s in ordered), np.int64, count)
-        instant = np.fromiter((s.is_instant for s in ordered), bool, count)
+        starts = np.fromiter(map(_START, ordered), np.int64, count)
+        ends = starts + np.fromiter(map(_DURATION, ordered), np.int64, count)
+        instant = np.fromiter(map(_INSTANT, ordered), bool, count)
         events = _events_in_write_order(starts, ends, instant, [len(slices) for _, slices in runs])
 
         pieces = Pieces()
@@ -335,8 +335,8 @@ def _batches(runs: Iterator[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[b
 def _stretches(ordered: list[Slice]) -> Iterator[list[Slice]]:
     """A long run cut, about every _SLICES_AT_ONCE slices, before a slice that starts when every
     slice before it has ended (no END is pending across the cut)."""
-    starts = np.fromiter((s.ts for s in ordered), np.int64, len(ordered))
-    ended = np.maximum.accumulate(starts + np.fromiter((s.dur for s in ordered), np.int64, len(ordered)))
+    starts = np.fromiter(map(_START, ordered), np.int64, len(ordered))
+    ended = np.maximum.accumulate(starts + np.fromiter(map(_DURATION, ordered), np.int64, len(ordered)))
     clear = np.flatnonzero(ended[:-1] <= starts[1:]) + 1  # nothing open before these
     cuts = np.unique(clear[np.minimum(np.searchsorted(clear, np.arange(_SLICES_AT_ONCE, len(ordered), _SLICES_AT_ONCE)),
                                       len(clear) - 1)]) if len(clear) else np.zeros(0, np.int64)
