@@ -161,6 +161,21 @@ def test_sweep_reads_entries_across_blocks(monkeypatch):
     assert [store.text(r) for r in wanted] == [texts[r] for r in wanted]
 
 
+def test_sweep_reads_no_more_than_the_entries_wanted_far_apart(monkeypatch):
+    """A block stops at the last wanted entry within reach: entries further apart than a
+    block are each read alone, not with a block's worth after them."""
+    monkeypatch.setattr(args_store, "_SWEEP_BYTES", 200)
+    store = FileArgsStore()
+    texts = [json.dumps({"i": i, "pad": "x" * 80}).encode() for i in range(300)]
+    references = [store.add(text) for text in texts]
+    read: list[int] = []
+    real_read_all = args_store.read_all
+    monkeypatch.setattr(args_store, "read_all", lambda fd, size, offset=0: read.append(size) or real_read_all(fd, size, offset))
+    wanted = references[::10]
+    assert list(store.sweep(wanted)) == [texts[r] for r in wanted]
+    assert read == [len(texts[r]) for r in wanted]
+
+
 def _children() -> list[int]:
     """This process's child processes still running or unreaped (Linux)."""
     return child_pids(os.getpid())

@@ -17,6 +17,7 @@ import os
 import tempfile
 import weakref
 from array import array
+from bisect import bisect_right
 from itertools import accumulate, islice
 from typing import Any, Iterator, Optional, Protocol, Sequence
 
@@ -81,15 +82,19 @@ class FileArgsStore(ArgsStore):
 
     def sweep(self, references: Sequence[int]) -> Iterator[bytes]:
         """Read a block at a time in file order: for hundreds of thousands of entries, a pread
-        each costs several times the reading."""
+        each costs several times the reading. A block ends with the last entry wanted within
+        _SWEEP_BYTES of its start, so entries far apart (a GPU's annotations among its
+        kernels) are not each read with a megabyte after them."""
         if self._pending:
             self._spill()
         bounds, fd = self._bounds, self._reader
+        ends = [bounds[reference + 1] for reference in references]
         block, block_start, block_end = b"", 0, 0
-        for reference in references:
-            start, end = bounds[reference], bounds[reference + 1]
+        for index, reference in enumerate(references):
+            start, end = bounds[reference], ends[index]
             if end > block_end:
-                block = read_all(fd, max(end, min(start + _SWEEP_BYTES, bounds[-1])) - start, start)
+                last = bisect_right(ends, start + _SWEEP_BYTES, index) - 1  # the last entry wanted that fits
+                block = read_all(fd, max(end, ends[last] if last >= index else end) - start, start)
                 block_start, block_end = start, start + len(block)
             yield block[start - block_start:end - block_start]
 
