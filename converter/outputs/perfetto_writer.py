@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from functools import partial
-from itertools import repeat
+from itertools import count
 from operator import attrgetter
 from typing import Any, BinaryIO, Callable, Iterator, Optional
 
@@ -230,24 +230,23 @@ class PerfettoWriter:
         if self.pending_interned:  # defined in the first packet, before anything it needs itself
             interned[0] += self.pending_interned
             self.pending_interned.clear()
-        local: dict[tuple[str, str], int] = {}
-        ids = np.fromiter(map(local.get, zip(map(_NAME, ordered), map(_CATEGORY, ordered)), repeat(-1)), _ID,
-                          len(ordered))
+        # Each slice's (name, category) numbered by where it first occurs in the batch: only
+        # those first occurrences, in order, need a Python step each.
+        first_at: dict[tuple[str, str], int] = {}
+        first = np.fromiter(map(first_at.setdefault, zip(map(_NAME, ordered), map(_CATEGORY, ordered)), count()),
+                            np.int64, len(ordered))
         heads, name_field, category_field = self._heads, self.names.field, self.categories.field
-        for index in np.flatnonzero(ids < 0).tolist():
-            key = (ordered[index].name, ordered[index].cat)
-            found = local.get(key)
-            if found is None:
-                fields = heads.get(key)
-                if fields is None:
-                    name, cat = key
-                    fields = heads[key] = name_field(name) + (category_field(cat) if cat else b"")
-                    if self.pending_interned:  # not where both were met before, in other pairs
-                        interned[index] += self.pending_interned
-                        self.pending_interned.clear()
-                found = local[key] = pieces.id(fields)
-            ids[index] = found
-        return ids
+        piece_at = np.empty(len(ordered), _ID)
+        for key, index in first_at.items():
+            fields = heads.get(key)
+            if fields is None:
+                name, cat = key
+                fields = heads[key] = name_field(name) + (category_field(cat) if cat else b"")
+                if self.pending_interned:  # not where both were met before, in other pairs
+                    interned[index] += self.pending_interned
+                    self.pending_interned.clear()
+            piece_at[index] = pieces.id(fields)
+        return piece_at[first]
 
     def _prepared_args(self, trace: Trace) -> Optional[PreparedArgs]:
         """The store's entries prepared in this writer's form (by the args accelerator, or here,
