@@ -20,6 +20,7 @@ import numpy as np
 from ..model import Flow, Slice, Track
 
 _DURATION, _TRACK, _INSTANT = map(attrgetter, ("dur", "track", "is_instant"))
+_CHUNK = 1 << 16  # indices made Python ints (or searched) at once
 
 
 class FlowEvents:
@@ -85,24 +86,26 @@ def bind_flows(events: FlowEvents, slices: list[Slice], starts: np.ndarray) -> B
     result = BoundFlows([], partnerless=len(events) - len(chains.events))
     if not len(chains.events):
         return result
-    chosen = chains.events.tolist()
-    bound = bind_to_slices(np.frombuffer(events.times, np.int64)[chains.events], _picked(events.tracks, chosen),
+    bound = bind_to_slices(np.frombuffer(events.times, np.int64)[chains.events], _picked(events.tracks, chains.events),
                            np.frombuffer(events.enclosing, np.uint8)[chains.events].astype(bool), slices, starts)
-    positions = np.arange(len(chosen))
-    latest_lead = np.maximum.accumulate(np.where(chains.is_start | chains.is_step, positions, -1))
-    lead = np.concatenate(([-1], latest_lead[:-1]))  # the latest `s` or `t` before each event
-    has_lead = lead >= np.maximum.accumulate(np.where(chains.first, positions, 0))
-    source = np.where(has_lead, bound[np.maximum(lead, 0)], -1)
+    # Columns of a million events at 1 GB: each dropped once used, as binding sets the read's peak.
+    positions = np.arange(len(chains.events))
+    lead = np.empty(len(positions), np.int64)  # the latest `s` or `t` before each event
+    lead[0] = -1
+    lead[1:] = np.maximum.accumulate(np.where(chains.is_start | chains.is_step, positions, -1))[:-1]
+    chain_begins = np.maximum.accumulate(np.where(chains.first, positions, 0))
+    del positions
+    source = np.where(lead >= chain_begins, bound[np.maximum(lead, 0)], -1)
+    del lead, chain_begins
     arrow_end = ~chains.is_start
     reaches = arrow_end & (bound >= 0) & (source >= 0)
     sources, targets = source[reaches], bound[reaches]
-    drawn = np.zeros(len(chosen), bool)
+    drawn = np.zeros(len(chains.events), bool)
     drawn[reaches] = _drawable(starts[sources], starts[targets], _fields(slices, targets, _DURATION))
     result.unbound = int(np.count_nonzero(chains.is_start & (bound < 0)) + np.count_nonzero(arrow_end & ~drawn))
     arrows = drawn & (source != bound)
-    sources, targets = source[arrows].tolist(), bound[arrows].tolist()
-    categories = _picked(events.categories, chains.events[arrows].tolist())
-    result.flows = list(map(Flow, map(slices.__getitem__, sources), map(slices.__getitem__, targets), categories))
+    result.flows = list(map(Flow, _picked(slices, source[arrows]), _picked(slices, bound[arrows]),
+                            _picked(events.categories, chains.events[arrows])))
     return result
 
 
@@ -112,11 +115,16 @@ def _chains(events: FlowEvents) -> _Chains:
     total = len(events)
     if not total:
         return _Chains(*(np.zeros(0, kind) for kind in (np.int64, bool, bool, bool)))
-    categories, ids = _codes(events.categories), _id_keys(events.ids)
-    order = np.lexsort((ids, categories))  # stable: a chain's first event comes first
-    first_of_chain = np.ones(total, bool)
-    first_of_chain[1:] = (categories[order][1:] != categories[order][:-1]) | (ids[order][1:] != ids[order][:-1])
+    keys = [_id_keys(events.ids), _codes(events.categories)]
+    order = np.lexsort(keys)  # by category, then id; stable: a chain's first event comes first
+    first_of_chain = np.zeros(total, bool)
+    first_of_chain[0] = True
+    while keys:  # each key column dropped once compared (at 1 GB, 14 MB each)
+        ordered = keys.pop()[order]
+        first_of_chain[1:] |= ordered[1:] != ordered[:-1]
+        del ordered
     heads = np.flatnonzero(first_of_chain)
+    del first_of_chain
     sizes = np.diff(heads, append=total)
     is_start = np.fromiter(map("s".__eq__, events.phases), bool, total)
     starts = np.add.reduceat(is_start[order], heads)
@@ -126,13 +134,16 @@ def _chains(events: FlowEvents) -> _Chains:
     chain_begins[order] = np.repeat(order[heads], sizes)
     in_complete = np.empty(total, bool)
     in_complete[order] = np.repeat(complete, sizes)
+    del order, heads, sizes
     chosen = np.flatnonzero(in_complete)
+    del in_complete
     times = np.frombuffer(events.times, np.int64)
     chosen = chosen[np.lexsort((times[chosen], chain_begins[chosen]))]
     begins = chain_begins[chosen]
+    del chain_begins
     first = np.ones(len(chosen), bool)
     first[1:] = begins[1:] != begins[:-1]
-    is_step = np.fromiter(map("t".__eq__, _picked(events.phases, chosen.tolist())), bool, len(chosen))
+    is_step = np.fromiter(map("t".__eq__, _picked(events.phases, chosen)), bool, len(chosen))
     return _Chains(chosen, first, is_start[chosen], is_step)
 
 
@@ -153,12 +164,17 @@ def _id_keys(ids: list[Any]) -> np.ndarray:
     return _codes(ids)
 
 
-def _picked(items: list[Any], indices: list[int]) -> list[Any]:
-    return list(map(items.__getitem__, indices))
+def _picked(items: list[Any], indices: np.ndarray) -> list[Any]:
+    """items[i] for each index, the indices made ints a chunk at a time: at 1 GB a million
+    of them at once, held through binding, set the read's peak."""
+    picked: list[Any] = []
+    for first in range(0, len(indices), _CHUNK):
+        picked.extend(map(items.__getitem__, indices[first:first + _CHUNK].tolist()))
+    return picked
 
 
 def _fields(slices: list[Slice], indices: np.ndarray, field: Callable[[Slice], int]) -> np.ndarray:
-    return np.fromiter(map(field, map(slices.__getitem__, indices.tolist())), np.int64, len(indices))
+    return np.fromiter(map(field, _picked(slices, indices)), np.int64, len(indices))
 
 
 def _drawable(source_start: np.ndarray, target_start: np.ndarray, target_duration: np.ndarray) -> np.ndarray:
@@ -179,9 +195,10 @@ def bind_to_slices(times: np.ndarray, tracks: list[Track], enclosing: np.ndarray
     bound = np.full(len(times), -1, np.int64)
     if enclosing.any():
         _bind_at_starts(times, track_codes, enclosing, codes, slices, starts, bound)
-    rest = np.flatnonzero(bound < 0).tolist()
-    if rest:
-        _bind_the_rest(times[rest].tolist(), _picked(tracks, rest), enclosing[rest].tolist(), slices, bound, rest)
+    rest = np.flatnonzero(bound < 0)
+    if len(rest):
+        _bind_the_rest(times[rest].tolist(), _picked(tracks, rest), enclosing[rest].tolist(), slices, bound,
+                       rest.tolist())
     return bound
 
 
@@ -189,17 +206,24 @@ def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.nd
                     slices: list[Slice], starts: np.ndarray, bound: np.ndarray) -> None:
     """bound[i] for the enclosing events that some slice on their track starts at."""
     stamps = _distinct(times[enclosing])
-    at_stamp = np.flatnonzero(stamps[np.minimum(np.searchsorted(stamps, starts), len(stamps) - 1)] == starts)
-    chosen = _picked(slices, at_stamp.tolist())
+    pieces = [np.zeros(0, np.int64)]
+    for offset in range(0, len(starts), _CHUNK):  # a chunk at a time: whole, two int64 temporaries per slice
+        part = starts[offset:offset + _CHUNK]
+        pieces.append(np.flatnonzero(stamps[np.minimum(np.searchsorted(stamps, part), len(stamps) - 1)] == part) + offset)
+    at_stamp = np.concatenate(pieces)
+    del pieces
+    chosen = _picked(slices, at_stamp)
     on = np.fromiter(map(codes.get, map(_TRACK, chosen), repeat(-1)), np.int64, len(chosen))
     keep = (on >= 0) & ~np.fromiter(map(_INSTANT, chosen), bool, len(chosen))
+    del chosen
     candidates, on = at_stamp[keep], on[keep]
+    del at_stamp, keep
     begins = starts[candidates]
-    durations = _fields(slices, candidates, _DURATION)
     # Per (track, start), the shortest slice, the last read on a tie: first in this order.
-    order = np.lexsort((-candidates, durations, begins, on))
+    order = np.lexsort((-candidates, _fields(slices, candidates, _DURATION), begins, on))
     on, begins, candidates = on[order], begins[order], candidates[order]
-    first = np.ones(len(order), bool)
+    del order
+    first = np.ones(len(candidates), bool)
     first[1:] = (on[1:] != on[:-1]) | (begins[1:] != begins[:-1])
     # (track, time) pairs compared as one key: the track's code, then the time's rank.
     wanted = np.flatnonzero(enclosing)
