@@ -276,19 +276,19 @@ def _add_lane_options(command: argparse.ArgumentParser) -> None:
                               "by default; re-lane them by the lane rules instead")
 
 
-def _job_options(args: argparse.Namespace, compact: bool) -> JobOptions:
+def _job_options(args: argparse.Namespace, compact: bool, ends_command: bool = False) -> JobOptions:
     return JobOptions(compact=compact, lanes_file=getattr(args, "lanes", None), strict=args.strict,
                       window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
                       relane=getattr(args, "relane", False),
                       output_format=getattr(args, "format", "perfetto"), args_strategy="auto",
-                      overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin)
+                      overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command)
 
 
 def _run_convert(args: argparse.Namespace) -> int:
     if args.input.is_dir():
         return _run_batch(args, compact=False)
     output = args.output or default_output_path(args.input)
-    summary = run_job(args.input, output, _job_options(args, compact=False))
+    summary = run_job(args.input, output, _job_options(args, compact=False, ends_command=True))
     _report(summary, args.quiet, f"{summary['slices']} slices, {summary['flows']} flows, "
                                  f"{summary['tracks']} tracks -> {output}")
     return 0
@@ -301,7 +301,7 @@ def _run_compact(args: argparse.Namespace) -> int:
     if args.input.is_dir():
         return _run_batch(args, compact=True)
     output = args.output or default_output_path(args.input, "_compacted", args.format)
-    summary = run_job(args.input, output, _job_options(args, compact=True))
+    summary = run_job(args.input, output, _job_options(args, compact=True, ends_command=True))
     per_gpu = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
                         for gpu in summary["per_gpu"]) or "no GPU slices"
     _report(summary, args.quiet, f"{per_gpu} -> {output}")

@@ -11,9 +11,10 @@ trimmed only past 128 MB free: hta_nccl_a100 at 1 GB compacted in 22.1 instead o
 peaking at 1343 instead of 1326 MiB (one run each).
 
 At exit: a converted model is millions of objects, and freeing them one by one as the last
-reference goes took 0.44 s at 1 GB (hta_nccl_a100). The command line keeps each model to the
-end and ends the process without freeing it; code that calls the jobs in a running process
-(tests, a server) never turns this on, and frees as usual.
+reference goes took 0.44 s at 1 GB (hta_nccl_a100). The command line keeps the model of a
+job that ends the command (a single convert or compact: not a batch's, whose workers go on to
+the next rank, nor one a query reads afterwards) and ends the process without freeing it;
+code that calls the jobs in a running process (tests, a server) never turns this on.
 """
 
 from __future__ import annotations

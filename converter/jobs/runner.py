@@ -52,6 +52,9 @@ class JobOptions:
     overwrite: bool = False
     verify: bool = False
     tp_bin: Optional[str] = None
+    # The command ends with this job: its model may be kept to the end instead of freed object
+    # by object (heap.keep_to_the_end); never for a job followed by others or by a query.
+    ends_command: bool = False
 
 
 @dataclass
@@ -90,7 +93,8 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
         raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
     prepared = prepare(input_path, options, rules)
     trace, summary = prepared.trace, prepared.summary
-    keep_to_the_end(trace)
+    if options.ends_command:
+        keep_to_the_end(trace)
     if prepared.pp_annotations != NO_PP:
         summary.update(link_rank_local(trace, prepared.blocks))
         summary["flows"] = len(trace.flows)
