@@ -12,12 +12,13 @@ from bisect import bisect_left
 from collections import defaultdict
 from itertools import count, repeat
 from operator import attrgetter
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Optional
 
 import msgspec
 import numpy as np
 
 from ..model import Flow, Slice, Track
+from ..model.nesting import nesting_order
 
 _DURATION, _TRACK, _INSTANT = map(attrgetter, ("dur", "track", "is_instant"))
 _CHUNK = 1 << 16  # indices made Python ints (or searched) at once
@@ -256,46 +257,47 @@ def _ranks(values: np.ndarray) -> np.ndarray:
 def _bind_the_rest(times: list[int], tracks: list[Track], enclosing: list[bool], slices: list[Slice],
                    bound: np.ndarray, positions: list[int]) -> None:
     """bound[positions[i]] for the events no slice's start gave, by a sweep per track over its
-    slices in nesting order (start, longer first, input order)."""
+    slices in nesting order."""
     by_track: dict[Track, list[int]] = defaultdict(list)  # track -> indices into times
     for index, track in enumerate(tracks):
         by_track[track].append(index)
-    candidates: dict[Track, list[int]] = {track: [] for track in by_track}  # slice indices
+    candidates: dict[Track, list[Slice]] = {track: [] for track in by_track}
+    index_of: dict[int, int] = {}  # id(candidate) -> its index among the slices
     for index, slice_ in enumerate(slices):
         if not slice_.is_instant:
             on_track = candidates.get(slice_.track)
             if on_track is not None:
-                on_track.append(index)
+                on_track.append(slice_)
+                index_of[id(slice_)] = index
     for track, events in by_track.items():
-        ordered = sorted(candidates[track], key=lambda index: (slices[index].ts, -slices[index].dur))
+        ordered = nesting_order(candidates[track])
         for binds_enclosing, bind in ((True, _sweep_enclosing), (False, _bind_next)):
             chosen = [index for index in events if enclosing[index] is binds_enclosing]
-            if chosen:
-                for index, slice_index in zip(chosen, bind([times[index] for index in chosen], ordered, slices)):
-                    bound[positions[index]] = slice_index
+            for index, found in zip(chosen, bind([times[index] for index in chosen], ordered)):
+                if found is not None:
+                    bound[positions[index]] = index_of[id(found)]
 
 
-def _sweep_enclosing(times: list[int], ordered: list[int], slices: list[Slice]) -> list[int]:
+def _sweep_enclosing(times: list[int], ordered: list[Slice]) -> list[Optional[Slice]]:
     """Sweep in time: a stack of started slices; the deepest one still running encloses ts."""
-    result = [-1] * len(times)
-    stack: list[int] = []
+    result: list[Optional[Slice]] = [None] * len(times)
+    stack: list[Slice] = []
     position = 0
     for event in sorted(range(len(times)), key=times.__getitem__):
         ts = times[event]
-        while position < len(ordered) and slices[ordered[position]].ts <= ts:
+        while position < len(ordered) and ordered[position].ts <= ts:
             stack.append(ordered[position])
             position += 1
         # Slices that ended before ts are dropped lazily; a partially overlapping one lower
         # down is checked again once everything above it has ended.
-        while stack and slices[stack[-1]].ts + slices[stack[-1]].dur < ts:
+        while stack and stack[-1].ts + stack[-1].dur < ts:
             stack.pop()
         if stack:
             result[event] = stack[-1]
     return result
 
 
-def _bind_next(times: list[int], ordered: list[int], slices: list[Slice]) -> list[int]:
+def _bind_next(times: list[int], ordered: list[Slice]) -> list[Optional[Slice]]:
     """The first slice in nesting order starting at or after each time."""
-    starts = [slices[index].ts for index in ordered]
-    found = [bisect_left(starts, ts) for ts in times]
-    return [ordered[index] if index < len(ordered) else -1 for index in found]
+    starts = [slice_.ts for slice_ in ordered]
+    return [ordered[index] if index < len(ordered) else None for index in (bisect_left(starts, ts) for ts in times)]
