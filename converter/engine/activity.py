@@ -10,13 +10,14 @@ Both are derived series: every slice stays where it is, counted once.
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import compress, count, repeat
+from itertools import compress, repeat
 from operator import attrgetter
 from typing import Iterable
 
 import numpy as np
 
 from ..model import CounterSample, Trace, Track, TrackRole
+from ..model.columns import first_positions
 
 _TRACK, _START, _DURATION = map(attrgetter, ("track", "ts", "dur"))
 
@@ -45,9 +46,8 @@ def add_busy_lanes(trace: Trace) -> None:
         if track.role is TrackRole.LANE and track.parent is not None:
             container_of[track] = track.parent
     on_lanes = list(compress(trace.slices, map(container_of.__contains__, map(_TRACK, trace.slices))))
-    codes: dict[Track, int] = {}  # container -> a code rising with its first slice
-    slice_owner = np.fromiter(map(codes.setdefault, map(container_of.__getitem__, map(_TRACK, on_lanes)), count()),
-                              np.int64, len(on_lanes))
+    # Per slice its container's code, rising with each container's first slice.
+    slice_owner, codes = first_positions(map(container_of.__getitem__, map(_TRACK, on_lanes)), len(on_lanes))
     starts = np.fromiter(map(_START, on_lanes), np.int64, len(on_lanes))
     ends = starts + np.fromiter(map(_DURATION, on_lanes), np.int64, len(on_lanes))
     lasting = ends > starts

@@ -10,7 +10,7 @@ from __future__ import annotations
 from array import array
 from bisect import bisect_left
 from collections import defaultdict
-from itertools import count, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import Any, Callable, Iterable, Optional
 
@@ -18,6 +18,7 @@ import msgspec
 import numpy as np
 
 from ..model import Flow, Slice, Track
+from ..model.columns import first_positions
 from ..model.nesting import nesting_order
 
 _DURATION, _TRACK, _INSTANT = map(attrgetter, ("dur", "track", "is_instant"))
@@ -116,7 +117,7 @@ def _chains(events: FlowEvents) -> _Chains:
     total = len(events)
     if not total:
         return _Chains(*(np.zeros(0, kind) for kind in (np.int64, bool, bool, bool)))
-    keys = [_id_keys(events.ids), _codes(events.categories)]
+    keys = [_id_keys(events.ids), first_positions(events.categories, total)[0]]
     order = np.lexsort(keys)  # by category, then id; stable: a chain's first event comes first
     first_of_chain = np.zeros(total, bool)
     first_of_chain[0] = True
@@ -148,21 +149,15 @@ def _chains(events: FlowEvents) -> _Chains:
     return _Chains(chosen, first, is_start[chosen], is_step)
 
 
-def _codes(values: list[Any]) -> np.ndarray:
-    """Equal values, equal codes (for the few distinct categories, or ids that are not int64)."""
-    known: dict[Any, int] = {}
-    return np.fromiter(map(known.setdefault, values, count()), np.int64, len(values))
-
-
 def _id_keys(ids: list[Any]) -> np.ndarray:
     """Keys equal exactly where flow ids are: the ids themselves where all are int64 (Kineto's),
-    else codes (a text id "1" and the int 1 name different chains)."""
+    else their first positions (a text id "1" and the int 1 name different chains)."""
     if set(map(type, ids)) == {int}:
         try:
             return np.fromiter(ids, np.int64, len(ids))
         except OverflowError:
             pass
-    return _codes(ids)
+    return first_positions(ids, len(ids))[0]
 
 
 def _picked(items: list[Any], indices: np.ndarray) -> list[Any]:
@@ -191,8 +186,7 @@ def bind_to_slices(times: np.ndarray, tracks: list[Track], enclosing: np.ndarray
     Kineto stamps a flow event with the start of its slice, and the deepest slice running at
     a slice's start is the shortest one starting there (the last read, on a tie): those are
     found with sorted columns. The other events (and `f`s binding to the next slice) sweep."""
-    codes: dict[Track, int] = {}
-    track_codes = np.fromiter(map(codes.setdefault, tracks, count()), np.int64, len(tracks))
+    track_codes, codes = first_positions(tracks, len(tracks))
     bound = np.full(len(times), -1, np.int64)
     if enclosing.any():
         _bind_at_starts(times, track_codes, enclosing, codes, slices, starts, bound)

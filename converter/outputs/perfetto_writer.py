@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import defaultdict
 from functools import partial
-from itertools import count
 from operator import attrgetter
 from typing import Any, BinaryIO, Callable, Iterator, Optional
 
@@ -17,6 +16,7 @@ import msgspec
 import numpy as np
 
 from ..model import PreparedArgs, Process, Slice, Trace, Track, TrackRole
+from ..model.columns import first_positions
 from ..model.nesting import sort_by_start
 from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
@@ -232,9 +232,7 @@ class PerfettoWriter:
             self.pending_interned.clear()
         # Each slice's (name, category) numbered by where it first occurs in the batch: only
         # those first occurrences, in order, need a Python step each.
-        first_at: dict[tuple[str, str], int] = {}
-        first = np.fromiter(map(first_at.setdefault, zip(map(_NAME, ordered), map(_CATEGORY, ordered)), count()),
-                            np.int64, len(ordered))
+        first, first_at = first_positions(zip(map(_NAME, ordered), map(_CATEGORY, ordered)), len(ordered))
         heads, name_field, category_field = self._heads, self.names.field, self.categories.field
         piece_at = np.empty(len(ordered), _ID)
         for key, index in first_at.items():
