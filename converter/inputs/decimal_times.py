@@ -4,8 +4,9 @@ Real Kineto traces write times such as 4458676522690.655 us: beyond 2**40 us a f
 longer holds them to the nanosecond, and most real traces are beyond it (their clocks count
 from boot or from the epoch). The digits themselves are exact, so a run of times is parsed
 from its text at once with numpy. Times as profilers write them, digits with 3 decimals or
-none, are read a column at a time for all texts of one length (Horner's rule); the rest, one pass over their joined characters, each digit weighted by its place. A time
-with more than 3 decimals, an exponent or more than 19 digits is converted alone through
+none, are read a column at a time for all texts of one length (Horner's rule); the rest,
+one pass over their joined characters, each digit weighted by its place. A time with more
+than 3 decimals, an exponent or more than 19 digits is converted alone through
 Decimal, rounded half to even. Times msgspec decoded as numbers are converted in bulk too,
 where exact. Both give ns as an int64 column and where each is known, so a reader checks a
 whole run of events' times at once.
@@ -43,11 +44,10 @@ def exact_ns(texts: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         if 0 < width <= _USUAL_WIDTH:
             rows = np.flatnonzero(lengths == width)
             values[rows], usual[rows] = _usual_ns(chars, starts[rows], width)
-    unusual = np.flatnonzero(~usual)
-    if len(unusual):
-        for index, value in zip(unusual.tolist(), _any_exact_ns([texts[index] for index in unusual.tolist()])):
-            if value is not None and _INT64_MIN <= value <= _INT64_MAX:
-                values[index], usual[index] = value, True
+    unusual = np.flatnonzero(~usual).tolist()
+    for index, value in zip(unusual, _any_exact_ns([texts[index] for index in unusual]) if unusual else []):
+        if value is not None and _INT64_MIN <= value <= _INT64_MAX:
+            values[index], usual[index] = value, True
     return values, usual
 
 

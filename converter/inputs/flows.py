@@ -12,7 +12,7 @@ from bisect import bisect_left
 from collections import defaultdict
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Iterable, Optional
 
 import msgspec
 import numpy as np
@@ -103,7 +103,7 @@ def bind_flows(events: FlowEvents, slices: list[Slice], starts: np.ndarray) -> B
     reaches = arrow_end & (bound >= 0) & (source >= 0)
     sources, targets = source[reaches], bound[reaches]
     drawn = np.zeros(len(chains.events), bool)
-    drawn[reaches] = _drawable(starts[sources], starts[targets], _fields(slices, targets, _DURATION))
+    drawn[reaches] = _drawable(starts[sources], starts[targets], _durations(slices, targets))
     result.unbound = int(np.count_nonzero(chains.is_start & (bound < 0)) + np.count_nonzero(arrow_end & ~drawn))
     arrows = drawn & (source != bound)
     result.flows = list(map(Flow, _picked(slices, source[arrows]), _picked(slices, bound[arrows]),
@@ -169,8 +169,8 @@ def _picked(items: list[Any], indices: np.ndarray) -> list[Any]:
     return picked
 
 
-def _fields(slices: list[Slice], indices: np.ndarray, field: Callable[[Slice], int]) -> np.ndarray:
-    return np.fromiter(map(field, _picked(slices, indices)), np.int64, len(indices))
+def _durations(slices: list[Slice], indices: np.ndarray) -> np.ndarray:
+    return np.fromiter(map(_DURATION, _picked(slices, indices)), np.int64, len(indices))
 
 
 def _drawable(source_start: np.ndarray, target_start: np.ndarray, target_duration: np.ndarray) -> np.ndarray:
@@ -215,7 +215,7 @@ def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.nd
     del at_stamp, keep
     begins = starts[candidates]
     # Per (track, start), the shortest slice, the last read on a tie: first in this order.
-    order = np.lexsort((-candidates, _fields(slices, candidates, _DURATION), begins, on))
+    order = np.lexsort((-candidates, _durations(slices, candidates), begins, on))
     on, begins, candidates = on[order], begins[order], candidates[order]
     del order
     first = np.ones(len(candidates), bool)

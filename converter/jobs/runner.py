@@ -21,9 +21,9 @@ from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bound
 from ..errors import CgtraceError
 from ..fileio.args_file import FileArgsStore
 from ..fileio.atomic import AtomicFiles, check_output_path, write_failed
+from ..heap import keep_to_the_end
 from ..inputs.kineto_reader import read_trace
 from ..lane_rules import LaneRules, load_lane_rules
-from ..heap import keep_to_the_end
 from ..model import ArgsStore, RankIdentity, Trace
 from ..outputs.args_accelerator import accelerated_args_store, cores_to_spare
 from ..outputs.json_writer import ChromeJsonWriter
