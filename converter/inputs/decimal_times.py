@@ -75,22 +75,28 @@ def numbers_ns(numbers: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _usual_ns(chars: np.ndarray, starts: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
-    """(ns, whether usual) of texts of one width: digits with at most 3 decimals, read a
-    column at a time (Horner's rule), the dot's column skipped; at most 18 digits of ns,
-    so no sum leaves int64."""
+    """(ns, whether usual) of texts of one width: digits with at most 3 decimals and at most
+    18 digits of ns, so no sum leaves int64. The texts with the same number of decimals are
+    one matrix of digits, each column weighted by its place (a matrix product)."""
     decimals = np.zeros(len(starts), np.int64)
     for places in range(1, min(3, width - 2) + 1):
         decimals[chars[starts + width - 1 - places] == _DOT] = places
-    valid = (width - (decimals > 0) - decimals + 3 <= _USUAL_NS_DIGITS)
-    dot_column = np.where(decimals > 0, width - 1 - decimals, -1)
+    # A character that is not a digit wraps to above 9.
+    digits = chars[starts[:, None] + np.arange(width)] - np.uint8(_ZERO)
     values = np.zeros(len(starts), np.int64)
-    for column in range(width):
-        digit = chars[starts + column] - np.uint8(_ZERO)  # a character that is not a digit wraps to above 9
-        at_dot = dot_column == column
-        valid &= (digit <= 9) | at_dot
-        values = np.where(at_dot, values, values * 10 + digit)
-    values *= _POWERS[3 - decimals].astype(np.int64)
-    return np.where(valid, values, 0), valid
+    usual = np.zeros(len(starts), bool)
+    for places in np.flatnonzero(np.bincount(decimals)).tolist():
+        columns = np.arange(width)
+        if places:  # the dot's column counts for nothing
+            columns = np.delete(columns, width - 1 - places)
+        if len(columns) - places + 3 > _USUAL_NS_DIGITS:
+            continue
+        rows = np.flatnonzero(decimals == places) if places or decimals.any() else slice(None)
+        texts = digits[rows][:, columns]
+        usual[rows] = (texts <= 9).all(axis=1)
+        weights = _POWERS[len(columns) - 1 - np.arange(len(columns)) + 3 - places].astype(np.int64)
+        values[rows] = texts.astype(np.int64) @ weights
+    return np.where(usual, values, 0), usual
 
 
 def _any_exact_ns(texts: list[Any]) -> list[Optional[int]]:

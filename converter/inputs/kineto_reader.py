@@ -83,11 +83,14 @@ _PHASE, _ID, _BP = attrgetter("ph"), attrgetter("id"), attrgetter("bp")
 
 
 def _plain_phases(time: Any) -> tuple[type, ...]:
-    """One tagged class per plain phase, with times decoded as `time`."""
+    """One tagged class per plain phase, with starts decoded as `time`. Durations are always
+    numbers: a float holds them to the ns below 2**40 us (12 days), and an event with a longer
+    one is decoded again exactly."""
     common = {"ts": time, "pid": Union[int, str], "tid": Union[int, str], "cat": Optional[str]}
-    shapes = {_SLICE: ("X", {"dur": time, "name": str}, {}),
-              _INSTANT: ("iI", {"name": str, "s": Optional[str]}, {"s": None}),  # s: scope ("g", "p", thread)
-              _FLOW: ("stf", {"id": Union[int, str], "bp": Optional[str]}, {"bp": None})}
+    shapes: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
+        _SLICE: ("X", {"dur": Union[int, float], "name": str}, {}),
+        _INSTANT: ("iI", {"name": str, "s": Optional[str]}, {"s": None}),  # s: scope ("g", "p", thread)
+        _FLOW: ("stf", {"id": Union[int, str], "bp": Optional[str]}, {"bp": None})}
     return tuple(type(f"_Plain_{ph}", (_Plain,), {"__annotations__": {**common, **fields}, "ph": ph, "kind": kind,
                                                   "cat": None, **defaults},
                       tag=ph, kw_only=True, gc=False)
@@ -107,7 +110,6 @@ def _tagged_list(time: Any) -> msgspec.json.Decoder:
 _TAGGED_NUMBERS = _tagged_list(Union[int, float])
 _TAGGED_TEXT = _tagged_list(msgspec.Raw)
 _TAGGED_TRIES = 3  # pieces the tagged decoding may fail before the rest skip it
-_ZERO = msgspec.Raw(b"0")
 _NOT_THREAD = ("g", "p")  # instant scopes with a track other than their thread's
 
 
@@ -323,16 +325,19 @@ class _KinetoEvents(TraceBuilder):
         negative or out of range) goes to `_add_each`, in its place."""
         run = items[start:end]
         count = len(run)
-        as_text = type(run[0].ts) is msgspec.Raw  # which of the two tagged decoders made the piece
         kinds = list(map(_KIND, run))
-        zero = _ZERO if as_text else 0  # the duration of instants and flow steps
-        # Starts and durations in one conversion: half the fixed cost of a numpy pass.
-        times, known = (exact_ns if as_text else numbers_ns)(
-            [*map(_TS, run), *[dur if kind is _SLICE else zero for dur, kind in zip(map(_DUR, run), kinds)]])
-        starts, durations = times[:count], times[count:]
+        durations_of = [dur if kind is _SLICE else 0 for dur, kind in zip(map(_DUR, run), kinds)]  # 0: instants, flows
+        if type(run[0].ts) is msgspec.Raw:  # which of the two tagged decoders made the piece
+            starts, starts_known = exact_ns(list(map(_TS, run)))
+            durations, durations_known = numbers_ns(durations_of)
+            known = starts_known & durations_known
+        else:  # starts and durations in one conversion: half the fixed cost of a numpy pass
+            times, both_known = numbers_ns([*map(_TS, run), *durations_of])
+            starts, durations = times[:count], times[count:]
+            known = both_known[:count] & both_known[count:]
         # 0 <= ts + base and 0 <= dur <= MAX_NS - ts - base, in int64 without overflow.
         headroom = MAX_NS - self.base_ns
-        fits = known[:count] & known[count:] & (starts >= -self.base_ns) & (starts <= headroom) & (durations >= 0)
+        fits = known & (starts >= -self.base_ns) & (starts <= headroom) & (durations >= 0)
         fits &= durations <= headroom - np.where(fits, starts, 0)
         items[start:end] = [None] * count
         odd = np.flatnonzero(~fits).tolist()
