@@ -18,6 +18,7 @@ from converter.fileio.args_file import FileArgsStore
 from converter.jobs.runner import args_store as make_args_store
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
+from converter.outputs import perfetto_writer, slice_packets
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.inputs.kineto_reader import read_trace
 
@@ -75,6 +76,7 @@ def test_helper_gives_the_trace_in_process_encoding_gives(tmp_path, monkeypatch,
     summary = _run(job, source, ahead, monkeypatch, ahead=True)
     assert results and all(isinstance(result, background_args.EncodedArgs) for result in results)
     assert _comparable(summary) == _comparable(_run(job, source, in_process, monkeypatch, ahead=False))
+    assert ahead.read_bytes() == in_process.read_bytes()
     assert actual_slices(ahead) == actual_slices(in_process)
     assert actual_flows(ahead) == actual_flows(in_process)
     if job is convert_file:
@@ -84,6 +86,58 @@ def test_helper_gives_the_trace_in_process_encoding_gives(tmp_path, monkeypatch,
         labels = rows(ahead, "select name, ts, dur from slice where category = 'cuda_graph_label' order by ts, name")
         assert labels and labels == rows(in_process, "select name, ts, dur from slice "
                                                      "where category = 'cuda_graph_label' order by ts, name")
+
+
+def _record_packets(monkeypatch) -> list:
+    """How many bytes of packets the helper handed back, per batch (None: it failed)."""
+    taken = []
+    original = background_args._HelperPackets.take
+
+    def take(self):
+        taken.append(original(self))
+        return taken[-1]
+
+    monkeypatch.setattr(background_args._HelperPackets, "take", take)
+    return taken
+
+
+def _many_batches(monkeypatch) -> None:
+    """Batches of 16 slices in parts of 4 packets: the helper and the writer share each one."""
+    monkeypatch.setattr(perfetto_writer, "_SLICES_AT_ONCE", 16)
+    monkeypatch.setattr(slice_packets, "PACKETS_AT_ONCE", 4)
+
+
+@pytest.mark.parametrize("job", [convert_file, compact_file], ids=["convert", "compact"])
+def test_the_helper_encodes_the_packets_the_writer_would(tmp_path, monkeypatch, job):
+    """The helper stays on after the args to encode the later parts of each batch's packets;
+    the file is the same, byte for byte, as one encoded here."""
+    _many_batches(monkeypatch)
+    source = _source(tmp_path)
+    ahead, in_process = tmp_path / "ahead.perfetto-trace", tmp_path / "in_process.perfetto-trace"
+    taken = _record_packets(monkeypatch)
+    _run(job, source, ahead, monkeypatch, ahead=True)
+    assert len(taken) > 5 and all(taken)
+    _run(job, source, in_process, monkeypatch, ahead=False)
+    assert ahead.read_bytes() == in_process.read_bytes()
+    assert _children() == []
+
+
+def test_a_helper_gone_while_writing_only_costs_time(tmp_path, monkeypatch):
+    """The helper dies at its first batch of packets: the writer encodes that batch and the
+    rest itself, and writes the same file."""
+    def die(*_):
+        os._exit(1)
+
+    _many_batches(monkeypatch)
+    monkeypatch.setattr(background_args, "_serve_packets", die)  # the forked helper inherits it
+    source = _source(tmp_path)
+    ahead, in_process = tmp_path / "ahead.perfetto-trace", tmp_path / "in_process.perfetto-trace"
+    taken = _record_packets(monkeypatch)
+    _run(compact_file, source, ahead, monkeypatch, ahead=True)
+    assert taken == [None]
+    _run(compact_file, source, in_process, monkeypatch, ahead=False)
+    assert ahead.read_bytes() == in_process.read_bytes()
+    assert _children() == []
 
 
 def test_a_failed_helper_only_costs_time(tmp_path, monkeypatch):

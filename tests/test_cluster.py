@@ -152,10 +152,10 @@ def _count_attempts(log: str) -> None:
     """In each worker: every job appends its input's name to `log` first."""
     prepare = runner.prepare
 
-    def counted(input_path, *args):
+    def counted(input_path, *args, **keywords):
         with open(log, "a") as stream:
             stream.write(input_path.name + "\n")
-        return prepare(input_path, *args)
+        return prepare(input_path, *args, **keywords)
 
     runner.prepare = counted
     runner.original_prepare = prepare  # type: ignore[attr-defined]

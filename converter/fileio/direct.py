@@ -114,6 +114,14 @@ def write_all(fd: int, buffer: bytearray) -> None:
     buffer.clear()
 
 
+def write_at(fd: int, data: memoryview, offset: int) -> int:
+    """pwrite all of `data` at `offset`; its size."""
+    done = 0
+    while done < len(data):
+        done += os.pwrite(fd, data[done:], offset + done)
+    return done
+
+
 def read_all(fd: int, size: int, offset: int = 0) -> bytes:
     """pread exactly `size` bytes: one call returns at most about 2 GB."""
     parts = []

@@ -31,9 +31,10 @@ from typing import Any, Optional
 import msgspec
 
 from ..fileio.args_file import FileArgsStore
-from ..fileio.direct import read_all, write_all
+from ..fileio.direct import read_all, write_all, write_at
 from ..model import LabelRule
 from .prepared_args import ARGS_FORM, EncodedArgs, EntryEncoder, mapped
+from .slice_packets import SliceBatch, encode_batch
 
 
 def available_cores() -> int:
@@ -57,11 +58,13 @@ def _threads() -> int:
         return threading.active_count()
 
 
-def accelerated_args_store(label_rule: LabelRule, directory: Optional[str] = None) -> FileArgsStore:
+def accelerated_args_store(label_rule: LabelRule, directory: Optional[str] = None,
+                           encodes_packets: bool = False) -> FileArgsStore:
     """A file-backed args store followed by a helper that prepares the Perfetto writer's
-    encoding and applies `label_rule` to every entry."""
+    encoding and applies `label_rule` to every entry; with `encodes_packets`, it stays to
+    encode the first writer's packets too (slice_packets.py), for a job that writes here."""
     store = FileArgsStore(directory)
-    store.follow(BackgroundArgsEncoder(store.fileno(), label_rule, directory))
+    store.follow(BackgroundArgsEncoder(store.fileno(), label_rule, directory, encodes_packets))
     return store
 
 
@@ -71,11 +74,15 @@ class BackgroundArgsEncoder:
 
     form = ARGS_FORM
 
-    def __init__(self, store_fd: int, label_rule: LabelRule, directory: Optional[str] = None):
+    def __init__(self, store_fd: int, label_rule: LabelRule, directory: Optional[str] = None,
+                 encodes_packets: bool = False):
         """`store_fd`: the ArgsStore's file, which the helper reads with pread."""
         self.label_rule = label_rule
         self._output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
         self._ends = tempfile.TemporaryFile(prefix="cgtrace-args-bounds-", dir=directory, buffering=0)
+        # Each batch's packets, from its start: the batch before was read by then.
+        self._packets = tempfile.TemporaryFile(prefix="cgtrace-packets-", dir=directory, buffering=0) \
+            if encodes_packets else None
         requests_out, self._requests = Pipe(duplex=False)
         self._results, results_in = Pipe(duplex=False)
         pid = os.fork()
@@ -84,7 +91,8 @@ class BackgroundArgsEncoder:
             try:
                 self._requests.close()
                 self._results.close()
-                _serve(requests_out, results_in, store_fd, self._ends.fileno(), self._output.fileno(), label_rule)
+                _serve(requests_out, results_in, store_fd, self._ends.fileno(), self._output.fileno(), label_rule,
+                       self._packets.fileno() if self._packets is not None else None)
                 status = 0
             finally:
                 os._exit(status)
@@ -93,7 +101,8 @@ class BackgroundArgsEncoder:
         self._result: Optional[EncodedArgs] = None
         self._failed = False
         self._entries = 0  # submitted so far
-        self._finalizer = weakref.finalize(self, _stop, pid, self._requests, self._results, self._output, self._ends)
+        self._finalizer = weakref.finalize(self, _stop, pid, self._requests, self._results, self._output, self._ends,
+                                           *[self._packets] if self._packets is not None else [])
 
     def submit(self, bounds: array) -> None:
         """Encode the entries between consecutive `bounds` (offsets in the store's file)."""
@@ -114,10 +123,14 @@ class BackgroundArgsEncoder:
                 names, labels = msgspec.json.decode(self._results.recv_bytes())
                 bounds = self._receive(array("Q", [0]) * (self._entries + 1))
                 label_ids = self._receive(array("I", [0]) * self._entries)
-                self._result = EncodedArgs(names, mapped(self._output, bounds[-1]), bounds, labels, label_ids)
+                self._result = EncodedArgs(names, mapped(self._output.fileno(), bounds[-1]), bounds, labels, label_ids)
             except (OSError, EOFError, BufferTooShort, msgspec.DecodeError, ValueError, IndexError):
                 self._failed = True
-            self._finalizer()
+            if self._result is not None and self._packets is not None:
+                self._result.offer_packet_helper(_HelperPackets(self._requests, self._results, self._packets.fileno(),
+                                                                self._finalizer))
+            else:
+                self._finalizer()
         return self._result
 
     def _receive(self, items: array) -> array:
@@ -126,6 +139,35 @@ class BackgroundArgsEncoder:
         if self._results.recv_bytes_into(items) != len(items) * items.itemsize:
             raise ValueError("the args helper answered for fewer entries than were submitted")
         return items
+
+
+class _HelperPackets:
+    """The helper, kept on after the args to encode a writer's packets (PacketHelper): a
+    batch's columns go down the requests pipe; the helper writes the packets to the start of
+    a file of its own and answers with their size."""
+
+    def __init__(self, requests: Connection, results: Connection, packets_fd: int, stop: weakref.finalize):
+        self._requests, self._results, self._packets_fd, self._stop = requests, results, packets_fd, stop
+        self._failed = False
+
+    def submit(self, batch: SliceBatch, parts: range) -> bool:
+        if not self._failed:
+            try:
+                self._requests.send_bytes(batch.to_bytes(parts))
+            except OSError:
+                self._failed = True
+        return not self._failed
+
+    def take(self) -> Optional[bytes]:
+        if not self._failed:
+            try:
+                return read_all(self._packets_fd, int.from_bytes(self._results.recv_bytes(), "little"))
+            except (OSError, EOFError):
+                self._failed = True
+        return None
+
+    def close(self) -> None:
+        self._stop()
 
 
 def _stop(pid: int, requests: Connection, results: Connection, *files: Any) -> None:
@@ -141,7 +183,7 @@ def _stop(pid: int, requests: Connection, results: Connection, *files: Any) -> N
 
 
 def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: int, output_fd: int,
-           label_rule: LabelRule) -> None:
+           label_rule: LabelRule, packets_fd: Optional[int]) -> None:
     # The helper touches none of the objects it inherited; without a collector walking them,
     # their pages stay shared with the main process instead of being copied.
     gc.disable()
@@ -163,3 +205,20 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
     results.send_bytes(msgspec.json.encode((names, labels)))
     results.send_bytes(encoder.bounds)
     results.send_bytes(encoder.label_ids)
+    if packets_fd is not None:
+        encoded = EncodedArgs(names, mapped(output_fd, encoder.bounds[-1]), encoder.bounds, labels, encoder.label_ids)
+        _serve_packets(requests, results, encoded, packets_fd)
+
+
+def _serve_packets(requests: Connection, results: Connection, encoded: EncodedArgs, packets_fd: int) -> None:
+    """Each batch that comes, encoded to the start of `packets_fd`; its size answered."""
+    while True:
+        try:
+            message = requests.recv_bytes()
+        except EOFError:  # the main process is done with the helper
+            return
+        batch, parts = SliceBatch.from_bytes(message)
+        size = 0
+        for part in encode_batch(batch, encoded.copied, parts):
+            size += write_at(packets_fd, part.data, size)
+        results.send_bytes(size.to_bytes(8, "little"))

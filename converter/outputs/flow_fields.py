@@ -18,7 +18,7 @@ from operator import attrgetter
 import numpy as np
 
 from ..model import Slice, Trace
-from .packets import Column
+from .packets import Column, gather_runs
 from .wire import WIRE_FIXED64, tag
 
 _FLOW_ID = tag(47, WIRE_FIXED64)
@@ -64,15 +64,19 @@ class FlowFields:
         self._end_offset = len(begin_fields)
 
     def of(self, slices: list[Slice]) -> "SliceFlowFields":
-        """Where each of `slices`' BEGIN and END fields lie (empty for most: no arrow)."""
+        """Each of `slices`' BEGIN and END fields (empty for most: no arrow), copied out."""
         keys = np.fromiter(map(id, slices), np.uint64, len(slices))
         begin_starts, begin_lengths = _runs(self._begin_holders, keys)
         end_starts, end_lengths = _runs(self._end_holders, keys)
-        return SliceFlowFields(self._fields, begin_starts, begin_lengths, end_starts + self._end_offset, end_lengths)
+        begin_fields = gather_runs(self._fields, begin_starts, begin_lengths)
+        end_fields = gather_runs(self._fields, end_starts + self._end_offset, end_lengths)
+        return SliceFlowFields(np.concatenate([begin_fields, end_fields]), np.cumsum(begin_lengths) - begin_lengths,
+                               begin_lengths, np.cumsum(end_lengths) - end_lengths + len(begin_fields), end_lengths)
 
 
 class SliceFlowFields:
-    """The flow id fields of a batch's slices."""
+    """The flow id fields of a batch's slices: their bytes, and where each slice's BEGIN and
+    END fields lie in them."""
 
     def __init__(self, fields: np.ndarray, begin_starts: np.ndarray, begin_lengths: np.ndarray,
                  end_starts: np.ndarray, end_lengths: np.ndarray):
@@ -83,6 +87,10 @@ class SliceFlowFields:
         """For packets each of which is slice `index[i]`'s BEGIN, or its END where `is_end[i]`."""
         return Column.gathered(self._fields, np.where(is_end, self._end[0][index], self._begin[0][index]),
                                np.where(is_end, self._end[1][index], self._begin[1][index]))
+
+    def columns(self) -> list[np.ndarray]:
+        """What the constructor takes, in its order."""
+        return [self._fields, *self._begin, *self._end]
 
 
 def _sorted_ends(holders: np.ndarray, ids: np.ndarray, terminating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

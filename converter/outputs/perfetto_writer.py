@@ -7,10 +7,11 @@ slice it belongs to; flows get one id per arrow.
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from functools import partial
 from operator import attrgetter
-from typing import Any, BinaryIO, Callable, Iterator, Optional
+from typing import Any, BinaryIO, Iterable, Iterator, Optional, cast
 
 import msgspec
 import numpy as np
@@ -22,19 +23,21 @@ from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
 from .flow_fields import FlowFields
-from .packets import Column, Pieces, PieceTable, Rows, gather_runs
-from .prepared_args import ARGS_FORM, prepare_in_process
+from .packets import Column, Pieces, Rows, gather_runs
+from .prepared_args import ARGS_FORM, EncodedArgs, prepare_in_process
+from .slice_packets import PACKETS_AT_ONCE, CopyArgs, PacketHelper, PacketTags, SliceBatch, encode_batch, packets
 from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, length_prefixed, string_field, tag, \
     varint_field
 
 _FLUSH_BYTES = 1 << 22
+_HELPER_SHARE_FIRST = 0.6      # of a batch's packet parts, encoded by the args helper where there is one
+_HELPER_SHARE_STEP = 0.05
+_HELPER_WAIT_TOLERATED = 1e-3  # seconds
 # trace_processor keeps it in `metadata` as "cr-cgtrace_track_roles" (or "cr-<k>-cgtrace_track_roles").
 TRACK_ROLES_NAME = "cgtrace_track_roles"
 
 # perfetto.protos field numbers (see proto/cgtrace_subset.proto).
 _TRACE_PACKET = tag(1, WIRE_BYTES)
-_TIMESTAMP = tag(8, WIRE_VARINT)
-_TRACK_EVENT = tag(11, WIRE_BYTES)
 _INTERNED_DATA = tag(12, WIRE_BYTES)
 _NEEDS_STATE = varint_field(13, 2)       # SEQ_NEEDS_INCREMENTAL_STATE
 _STATE_CLEARED = varint_field(13, 1)     # SEQ_INCREMENTAL_STATE_CLEARED
@@ -48,23 +51,12 @@ _TYPE_END = varint_field(9, 2)
 _TYPE_INSTANT = varint_field(9, 3)
 _TYPE_COUNTER = varint_field(9, 4)
 _TRACK_UUID = 11
-_DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
-_PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time, and 5 MB of numpy's index arrays
 _SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
 _ID = np.int32               # a piece's id
 
 _NAME, _CATEGORY, _START, _DURATION, _INSTANT = map(attrgetter, ("name", "cat", "ts", "dur", "is_instant"))
 _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
-
-
-class _Tags:
-    """The pieces every packet of a sequence has: field tags, and its sequence id."""
-
-    def __init__(self, pieces: Pieces, sequence: bytes):
-        self.packet, self.time, self.event, self.value = (pieces.id(tag_) for tag_ in (
-            _TRACE_PACKET, _TIMESTAMP, _TRACK_EVENT, _DOUBLE_COUNTER_TAG))
-        self.sequence = pieces.id(sequence)
 
 
 class PerfettoWriter:
@@ -160,20 +152,54 @@ class PerfettoWriter:
     # -- events -----------------------------------------------------------------------------
     def _write_slices(self, trace: Trace, uuids: dict[int, int], flow_fields: FlowFields) -> None:
         """Every track's slices in nesting order (flat tracks in start order), each END as soon as
-        its slice is over, a batch of tracks (or of a long track's stretches) at a time."""
+        its slice is over, a batch of tracks (or of a long track's stretches) at a time. Where
+        the args helper is still there, it encodes the later parts of each batch's packets
+        while this process makes the next batch and encodes the first parts (_HelperShare)."""
         by_track: dict[Track, list[Slice]] = defaultdict(list)  # model objects hash by identity
         for slice_ in trace.slices:
             by_track[slice_.track].append(slice_)
         prepared: Optional[PreparedArgs] = None
-        for number, batch in enumerate(_batches(_runs(trace, by_track, uuids))):
+        helper: Optional[PacketHelper] = None
+        share = _HelperShare()
+        waiting: Optional[tuple[SliceBatch, CopyArgs, range]] = None  # parts the helper encodes
+        for number, runs in enumerate(_batches(_runs(trace, by_track, uuids))):
             if number == 0:  # interns the annotation names first: only where a slice follows
                 prepared = self._prepared_args(trace)
-            self._write_batch(trace, batch, prepared, flow_fields)
+                helper = prepared.take_packet_helper() if isinstance(prepared, EncodedArgs) else None
+            batch, copy_args = self._slice_batch(trace, runs, prepared, flow_fields)
+            if waiting is not None:
+                self._write_shared(cast(PacketHelper, helper), share, *waiting)
+                waiting = None
+            helper_parts = share.of(batch.parts)
+            if helper is not None and helper_parts and helper.submit(batch, helper_parts):
+                waiting = batch, copy_args, helper_parts
+            else:
+                self._write_encoded(encode_batch(batch, copy_args))
+        if waiting is not None:
+            self._write_shared(cast(PacketHelper, helper), share, *waiting)
+        if helper is not None:
+            helper.close()
 
-    def _write_batch(self, trace: Trace, runs: list[tuple[bytes, list[Slice]]], prepared: Optional[PreparedArgs],
-                     flow_fields: FlowFields) -> None:
-        """Runs of slices (a track's, or a stretch of one that nothing open spans), encoded a few
-        thousand packets at a time (packets.py)."""
+    def _write_shared(self, helper: PacketHelper, share: "_HelperShare", batch: SliceBatch, copy_args: CopyArgs,
+                      helper_parts: range) -> None:
+        """A batch whose `helper_parts` the helper encodes: the others encoded here, then the
+        helper's (or, where it failed, those too)."""
+        self._write_encoded(encode_batch(batch, copy_args, range(helper_parts.start)))
+        waiting_since = time.perf_counter()
+        encoded = helper.take()
+        share.waited(time.perf_counter() - waiting_since)
+        self._write_encoded([np.frombuffer(encoded, np.uint8)] if encoded is not None else
+                            encode_batch(batch, copy_args, helper_parts))
+
+    def _write_encoded(self, parts: Iterable[np.ndarray]) -> None:
+        self._flush()
+        for part in parts:
+            self.stream.write(part.data)
+
+    def _slice_batch(self, trace: Trace, runs: list[tuple[bytes, list[Slice]]], prepared: Optional[PreparedArgs],
+                     flow_fields: FlowFields) -> tuple[SliceBatch, CopyArgs]:
+        """Runs of slices (a track's, or a stretch of one that nothing open spans) as the
+        columns their packets are encoded from (slice_packets.py), and where their args are."""
         ordered = [slice_ for _, slices in runs for slice_ in slices]
         count = len(ordered)
         starts = np.fromiter(map(_START, ordered), np.int64, count)
@@ -184,7 +210,7 @@ class PerfettoWriter:
         pieces = Pieces()
         interned: dict[int, list[bytes]] = defaultdict(list)  # slice index -> InternedData entries first met there
         names = self._name_fields(ordered, pieces, interned)
-        copy_args: Callable[[np.ndarray, np.ndarray], np.ndarray]
+        copy_args: CopyArgs
         if prepared is None:
             args_source, args_starts, args_lengths = self._encode_args(trace, ordered, interned)
             copy_args = partial(gather_runs, args_source)
@@ -201,28 +227,9 @@ class PerfettoWriter:
                  for field, _ in runs]
         begin_head, instant_head, end_head = np.repeat(np.array(heads, _ID), [len(s) for _, s in runs], axis=0).T
         begin_head = np.where(instant, instant_head, begin_head)
-
-        tags = _Tags(pieces, self.sequence)
-        table = pieces.table()
-        for first in range(0, len(events), _PACKETS_AT_ONCE):
-            part = events[first:first + _PACKETS_AT_ONCE]
-            index, is_end = part >> 1, (part & 1).astype(bool)
-            args_lengths_here = np.where(is_end, 0, args_lengths[index])
-            event = Rows(len(part), table) \
-                .piece(np.where(is_end, end_head[index], begin_head[index])) \
-                .piece(np.where(is_end, none, names[index])) \
-                .add(Column.back_to_back(copy_args(args_starts[index], args_lengths_here), args_lengths_here)) \
-                .add(flows.column(index, is_end))
-            self._write_packets(table, tags, np.where(is_end, ends[index], starts[index]),
-                                np.where(is_end, tags.sequence, state[index]), event)
-
-    def _write_packets(self, table: PieceTable, tags: "_Tags", times: np.ndarray, state: Any, event: Rows) -> None:
-        """TracePackets of track events: each a time, its sequence's state (`state` pieces) and
-        its event."""
-        packet = Rows(len(times), table).piece(tags.time).add(Column.of_varints(times)).piece(state) \
-            .extend(event.framed(tags.event))
-        self._flush()
-        self.stream.write(packet.framed(tags.packet).encode().data)
+        tags = PacketTags.of(pieces, self.sequence)
+        return SliceBatch(pieces.table(), tags, none, events, starts, ends, state, names, begin_head, end_head,
+                          args_starts, args_lengths, flows), copy_args
 
     def _name_fields(self, ordered: list[Slice], pieces: Pieces, interned: dict[int, list[bytes]]) -> np.ndarray:
         """Per slice, the piece of its interned name and category references; a name or
@@ -283,13 +290,13 @@ class PerfettoWriter:
         head = np.fromiter((heads[id(s.track)] for s in samples), np.int64, len(samples))
         times = np.fromiter((s.ts for s in samples), np.int64, len(samples))
         values = np.fromiter((s.value for s in samples), "<f8", len(samples))
-        tags = _Tags(pieces, self.sequence)
+        tags = PacketTags.of(pieces, self.sequence)
         table = pieces.table()
-        for first in range(0, len(samples), _PACKETS_AT_ONCE):
-            part = slice(first, first + _PACKETS_AT_ONCE)
+        for first in range(0, len(samples), PACKETS_AT_ONCE):
+            part = slice(first, first + PACKETS_AT_ONCE)
             event = Rows(len(times[part]), table).piece(head[part]).piece(tags.value) \
                 .add(Column.of_fixed(values[part].view(np.uint8), 8))
-            self._write_packets(table, tags, times[part], tags.sequence, event)
+            self._write_encoded([packets(table, tags, times[part], tags.sequence, event)])
 
     def _emit(self, packet: bytes) -> None:
         self.buffer += _TRACE_PACKET + length_prefixed(packet)
@@ -299,6 +306,22 @@ class PerfettoWriter:
     def _flush(self) -> None:
         self.stream.write(self.buffer)
         self.buffer.clear()
+
+
+class _HelperShare:
+    """How many of a batch's last parts the helper encodes. Its share falls after the writer
+    had to wait for it and rises after it did not, so both processes stay busy whatever the
+    trace (the bytes written are the same at any share)."""
+
+    def __init__(self) -> None:
+        self.share = _HELPER_SHARE_FIRST
+
+    def of(self, parts: int) -> range:
+        return range(parts - round(parts * self.share), parts)
+
+    def waited(self, seconds: float) -> None:
+        step = -_HELPER_SHARE_STEP if seconds > _HELPER_WAIT_TOLERATED else _HELPER_SHARE_STEP
+        self.share = min(max(self.share + step, _HELPER_SHARE_STEP), 1 - _HELPER_SHARE_STEP)
 
 
 def _runs(trace: Trace, by_track: dict[Track, list[Slice]], uuids: dict[int, int]) -> Iterator[tuple[bytes, list[Slice]]]:

@@ -21,6 +21,7 @@ from ..model import ArgsStore, LabelRule
 from .annotations import ArgsEncoder
 from .interning import annotation_name_interner
 from .packets import gather_runs
+from .slice_packets import PacketHelper
 
 # The name ArgsStore.prepared knows this encoding by.
 ARGS_FORM = "perfetto-debug-annotations"
@@ -39,6 +40,16 @@ class EncodedArgs:
         self._bounds = bounds  # entry i is blob[bounds[i]:bounds[i + 1]]
         self._labels: list[Optional[str]] = [None, *labels]
         self._label_ids = label_ids  # entry i's label is _labels[label_ids[i]]
+        self._packet_helper: Optional[PacketHelper] = None
+
+    def offer_packet_helper(self, helper: PacketHelper) -> None:
+        """The process that encoded these args, kept to encode one writer's packets too."""
+        self._packet_helper = helper
+
+    def take_packet_helper(self) -> Optional[PacketHelper]:
+        """The helper offered, to the first writer that asks (it stops it when done)."""
+        helper, self._packet_helper = self._packet_helper, None
+        return helper
 
     def runs(self, references: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         bounds = np.frombuffer(self._bounds, np.uint64)  # a view: a batch reads only its own entries
@@ -114,15 +125,15 @@ def prepare_in_process(store: ArgsStore, directory: Optional[str] = None) -> Enc
     encoder = EntryEncoder(output.fileno())
     encoder.add(store.sweep(range(len(store))))
     names, labels = encoder.finish()
-    return EncodedArgs(names, mapped(output, encoder.bounds[-1]), encoder.bounds, labels, encoder.label_ids)
+    return EncodedArgs(names, mapped(output.fileno(), encoder.bounds[-1]), encoder.bounds, labels, encoder.label_ids)
 
 
-def mapped(file: BinaryIO, size: int) -> Any:
+def mapped(fd: int, size: int) -> Any:
     """An encoded-args file, read through the page cache it already sits in: reading it into
     memory would take as many fresh pages, which on a virtual machine cost more than the copy.
     The map keeps the (unlinked) file alive after it is closed."""
     if not size:
         return b""
-    if os.fstat(file.fileno()).st_size < size:
+    if os.fstat(fd).st_size < size:
         raise EOFError("the encoded args file is short")
-    return mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ)
+    return mmap.mmap(fd, size, access=mmap.ACCESS_READ)
