@@ -186,10 +186,13 @@ class PerfettoWriter:
         helper's (or, where it failed, those too)."""
         self._write_encoded(encode_batch(batch, copy_args, range(helper_parts.start)))
         waiting_since = time.perf_counter()
-        encoded = helper.take()
+        finished = helper.finished()
         share.waited(time.perf_counter() - waiting_since)
-        self._write_encoded([np.frombuffer(encoded, np.uint8)] if encoded is not None else
-                            encode_batch(batch, copy_args, helper_parts))
+        if finished:
+            self._flush()
+            helper.copy_to(self.stream)
+        else:
+            self._write_encoded(encode_batch(batch, copy_args, helper_parts))
 
     def _write_encoded(self, parts: Iterable[np.ndarray]) -> None:
         self._flush()

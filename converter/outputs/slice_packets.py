@@ -11,7 +11,7 @@ they write the same bytes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Optional, Protocol
+from typing import Any, BinaryIO, Callable, Iterator, Protocol
 
 import msgspec
 import numpy as np
@@ -24,7 +24,7 @@ _TRACE_PACKET = tag(1, WIRE_BYTES)
 _TIMESTAMP = tag(8, WIRE_VARINT)
 _TRACK_EVENT = tag(11, WIRE_BYTES)
 _DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
-PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time, and 5 MB of numpy's index arrays
+PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time (with large args, 17 MB of numpy temporaries)
 
 CopyArgs = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (starts, lengths) -> the runs back to back
 
@@ -106,8 +106,12 @@ class PacketHelper(Protocol):
         """Start encoding those parts of `batch`; False where the helper is gone (encode
         them here)."""
 
-    def take(self) -> Optional[bytes]:
-        """The packets submitted last; None where the helper failed (encode them here)."""
+    def finished(self) -> bool:
+        """Wait until the packets submitted last are encoded; False where the helper failed
+        (encode them here)."""
+
+    def copy_to(self, stream: BinaryIO) -> None:
+        """Write the packets finished last to `stream`."""
 
     def close(self) -> None:
         """No more batches: the helper may go."""
