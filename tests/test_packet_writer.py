@@ -23,7 +23,7 @@ from converter.lane_rules import load_lane_rules
 from converter.model import Trace
 from converter.model.nesting import nesting_order
 from converter.outputs.packets import varint_matrix
-from converter.outputs import perfetto_writer, prepared_args, slice_packets
+from converter.outputs import packets, perfetto_writer, slice_packets
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.outputs.wire import varint
 
@@ -158,7 +158,7 @@ def test_tracks_cut_into_batches_and_packets_into_parts_are_written_alike(text, 
     and their args copied a couple at a time."""
     prepare = {"as read": lambda trace: None, "compacted": _compacted}[stage]
     with mock.patch.object(perfetto_writer, "_SLICES_AT_ONCE", 3), mock.patch.object(slice_packets, "PACKETS_AT_ONCE", 5), \
-            mock.patch.object(prepared_args, "_RUNS_AT_ONCE", 2):
+            mock.patch.object(packets, "SPLICES_AT_ONCE", 2):
         columns, plain = _both(text, prepare)
     assert columns == plain
 

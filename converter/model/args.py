@@ -66,9 +66,9 @@ class PreparedArgs(Protocol):
         """(the entries' bytes, where each reference's entry starts there, its length), for
         an array of references (-1: none, length 0)."""
 
-    def copied(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """The runs at `starts` (as `runs` gave them), copied back to back; a store reading
-        through a mapped file lets its pages go as it copies."""
+    def release_pages(self) -> None:
+        """Let the pages of the entries read so far go, where they are a mapped file's (they
+        count in the process's memory once read); the writer calls it every few hundred runs."""
 
 
 class ArgsStore:

@@ -24,6 +24,7 @@ import tempfile
 import threading
 import weakref
 from array import array
+from functools import partial
 from multiprocessing import BufferTooShort
 from multiprocessing.connection import Connection, Pipe
 from typing import Any, BinaryIO, Optional
@@ -34,6 +35,7 @@ from ..fileio.args_file import FileArgsStore
 from ..heap import give_back_freed_memory
 from ..fileio.direct import read_all, write_all, write_at
 from ..model import LabelRule
+from .packets import Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, EntryEncoder, mapped
 from .slice_packets import SliceBatch, encode_batch
 
@@ -240,6 +242,6 @@ def _serve_packets(requests: Connection, results: Connection, encoded: EncodedAr
             return
         batch, parts = SliceBatch.from_bytes(message)
         size = 0
-        for part in encode_batch(batch, encoded.copied, parts):
+        for part in encode_batch(batch, partial(Spliced, encoded.entries, release=encoded.release_pages), parts):
             size += write_at(packets_fd, part.data, size)
         results.send_bytes(size.to_bytes(8, "little"))

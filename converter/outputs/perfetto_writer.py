@@ -23,9 +23,9 @@ from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
 from .flow_fields import FlowFields
-from .packets import Column, Pieces, Rows, gather_runs
+from .packets import Column, Pieces, Rows, Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, prepare_in_process
-from .slice_packets import PACKETS_AT_ONCE, CopyArgs, PacketHelper, PacketTags, SliceBatch, encode_batch, packets
+from .slice_packets import PACKETS_AT_ONCE, ArgsRuns, PacketHelper, PacketTags, SliceBatch, encode_batch, packets
 from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, length_prefixed, string_field, tag, \
     varint_field
 
@@ -161,30 +161,30 @@ class PerfettoWriter:
         prepared: Optional[PreparedArgs] = None
         helper: Optional[PacketHelper] = None
         share = _HelperShare()
-        waiting: Optional[tuple[SliceBatch, CopyArgs, range]] = None  # parts the helper encodes
+        waiting: Optional[tuple[SliceBatch, ArgsRuns, range]] = None  # parts the helper encodes
         for number, runs in enumerate(_batches(_runs(trace, by_track, uuids))):
             if number == 0:  # interns the annotation names first: only where a slice follows
                 prepared = self._prepared_args(trace)
                 helper = prepared.take_packet_helper() if isinstance(prepared, EncodedArgs) else None
-            batch, copy_args = self._slice_batch(trace, runs, prepared, flow_fields)
+            batch, args_runs = self._slice_batch(trace, runs, prepared, flow_fields)
             if waiting is not None:
                 self._write_shared(cast(PacketHelper, helper), share, *waiting)
                 waiting = None
             helper_parts = share.of(batch.parts)
             if helper is not None and helper_parts and helper.submit(batch, helper_parts):
-                waiting = batch, copy_args, helper_parts
+                waiting = batch, args_runs, helper_parts
             else:
-                self._write_encoded(encode_batch(batch, copy_args))
+                self._write_encoded(encode_batch(batch, args_runs))
         if waiting is not None:
             self._write_shared(cast(PacketHelper, helper), share, *waiting)
         if helper is not None:
             helper.close()
 
-    def _write_shared(self, helper: PacketHelper, share: "_HelperShare", batch: SliceBatch, copy_args: CopyArgs,
+    def _write_shared(self, helper: PacketHelper, share: "_HelperShare", batch: SliceBatch, args_runs: ArgsRuns,
                       helper_parts: range) -> None:
         """A batch whose `helper_parts` the helper encodes: the others encoded here, then the
         helper's (or, where it failed, those too)."""
-        self._write_encoded(encode_batch(batch, copy_args, range(helper_parts.start)))
+        self._write_encoded(encode_batch(batch, args_runs, range(helper_parts.start)))
         waiting_since = time.perf_counter()
         finished = helper.finished()
         share.waited(time.perf_counter() - waiting_since)
@@ -192,7 +192,7 @@ class PerfettoWriter:
             self._flush()
             helper.copy_to(self.stream)
         else:
-            self._write_encoded(encode_batch(batch, copy_args, helper_parts))
+            self._write_encoded(encode_batch(batch, args_runs, helper_parts))
 
     def _write_encoded(self, parts: Iterable[np.ndarray]) -> None:
         self._flush()
@@ -200,7 +200,7 @@ class PerfettoWriter:
             self.stream.write(part.data)
 
     def _slice_batch(self, trace: Trace, runs: list[tuple[bytes, list[Slice]]], prepared: Optional[PreparedArgs],
-                     flow_fields: FlowFields) -> tuple[SliceBatch, CopyArgs]:
+                     flow_fields: FlowFields) -> tuple[SliceBatch, ArgsRuns]:
         """Runs of slices (a track's, or a stretch of one that nothing open spans) as the
         columns their packets are encoded from (slice_packets.py), and where their args are."""
         ordered = [slice_ for _, slices in runs for slice_ in slices]
@@ -213,14 +213,14 @@ class PerfettoWriter:
         pieces = Pieces()
         interned: dict[int, list[bytes]] = defaultdict(list)  # slice index -> InternedData entries first met there
         names = self._name_fields(ordered, pieces, interned)
-        copy_args: CopyArgs
+        args_runs: ArgsRuns
         if prepared is None:
             args_source, args_starts, args_lengths = self._encode_args(trace, ordered, interned)
-            copy_args = partial(gather_runs, args_source)
+            args_runs = partial(Spliced, args_source)
         else:
-            _, args_starts, args_lengths = prepared.runs(
+            args_source, args_starts, args_lengths = prepared.runs(
                 np.fromiter((-1 if s.args is None else s.args for s in ordered), np.int64, count))
-            copy_args = prepared.copied
+            args_runs = partial(Spliced, args_source, release=prepared.release_pages)
         state = np.full(count, pieces.id(self.sequence + _NEEDS_STATE), _ID)
         for first_use, entries in interned.items():
             state[first_use] = pieces.id(self.sequence + _NEEDS_STATE + _INTERNED_DATA + length_prefixed(b"".join(entries)))
@@ -232,7 +232,7 @@ class PerfettoWriter:
         begin_head = np.where(instant, instant_head, begin_head)
         tags = PacketTags.of(pieces, self.sequence)
         return SliceBatch(pieces.table(), tags, none, events, starts, ends, state, names, begin_head, end_head,
-                          args_starts, args_lengths, flows), copy_args
+                          args_starts, args_lengths, flows), args_runs
 
     def _name_fields(self, ordered: list[Slice], pieces: Pieces, interned: dict[int, list[bytes]]) -> np.ndarray:
         """Per slice, the piece of its interned name and category references; a name or

@@ -20,13 +20,11 @@ from ..fileio.direct import write_all
 from ..model import ArgsStore, LabelRule
 from .annotations import ArgsEncoder
 from .interning import annotation_name_interner
-from .packets import gather_runs
 from .slice_packets import PacketHelper
 
 # The name ArgsStore.prepared knows this encoding by.
 ARGS_FORM = "perfetto-debug-annotations"
 _WRITE_BYTES = 1 << 20
-_RUNS_AT_ONCE = 1 << 9  # runs copied between releases of the mapped pages: 32 MB of pages at most
 
 
 class EncodedArgs:
@@ -56,21 +54,18 @@ class EncodedArgs:
         present = references >= 0
         starts = bounds[np.where(present, references, 0)].astype(np.int64)
         lengths = bounds[np.where(present, references + 1, 0)].astype(np.int64) - np.where(present, starts, 0)
-        return np.frombuffer(self._blob, np.uint8), starts, lengths
+        return self.entries, starts, lengths
 
-    def copied(self, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        """A few hundred runs at a time, letting the mapped file's pages go in between: they
-        count in the process's memory once read, and a fault maps the 64 KB around it too, so
-        the sparse args of a thread seen now and then across a 1 GB trace held 150 MB of pages
-        for one part of a batch."""
-        source = np.frombuffer(self._blob, np.uint8)
-        if not isinstance(self._blob, mmap.mmap):
-            return gather_runs(source, starts, lengths)
-        parts = []
-        for first in range(0, len(starts), _RUNS_AT_ONCE):
-            parts.append(gather_runs(source, starts[first:first + _RUNS_AT_ONCE], lengths[first:first + _RUNS_AT_ONCE]))
+    @property
+    def entries(self) -> np.ndarray:
+        """Every entry's bytes, back to back (a view)."""
+        return np.frombuffer(self._blob, np.uint8)
+
+    def release_pages(self) -> None:
+        """A fault on a mapped file maps the 64 KB around it too, so the sparse args of a thread
+        seen now and then across a 1 GB trace held 150 MB of pages for one part of a batch."""
+        if isinstance(self._blob, mmap.mmap):
             self._blob.madvise(mmap.MADV_DONTNEED)
-        return np.concatenate(parts) if parts else source[:0]
 
     @property
     def bounds(self) -> array:

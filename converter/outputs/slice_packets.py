@@ -17,7 +17,7 @@ import msgspec
 import numpy as np
 
 from .flow_fields import SliceFlowFields
-from .packets import Column, PieceTable, Pieces, Rows
+from .packets import Column, PieceTable, Pieces, Rows, Spliced
 from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, tag
 
 _TRACE_PACKET = tag(1, WIRE_BYTES)
@@ -26,7 +26,7 @@ _TRACK_EVENT = tag(11, WIRE_BYTES)
 _DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
 PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time (with large args, 17 MB of numpy temporaries)
 
-CopyArgs = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (starts, lengths) -> the runs back to back
+ArgsRuns = Callable[[np.ndarray, np.ndarray], Spliced]  # (starts, lengths) -> those runs of the encoded args
 
 
 class PacketTags(msgspec.Struct, frozen=True):
@@ -117,9 +117,9 @@ class PacketHelper(Protocol):
         """No more batches: the helper may go."""
 
 
-def encode_batch(batch: SliceBatch, copy_args: CopyArgs, parts: range | None = None) -> Iterator[np.ndarray]:
+def encode_batch(batch: SliceBatch, args_runs: ArgsRuns, parts: range | None = None) -> Iterator[np.ndarray]:
     """The batch's TracePackets, a part (a few thousand) at a time, with each slice's encoded
-    args taken by `copy_args`: its `parts` (default: all)."""
+    args where `args_runs` finds them: its `parts` (default: all)."""
     table, tags = batch.table, batch.tags
     events = batch.events
     for part_number in parts if parts is not None else range(batch.parts):
@@ -129,7 +129,7 @@ def encode_batch(batch: SliceBatch, copy_args: CopyArgs, parts: range | None = N
         event = Rows(len(part), table) \
             .piece(np.where(is_end, batch.end_head[index], batch.begin_head[index])) \
             .piece(np.where(is_end, batch.none, batch.names[index])) \
-            .add(Column.back_to_back(copy_args(batch.args_starts[index], args_lengths), args_lengths)) \
+            .add(args_runs(batch.args_starts[index], args_lengths)) \
             .add(batch.flows.column(index, is_end))
         yield packets(table, tags, np.where(is_end, batch.ends[index], batch.starts[index]),
                       np.where(is_end, tags.sequence, batch.state[index]), event)
