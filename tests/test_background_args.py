@@ -50,17 +50,22 @@ def _run(job, source: Path, output: Path, monkeypatch, ahead: bool) -> dict:
     return job(source, output, args_strategy="helper" if ahead else "in-process")
 
 
+def _recorded(monkeypatch, owner: type, method: str) -> list:
+    """Every value `owner.method` returns from now on, in order."""
+    returned = []
+    original = getattr(owner, method)
+
+    def record(self):
+        returned.append(original(self))
+        return returned[-1]
+
+    monkeypatch.setattr(owner, method, record)
+    return returned
+
+
 def _record_results(monkeypatch) -> list:
     """What every helper handed back (None for one that failed)."""
-    results = []
-    original = background_args.BackgroundArgsEncoder.result
-
-    def result(self):
-        results.append(original(self))
-        return results[-1]
-
-    monkeypatch.setattr(background_args.BackgroundArgsEncoder, "result", result)
-    return results
+    return _recorded(monkeypatch, background_args.BackgroundArgsEncoder, "result")
 
 
 def _comparable(summary: dict) -> dict:
@@ -91,15 +96,7 @@ def test_helper_gives_the_trace_in_process_encoding_gives(tmp_path, monkeypatch,
 
 def _record_packets(monkeypatch) -> list:
     """Whether the helper finished each batch's packets it was given."""
-    finished = []
-    original = background_args._HelperPackets.finished
-
-    def record(self):
-        finished.append(original(self))
-        return finished[-1]
-
-    monkeypatch.setattr(background_args._HelperPackets, "finished", record)
-    return finished
+    return _recorded(monkeypatch, background_args._HelperPackets, "finished")
 
 
 def _many_batches(monkeypatch) -> None:
