@@ -54,7 +54,8 @@ _TRACK_UUID = 11
 _SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
 _ID = np.int32               # a piece's id
 
-_NAME, _CATEGORY, _START, _DURATION, _INSTANT = map(attrgetter, ("name", "cat", "ts", "dur", "is_instant"))
+_NAME, _CATEGORY, _START, _DURATION, _INSTANT, _TRACK, _VALUE = map(
+    attrgetter, ("name", "cat", "ts", "dur", "is_instant", "track", "value"))
 _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
 
@@ -288,11 +289,13 @@ class PerfettoWriter:
     def _write_counters(self, trace: Trace, uuids: dict[int, int]) -> None:
         samples = trace.counters
         pieces = Pieces()
-        heads = {key: pieces.id(_TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[key]))
-                 for key in {id(s.track) for s in samples}}
-        head = np.fromiter((heads[id(s.track)] for s in samples), np.int64, len(samples))
-        times = np.fromiter((s.ts for s in samples), np.int64, len(samples))
-        values = np.fromiter((s.value for s in samples), "<f8", len(samples))
+        track_at, first_at = first_positions(map(_TRACK, samples), len(samples))
+        head_at = np.empty(len(samples), np.int64)
+        for track, index in first_at.items():
+            head_at[index] = pieces.id(_TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(track)]))
+        head = head_at[track_at]
+        times = np.fromiter(map(_START, samples), np.int64, len(samples))
+        values = np.fromiter(map(_VALUE, samples), "<f8", len(samples))
         tags = PacketTags.of(pieces, self.sequence)
         table = pieces.table()
         for first in range(0, len(samples), PACKETS_AT_ONCE):
