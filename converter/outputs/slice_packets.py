@@ -24,7 +24,7 @@ _TRACE_PACKET = tag(1, WIRE_BYTES)
 _TIMESTAMP = tag(8, WIRE_VARINT)
 _TRACK_EVENT = tag(11, WIRE_BYTES)
 _DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
-PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time (with large args, 17 MB of numpy temporaries)
+PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time
 
 ArgsRuns = Callable[[np.ndarray, np.ndarray], Spliced]  # (starts, lengths) -> those runs of the encoded args
 
