@@ -125,7 +125,8 @@ def test_the_helper_encodes_the_packets_the_writer_would(tmp_path, monkeypatch, 
 def test_a_helper_gone_while_writing_only_costs_time(tmp_path, monkeypatch):
     """The helper dies at its first batch of packets: the writer encodes that batch and the
     rest itself, and writes the same file."""
-    def die(*_):
+    def die(requests, *_):
+        requests.recv_bytes()  # the first batch
         os._exit(1)
 
     _many_batches(monkeypatch)

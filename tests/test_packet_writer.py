@@ -154,11 +154,13 @@ def test_column_encoding_writes_what_slice_by_slice_encoding_writes(text, stage)
 @settings(max_examples=30, **SETTINGS)
 @given(kineto_traces(), st.sampled_from(["as read", "compacted"]))
 def test_tracks_cut_into_batches_and_packets_into_parts_are_written_alike(text, stage):
-    """Batches of a few slices (long tracks cut where nothing is open), parts of a few packets,
-    and their args copied a couple at a time."""
+    """Batches of a few slices (long tracks cut where nothing is open), parts of a few packets
+    (counters' too), their short runs gathered a few bytes at a time and their args spliced in
+    a couple at a time."""
     prepare = {"as read": lambda trace: None, "compacted": _compacted}[stage]
     with mock.patch.object(perfetto_writer, "_SLICES_AT_ONCE", 3), mock.patch.object(slice_packets, "PACKETS_AT_ONCE", 5), \
-            mock.patch.object(packets, "SPLICES_AT_ONCE", 2):
+            mock.patch.object(perfetto_writer, "PACKETS_AT_ONCE", 5), mock.patch.object(packets, "SPLICES_AT_ONCE", 2), \
+            mock.patch.object(packets, "_GATHER_BYTES", 7):
         columns, plain = _both(text, prepare)
     assert columns == plain
 
@@ -192,3 +194,15 @@ def test_varints_of_a_column_are_the_varints_of_each_value(values):
     matrix, lengths = varint_matrix(np.array(values, np.int64))
     assert [bytes(row[:length]) for row, length in zip(matrix, lengths)] == [varint(v) for v in values]
     assert [varint(v) for v in values] == [_varint(v) for v in values]
+
+
+def test_the_helpers_share_falls_to_one_part_and_rises_again():
+    """A helper the writer keeps waiting for still takes a part of every batch: only such a
+    batch tells when it keeps up again."""
+    share = perfetto_writer._HelperShare()
+    for _ in range(40):
+        share.waited(1.0)
+    assert [len(share.of(parts)) for parts in (1, 8, 40)] == [1, 1, 2]
+    for _ in range(40):
+        share.waited(0.0)
+    assert [len(share.of(parts)) for parts in (1, 8, 40)] == [1, 8, 38]

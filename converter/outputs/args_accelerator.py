@@ -32,8 +32,8 @@ from typing import Any, BinaryIO, Optional
 import msgspec
 
 from ..fileio.args_file import FileArgsStore
-from ..heap import give_back_freed_memory
 from ..fileio.direct import read_all, write_all, write_at
+from ..heap import give_back_freed_memory
 from ..model import LabelRule
 from .packets import Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, EntryEncoder, mapped

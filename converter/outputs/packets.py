@@ -2,11 +2,11 @@
 
 The writer's per-slice Python (a dozen byte concatenations and varints per BEGIN and END)
 cost about 7 us a slice. Here a packet is a row of runs: constant pieces (tags, a track's
-head, an interned name's reference), varints computed for the whole column, and runs of a
-large source (the encoded args). Lengths are summed per row to frame each message, and one
-gather over the concatenated sources writes every row's bytes in order. Long runs (the
-encoded args) are spliced instead: copied whole between the gathered bytes, a memcpy a run,
-where gathering byte by byte costs about 8 ns a byte.
+head, an interned name's reference), varints computed for the whole column, a slice's flow
+ids, and its encoded args. Lengths are summed per row to frame each message, and one gather
+over the concatenated sources writes every row's short runs in order. The args, long runs of
+a large source, are spliced in instead: copied whole between the gathered bytes, a memcpy a
+run, where gathering byte by byte costs about 8 ns a byte.
 """
 
 from __future__ import annotations
@@ -91,8 +91,8 @@ class Column:
 
     @classmethod
     def gathered(cls, source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> "Column":
-        """The runs copied out of a large source (rows encode a part at a time, and joining the
-        whole source to each part would copy it each time)."""
+        """The runs copied out of `source` (the gather joins every column's source, so a part's
+        rows take only their own runs of a source shared by many parts)."""
         return cls.back_to_back(gather_runs(source, starts, lengths), lengths)
 
     @classmethod
@@ -134,8 +134,6 @@ class Rows:
         return self
 
     def add(self, column: Union[Column, Spliced]) -> "Rows":
-        if isinstance(column, Spliced) and any(isinstance(other, Spliced) for other in self.columns):
-            raise ValueError("rows take at most one spliced column")
         self.columns.append(column)
         return self
 
@@ -156,10 +154,13 @@ class Rows:
         """Every row's bytes, rows in order: the gathered columns' bytes, with the spliced
         column's runs copied in where they belong."""
         gathered = [column for column in self.columns if isinstance(column, Column)]
+        spliced_columns = [column for column in self.columns if isinstance(column, Spliced)]
+        if len(spliced_columns) > 1:
+            raise ValueError("rows take at most one spliced column")
         data = _gather(gathered)
-        spliced = next((column for column in self.columns if isinstance(column, Spliced)), None)
-        if spliced is None:
+        if not spliced_columns:
             return data
+        spliced = spliced_columns[0]
         at = self.columns.index(spliced)
         row_lengths = sum((column.lengths for column in gathered), np.zeros(self.count, np.int64))
         before = sum((column.lengths for column in self.columns[:at]), np.zeros(self.count, np.int64))

@@ -26,8 +26,7 @@ from .flow_fields import FlowFields
 from .packets import Column, Pieces, Rows, Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, prepare_in_process
 from .slice_packets import PACKETS_AT_ONCE, ArgsRuns, PacketHelper, PacketTags, SliceBatch, encode_batch, packets
-from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, bytes_field, length_prefixed, string_field, tag, \
-    varint_field
+from .wire import WIRE_BYTES, bytes_field, length_prefixed, string_field, tag, varint_field
 
 _FLUSH_BYTES = 1 << 22
 _HELPER_SHARE_FIRST = 0.6      # of a batch's packet parts, encoded by the args helper where there is one
@@ -323,7 +322,9 @@ class _HelperShare:
         self.share = _HELPER_SHARE_FIRST
 
     def of(self, parts: int) -> range:
-        return range(parts - round(parts * self.share), parts)
+        """At least one part, however low the share: only a batch the helper takes part in
+        tells whether it still keeps up."""
+        return range(parts - max(1, round(parts * self.share)), parts) if parts else range(0)
 
     def waited(self, seconds: float) -> None:
         step = -_HELPER_SHARE_STEP if seconds > _HELPER_WAIT_TOLERATED else _HELPER_SHARE_STEP
