@@ -84,9 +84,10 @@ class SliceFlowFields:
         self._begin, self._end = (begin_starts, begin_lengths), (end_starts, end_lengths)
 
     def column(self, index: np.ndarray, is_end: np.ndarray) -> Column:
-        """For packets each of which is slice `index[i]`'s BEGIN, or its END where `is_end[i]`."""
-        return Column.gathered(self._fields, np.where(is_end, self._end[0][index], self._begin[0][index]),
-                               np.where(is_end, self._end[1][index], self._begin[1][index]))
+        """For packets each of which is slice `index[i]`'s BEGIN, or its END where `is_end[i]`
+        (runs of the batch's own fields: `FlowFields.of` copied them out)."""
+        return Column(self._fields, np.where(is_end, self._end[0][index], self._begin[0][index]),
+                      np.where(is_end, self._end[1][index], self._begin[1][index]))
 
     def columns(self) -> list[np.ndarray]:
         """What the constructor takes, in its order."""

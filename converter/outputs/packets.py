@@ -90,17 +90,6 @@ class Column:
         return cls(source, np.arange(0, rows * width, width), np.full(rows, width))
 
     @classmethod
-    def gathered(cls, source: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> "Column":
-        """The runs copied out of `source` (the gather joins every column's source, so a part's
-        rows take only their own runs of a source shared by many parts)."""
-        return cls.back_to_back(gather_runs(source, starts, lengths), lengths)
-
-    @classmethod
-    def back_to_back(cls, data: np.ndarray, lengths: np.ndarray) -> "Column":
-        """Rows of `lengths[i]` bytes each, one after another in `data`."""
-        return cls(data, np.cumsum(lengths) - lengths, lengths)
-
-    @classmethod
     def of_pieces(cls, table: PieceTable, ids: Any) -> "Column":
         """Rows taking pieces by id (`ids`: an array, or one id for every row)."""
         blob, starts, lengths = table

@@ -11,7 +11,7 @@ import time
 from collections import defaultdict
 from functools import partial
 from operator import attrgetter
-from typing import Any, BinaryIO, Iterable, Iterator, Optional, cast
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional
 
 import msgspec
 import numpy as np
@@ -161,26 +161,26 @@ class PerfettoWriter:
         prepared: Optional[PreparedArgs] = None
         helper: Optional[PacketHelper] = None
         share = _HelperShare()
-        waiting: Optional[tuple[SliceBatch, ArgsRuns, range]] = None  # parts the helper encodes
+        waiting: Optional[tuple[PacketHelper, SliceBatch, ArgsRuns, range]] = None  # parts the helper encodes
         for number, runs in enumerate(_batches(_runs(trace, by_track, uuids))):
             if number == 0:  # interns the annotation names first: only where a slice follows
                 prepared = self._prepared_args(trace)
                 helper = prepared.take_packet_helper() if isinstance(prepared, EncodedArgs) else None
             batch, args_runs = self._slice_batch(trace, runs, prepared, flow_fields)
             if waiting is not None:
-                self._write_shared(cast(PacketHelper, helper), share, *waiting)
+                self._write_shared(share, *waiting)
                 waiting = None
             helper_parts = share.of(batch.parts)
-            if helper is not None and helper_parts and helper.submit(batch, helper_parts):
-                waiting = batch, args_runs, helper_parts
+            if helper is not None and helper.submit(batch, helper_parts):
+                waiting = helper, batch, args_runs, helper_parts
             else:
                 self._write_encoded(encode_batch(batch, args_runs))
         if waiting is not None:
-            self._write_shared(cast(PacketHelper, helper), share, *waiting)
+            self._write_shared(share, *waiting)
         if helper is not None:
             helper.close()
 
-    def _write_shared(self, helper: PacketHelper, share: "_HelperShare", batch: SliceBatch, args_runs: ArgsRuns,
+    def _write_shared(self, share: "_HelperShare", helper: PacketHelper, batch: SliceBatch, args_runs: ArgsRuns,
                       helper_parts: range) -> None:
         """A batch whose `helper_parts` the helper encodes: the others encoded here, then the
         helper's (or, where it failed, those too)."""
@@ -240,12 +240,9 @@ class PerfettoWriter:
         if self.pending_interned:  # defined in the first packet, before anything it needs itself
             interned[0] += self.pending_interned
             self.pending_interned.clear()
-        # Each slice's (name, category) numbered by where it first occurs in the batch: only
-        # those first occurrences, in order, need a Python step each.
-        first, first_at = first_positions(zip(map(_NAME, ordered), map(_CATEGORY, ordered)), len(ordered))
         heads, name_field, category_field = self._heads, self.names.field, self.categories.field
-        piece_at = np.empty(len(ordered), _ID)
-        for key, index in first_at.items():
+
+        def piece_of(key: tuple[str, str], index: int) -> int:
             fields = heads.get(key)
             if fields is None:
                 name, cat = key
@@ -253,8 +250,9 @@ class PerfettoWriter:
                 if self.pending_interned:  # not where both were met before, in other pairs
                     interned[index] += self.pending_interned
                     self.pending_interned.clear()
-            piece_at[index] = pieces.id(fields)
-        return piece_at[first]
+            return pieces.id(fields)
+
+        return _pieces_by_first_use(zip(map(_NAME, ordered), map(_CATEGORY, ordered)), len(ordered), piece_of)
 
     def _prepared_args(self, trace: Trace) -> Optional[PreparedArgs]:
         """The store's entries prepared in this writer's form (by the args accelerator, or here,
@@ -288,11 +286,8 @@ class PerfettoWriter:
     def _write_counters(self, trace: Trace, uuids: dict[int, int]) -> None:
         samples = trace.counters
         pieces = Pieces()
-        track_at, first_at = first_positions(map(_TRACK, samples), len(samples))
-        head_at = np.empty(len(samples), np.int64)
-        for track, index in first_at.items():
-            head_at[index] = pieces.id(_TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(track)]))
-        head = head_at[track_at]
+        head = _pieces_by_first_use(map(_TRACK, samples), len(samples), lambda track, _: pieces.id(
+            _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(track)])))
         times = np.fromiter(map(_START, samples), np.int64, len(samples))
         values = np.fromiter(map(_VALUE, samples), "<f8", len(samples))
         tags = PacketTags.of(pieces, self.sequence)
@@ -313,6 +308,16 @@ class PerfettoWriter:
         self.buffer.clear()
 
 
+def _pieces_by_first_use(values: Iterable[Any], count: int, piece_of: Callable[[Any, int], int]) -> np.ndarray:
+    """Per value, its piece id: `piece_of(value, index)` is asked once per distinct value, at
+    its first occurrence and in their order, so the Python steps are per distinct value."""
+    first, first_at = first_positions(values, count)
+    piece_at = np.empty(count, _ID)
+    for value, index in first_at.items():
+        piece_at[index] = piece_of(value, index)
+    return piece_at[first]
+
+
 class _HelperShare:
     """How many of a batch's last parts the helper encodes. Its share falls after the writer
     had to wait for it and rises after it did not, so both processes stay busy whatever the
@@ -322,9 +327,9 @@ class _HelperShare:
         self.share = _HELPER_SHARE_FIRST
 
     def of(self, parts: int) -> range:
-        """At least one part, however low the share: only a batch the helper takes part in
-        tells whether it still keeps up."""
-        return range(parts - max(1, round(parts * self.share)), parts) if parts else range(0)
+        """Of a batch's `parts` (one or more), at least one, however low the share: only a batch
+        the helper takes part in tells whether it still keeps up."""
+        return range(parts - max(1, round(parts * self.share)), parts)
 
     def waited(self, seconds: float) -> None:
         step = -_HELPER_SHARE_STEP if seconds > _HELPER_WAIT_TOLERATED else _HELPER_SHARE_STEP
