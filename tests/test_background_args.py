@@ -8,6 +8,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,8 @@ from converter.fileio.args_file import FileArgsStore
 from converter.jobs.runner import args_store as make_args_store
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
-from converter.outputs import perfetto_writer, slice_packets
+from converter.kineto import kernel_label
+from converter.outputs import perfetto_writer, prepared_args, slice_packets
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.inputs.kineto_reader import read_trace
 
@@ -138,6 +140,37 @@ def test_a_helper_gone_while_writing_only_costs_time(tmp_path, monkeypatch):
     assert taken == [False]
     _run(compact_file, source, in_process, monkeypatch, ahead=False)
     assert ahead.read_bytes() == in_process.read_bytes()
+    assert _children() == []
+
+
+def test_labels_come_before_the_encoding_is_done(tmp_path, monkeypatch):
+    """Compaction takes the helper's labels while the helper still encodes (the writer needs
+    the encoding later): here the helper may encode only once the labels were received, so a
+    helper that sent them after encoding would have to give up waiting."""
+    received, gave_up = tmp_path / "labels_received", tmp_path / "gave_up_waiting"
+    encode = prepared_args.EntryEncoder.add
+
+    def encode_once_labels_were_received(self, entries):
+        deadline = time.monotonic() + 30
+        while not received.exists():
+            if time.monotonic() > deadline:
+                gave_up.touch()
+                break
+            time.sleep(0.01)
+        encode(self, entries)
+
+    monkeypatch.setattr(prepared_args.EntryEncoder, "add", encode_once_labels_were_received)  # forked with it
+    monkeypatch.setattr(args_store, "_SPILL_BYTES", 256)  # several runs
+    store = make_args_store("helper")
+    texts = [json.dumps({"name": f"layers.{i % 3}", "i": i, "grid": [i, 1, 1]}).encode() for i in range(60)]
+    references = [store.add(text) for text in texts]
+    assert store.labels(references, kernel_label) == [f"layers.{i % 3}" for i in range(60)]
+    received.touch()
+    encoded = store.prepared(prepared_args.ARGS_FORM)
+    assert isinstance(encoded, prepared_args.EncodedArgs) and not gave_up.exists()
+    monkeypatch.setattr(prepared_args.EntryEncoder, "add", encode)
+    here = prepared_args.prepare_in_process(store)
+    assert (encoded.interned, encoded.entries.tobytes()) == (here.interned, here.entries.tobytes())
     assert _children() == []
 
 

@@ -38,11 +38,15 @@ class ArgsFollower(Protocol):
     def submit(self, bounds: array) -> None:
         """Entries between consecutive `bounds` (file offsets) have just been written."""
 
-    def result(self) -> Optional["FollowerResult"]:
+    def labels(self) -> Optional["FollowedLabels"]:
+        """Its label rule applied to every entry, once all were submitted; None if it could not.
+        Ready before `result`: compaction asks for labels while the encoding may go on."""
+
+    def result(self) -> Optional[PreparedArgs]:
         """What it made of every entry, once all were submitted; None if it could not."""
 
 
-class FollowerResult(PreparedArgs, Protocol):
+class FollowedLabels(Protocol):
     def label_of(self, reference: int) -> Optional[str]: ...
 
 
@@ -99,16 +103,17 @@ class FileArgsStore(ArgsStore):
             yield block[start - block_start:end - block_start]
 
     def labels(self, references: list[Optional[int]], rule: LabelRule) -> list[Optional[str]]:
-        result = self._followed() if self._follower is not None and self._follower.label_rule is rule else None
-        if result is None:
+        follower = self._follower
+        followed = self._followed().labels() if follower is not None and follower.label_rule is rule else None
+        if followed is None:
             return super().labels(references, rule)
-        label_of = result.label_of
+        label_of = followed.label_of
         return [None if reference is None else label_of(reference) for reference in references]
 
     def prepared(self, form: str) -> Optional[PreparedArgs]:
         if self._follower is None or self._follower.form != form:
             return super().prepared(form)
-        return self._followed() or super().prepared(form)
+        return self._followed().result() or super().prepared(form)
 
     def fileno(self) -> int:
         """The file's descriptor, for a follower that reads what was spilled."""
@@ -119,11 +124,12 @@ class FileArgsStore(ArgsStore):
         """Submit every run of entries to `follower` as it reaches the file."""
         self._follower = follower
 
-    def _followed(self) -> Optional[FollowerResult]:
+    def _followed(self) -> ArgsFollower:
+        """The follower, with every entry submitted to it."""
         assert self._follower is not None
         if self._pending:
             self._spill()
-        return self._follower.result()
+        return self._follower
 
     def _spill(self) -> None:
         try:

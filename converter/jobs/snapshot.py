@@ -44,7 +44,7 @@ def load_snapshot(path: Path) -> Prepared:
     store = SnapshotArgs(_mapped(path.with_suffix(_RAW)), raw_bounds)
     if encoded_meta is not None:
         names, bounds = encoded_meta
-        store.keep_prepared(ARGS_FORM, EncodedArgs(names, _mapped(path.with_suffix(_ENCODED)), bounds, [], array("I")))
+        store.keep_prepared(ARGS_FORM, EncodedArgs(names, _mapped(path.with_suffix(_ENCODED)), bounds))
     prepared.trace.args = store
     return prepared
 

@@ -9,8 +9,14 @@ that small never fills the pipe, so reading never waits for the helper, which ca
 while flows are bound); it preads the text from the store's file, encodes the entries in
 order and appends the bytes to a file of its own; it also applies the label rule it was given
 to each entry (compaction labels CUDA-graph kernels with it). The store then answers
-`prepared(ARGS_FORM)` and `labels(..., rule)` from the helper's work, and the writer takes
+`labels(..., rule)` and `prepared(ARGS_FORM)` from the helper's work, and the writer takes
 entry i's encoded bytes by index, with the helper's debug-annotation names interned first.
+
+Labels come first: a run is labelled as soon as it arrives, and encoded when nothing newer
+waits, and the labels are sent before the encoding still to do. Where args take the helper
+longer than reading takes the main process (Kineto's "Input Dims" on every op), compaction
+and layout then go on beside the helper's last encoding, instead of waiting for it: 0.43 s
+of 2.9 s on dlrm_rank0 at 100 MB.
 
 Anything that goes wrong in the helper (a full disk, a kill) only loses the head start:
 `result()` gives None and the writer encodes the args itself.
@@ -24,10 +30,11 @@ import tempfile
 import threading
 import weakref
 from array import array
+from collections import deque
 from functools import partial
 from multiprocessing import BufferTooShort
 from multiprocessing.connection import Connection, Pipe
-from typing import Any, BinaryIO, Optional
+from typing import Any, BinaryIO, Iterable, Optional
 
 import msgspec
 
@@ -101,6 +108,7 @@ class BackgroundArgsEncoder:
                 os._exit(status)
         requests_out.close()
         results_in.close()
+        self._labels: Optional[EntryLabels] = None
         self._result: Optional[EncodedArgs] = None
         self._failed = False
         self._entries = 0  # submitted so far
@@ -118,17 +126,28 @@ class BackgroundArgsEncoder:
         except OSError:  # the helper is gone: the writer will encode these args itself
             self._failed = True
 
+    def labels(self) -> Optional[EntryLabels]:
+        """Wait for the helper's labels (its encoding may go on); None if it could not."""
+        if self._labels is None and not self._failed:
+            try:
+                self._requests.send_bytes(b"")  # every entry was submitted
+                distinct = msgspec.json.decode(self._results.recv_bytes())
+                self._labels = EntryLabels(distinct, self._receive(array("I", [0]) * self._entries))
+            except (OSError, EOFError, BufferTooShort, msgspec.DecodeError, ValueError, IndexError):
+                self._failed = True
+                self._finalizer()
+        return self._labels
+
     def result(self) -> Optional[EncodedArgs]:
         """Wait for the helper to finish; None if it could not."""
         if self._result is None and not self._failed:
-            try:
-                self._requests.send_bytes(b"")
-                names, labels = msgspec.json.decode(self._results.recv_bytes())
-                bounds = self._receive(array("Q", [0]) * (self._entries + 1))
-                label_ids = self._receive(array("I", [0]) * self._entries)
-                self._result = EncodedArgs(names, mapped(self._output.fileno(), bounds[-1]), bounds, labels, label_ids)
-            except (OSError, EOFError, BufferTooShort, msgspec.DecodeError, ValueError, IndexError):
-                self._failed = True
+            if self.labels() is not None:
+                try:
+                    names = msgspec.json.decode(self._results.recv_bytes())
+                    bounds = self._receive(array("Q", [0]) * (self._entries + 1))
+                    self._result = EncodedArgs(names, mapped(self._output.fileno(), bounds[-1]), bounds)
+                except (OSError, EOFError, BufferTooShort, msgspec.DecodeError, ValueError, IndexError):
+                    self._failed = True
             if self._result is not None and self._packets is not None and self._entries >= SHARED_WRITE_ENTRIES:
                 self._result.offer_packet_helper(_HelperPackets(self._requests, self._results, self._packets.fileno(),
                                                                 self._finalizer))
@@ -142,6 +161,33 @@ class BackgroundArgsEncoder:
         if self._results.recv_bytes_into(items) != len(items) * items.itemsize:
             raise ValueError("the args helper answered for fewer entries than were submitted")
         return items
+
+
+class EntryLabels:
+    """A label rule applied to every stored entry, in store order (compaction labels CUDA-graph
+    kernels with it, and would otherwise read their args again): each distinct label kept once."""
+
+    def __init__(self, distinct: Iterable[str] = (), label_ids: Optional[array] = None):
+        self.distinct = list(distinct)  # label id i (from 1) is distinct[i - 1]
+        self.label_ids = label_ids if label_ids is not None else array("I")  # per entry; 0: no label
+        self._ids = {label: number for number, label in enumerate(self.distinct, start=1)}
+
+    def add(self, entries: Iterable[bytes], rule: LabelRule) -> None:
+        ids, distinct, label_ids = self._ids, self.distinct, self.label_ids
+        for entry in entries:
+            label = rule(entry)
+            if label is None:
+                label_ids.append(0)
+                continue
+            number = ids.get(label)
+            if number is None:
+                distinct.append(label)
+                number = ids[label] = len(distinct)
+            label_ids.append(number)
+
+    def label_of(self, reference: int) -> Optional[str]:
+        number = self.label_ids[reference]
+        return self.distinct[number - 1] if number else None
 
 
 _COPY_BYTES = 1 << 20  # the helper's packets are copied to the output this much at a time
@@ -208,29 +254,42 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
     # The helper touches none of the objects it inherited; without a collector walking them,
     # their pages stay shared with the main process instead of being copied.
     gc.disable()
-    encoder = EntryEncoder(output_fd, label_rule)
-    stored_end = 0  # in the store's file, where the next entry starts
+    labels, encoder = EntryLabels(), EntryEncoder(output_fd)
+    unencoded: deque[tuple[int, array]] = deque()  # runs labelled, not yet encoded: (start in the store, ends)
+    stored_end = 0  # in the store's file, where the next run starts
     while True:
+        if unencoded and not requests.poll():  # nothing newer waits
+            encoder.add(_run_entries(store_fd, *unencoded.popleft()))
+            continue
         message = requests.recv_bytes()
         if not message:
             break
-        entries = len(encoder.bounds) - 1
         ends = array("Q")
-        ends.frombytes(read_all(ends_fd, int.from_bytes(message, "little") * ends.itemsize, entries * ends.itemsize))
-        first = stored_end
-        text = read_all(store_fd, ends[-1] - first, first)
+        ends.frombytes(read_all(ends_fd, int.from_bytes(message, "little") * ends.itemsize,
+                                len(labels.label_ids) * ends.itemsize))
+        unencoded.append((stored_end, ends))
+        labels.add(_run_entries(store_fd, stored_end, ends), label_rule)
         stored_end = ends[-1]
-        starts = [first, *ends[:-1]]
-        encoder.add(text[start - first:end - first] for start, end in zip(starts, ends))
-    names, labels = encoder.finish()
-    results.send_bytes(msgspec.json.encode((names, labels)))
+    results.send_bytes(msgspec.json.encode(labels.distinct))
+    results.send_bytes(labels.label_ids)
+    del labels
+    for run in unencoded:
+        encoder.add(_run_entries(store_fd, *run))
+    del unencoded
+    names = encoder.finish()
+    results.send_bytes(msgspec.json.encode(names))
     results.send_bytes(encoder.bounds)
-    results.send_bytes(encoder.label_ids)
     if packets_fd is not None:
-        encoded = EncodedArgs(names, mapped(output_fd, encoder.bounds[-1]), encoder.bounds, labels, encoder.label_ids)
-        del encoder, names, labels
+        encoded = EncodedArgs(names, mapped(output_fd, encoder.bounds[-1]), encoder.bounds)
+        del encoder, names
         give_back_freed_memory()  # it stays on beside the writer's peak: only what the packets need
         _serve_packets(requests, results, encoded, packets_fd)
+
+
+def _run_entries(store_fd: int, start: int, ends: array) -> list[bytes]:
+    """The entries of a run: from `start` in the store's file, each ending at the next of `ends`."""
+    text = read_all(store_fd, ends[-1] - start, start)
+    return [text[begin - start:end - start] for begin, end in zip([start, *ends[:-1]], ends)]
 
 
 def _serve_packets(requests: Connection, results: Connection, encoded: EncodedArgs, packets_fd: int) -> None:

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Iterable, Optional
 import numpy as np
 
 from ..fileio.direct import write_all
-from ..model import ArgsStore, LabelRule
+from ..model import ArgsStore
 from .annotations import ArgsEncoder
 from .interning import annotation_name_interner
 from .slice_packets import PacketHelper
@@ -29,15 +29,12 @@ _WRITE_BYTES = 1 << 20
 
 class EncodedArgs:
     """Every stored entry's TrackEvent.debug_annotations bytes, and the annotation names they
-    reference, in iid order (iid = position + 1). Also each entry's label, where a label rule
-    was applied (compaction would otherwise read all the args again for it)."""
+    reference, in iid order (iid = position + 1)."""
 
-    def __init__(self, names: list[str], blob: Any, bounds: array, labels: list[str], label_ids: array):
+    def __init__(self, names: list[str], blob: Any, bounds: array):
         self.interned = names
         self._blob = blob
         self._bounds = bounds  # entry i is blob[bounds[i]:bounds[i + 1]]
-        self._labels: list[Optional[str]] = [None, *labels]
-        self._label_ids = label_ids  # entry i's label is _labels[label_ids[i]]
         self._packet_helper: Optional[PacketHelper] = None
 
     def offer_packet_helper(self, helper: PacketHelper) -> None:
@@ -76,41 +73,31 @@ class EncodedArgs:
         for start in range(0, self._bounds[-1], _WRITE_BYTES):
             stream.write(self._blob[start:min(start + _WRITE_BYTES, self._bounds[-1])])
 
-    def label_of(self, reference: int) -> Optional[str]:
-        return self._labels[self._label_ids[reference]]
-
 
 class EntryEncoder:
     """Encodes entries one after another into `output_fd`, numbering annotation names as met."""
 
-    def __init__(self, output_fd: int, label_rule: Optional[LabelRule] = None):
+    def __init__(self, output_fd: int):
         self._output_fd = output_fd
-        self._label_rule = label_rule
         self._interner = annotation_name_interner([])
         self._encode = ArgsEncoder(self._interner.field).encode
         self.bounds = array("Q", [0])  # in the output, entry i is bytes bounds[i]:bounds[i + 1]
-        self.label_ids = array("I")
-        self._labels: dict[str, int] = {}
         self._buffer = bytearray()
         self._written = 0
 
     def add(self, entries: Iterable[bytes]) -> None:
         buffer, bounds, encode = self._buffer, self.bounds, self._encode
-        rule, labels, label_ids = self._label_rule, self._labels, self.label_ids
         for entry in entries:
             buffer += encode(entry)
             bounds.append(self._written + len(buffer))
-            if rule is not None:
-                label = rule(entry)
-                label_ids.append(0 if label is None else labels.setdefault(label, len(labels) + 1))
             if len(buffer) >= _WRITE_BYTES:  # a whole store may come in one call
                 self._written += len(buffer)
                 write_all(self._output_fd, buffer)
 
-    def finish(self) -> tuple[list[str], list[str]]:
-        """Write what is buffered; (annotation names in iid order, labels in id order)."""
+    def finish(self) -> list[str]:
+        """Write what is buffered; the annotation names in iid order."""
         write_all(self._output_fd, self._buffer)
-        return list(self._interner.references), list(self._labels)
+        return list(self._interner.references)
 
 
 def prepare_in_process(store: ArgsStore, directory: Optional[str] = None) -> EncodedArgs:
@@ -119,8 +106,8 @@ def prepare_in_process(store: ArgsStore, directory: Optional[str] = None) -> Enc
     output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
     encoder = EntryEncoder(output.fileno())
     encoder.add(store.sweep(range(len(store))))
-    names, labels = encoder.finish()
-    return EncodedArgs(names, mapped(output.fileno(), encoder.bounds[-1]), encoder.bounds, labels, encoder.label_ids)
+    names = encoder.finish()
+    return EncodedArgs(names, mapped(output.fileno(), encoder.bounds[-1]), encoder.bounds)
 
 
 def mapped(fd: int, size: int) -> Any:
