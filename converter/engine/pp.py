@@ -16,12 +16,15 @@ import re
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Callable, Optional, Protocol
 
 from ..errors import CgtraceError
 from ..kineto import is_rank, profiler_step
 from ..lane_rules import LaneRules
-from ..model import Flow, LaneKind, Slice, Trace
+from ..model import Flow, LaneKind, Slice, Trace, Track
+from ..model.nesting import sort_by_start
 
 PP_FLOW_CATEGORY = "pp_dependency"
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
@@ -132,6 +135,7 @@ GPU_PP, CPU_PP, STAGELESS, NO_PP = "GPU PP annotations", "CPU PP annotations onl
 # ScheduleGPipe's record_function names: no stage (it is the rank's PP rank), no send or receive.
 _STAGELESS = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
 _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
+_START, _TRACK = attrgetter("ts"), attrgetter("track")
 
 
 @dataclass
@@ -209,17 +213,16 @@ def _nest_inner(trace: Trace, compute: list[Block]) -> None:
     if not compute:
         return  # no second pass over the slices of a trace without PP compute
     firsts = [(block, block.first_fragment()) for block in compute]
-    tracks = {id(first.track) for _, first in firsts}
-    on_track: dict[int, list[Slice]] = defaultdict(list)
-    for slice_ in trace.slices:
-        if id(slice_.track) in tracks:
-            on_track[id(slice_.track)].append(slice_)
-    starts: dict[int, list[int]] = {}
+    tracks = {first.track for _, first in firsts}  # tracks hash by identity
+    on_track: dict[Track, list[Slice]] = defaultdict(list)
+    for slice_ in compress(trace.slices, map(tracks.__contains__, map(_TRACK, trace.slices))):
+        on_track[slice_.track].append(slice_)
+    starts: dict[Track, list[int]] = {}
     for track, slices in on_track.items():
-        slices.sort(key=lambda s: (s.ts, -s.dur))
-        starts[track] = [s.ts for s in slices]
+        sort_by_start(slices, longest_first=True)
+        starts[track] = list(map(_START, slices))
     for block, first in firsts:
-        slices, track_starts = on_track[id(first.track)], starts[id(first.track)]
+        slices, track_starts = on_track[first.track], starts[first.track]
         begin, stop = bisect_left(track_starts, first.ts), bisect_right(track_starts, first.end)
         children, covered_until = [], first.ts
         for slice_ in slices[begin:stop]:
@@ -289,8 +292,10 @@ def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
     for key, block in blocks.items():
         if key.action in COMPUTE_ACTIONS:
             compute_by_stage[(key.step, key.stage)].append(block)
-    for stage_blocks in compute_by_stage.values():
+    compute_starts: dict[tuple[int, int], list[int]] = {}  # each stage's blocks' starts, ascending
+    for stage, stage_blocks in compute_by_stage.items():
         stage_blocks.sort(key=lambda b: b.start)
+        compute_starts[stage] = [b.start for b in stage_blocks]
     for key in sorted(blocks):
         block = blocks[key]
         if key.action in COMPUTE_OF:
@@ -302,8 +307,10 @@ def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
             if not linked:
                 unmatched += 1
                 unmatched_names.append(key.describe())
-        elif key.action == "UNSHARD":
-            later = next((b for b in compute_by_stage.get((key.step, key.stage), []) if b.start >= block.start), None)
+        elif key.action == "UNSHARD":  # the first compute block of its stage starting with it or later
+            starts = compute_starts.get((key.step, key.stage), [])
+            index = bisect_left(starts, block.start)
+            later = compute_by_stage[(key.step, key.stage)][index] if index < len(starts) else None
             linked = later is not None and arrow(block, later, trace)
             unshard_pairs += linked
             unshard_unmatched += not linked
