@@ -20,7 +20,7 @@ from ..errors import CgtraceError
 from ..kineto import CUDA_GRAPH_LAUNCH, kernel_label
 from ..lane_rules import LaneRules
 from ..model import LaneGroup, Process, Slice, Thread, Trace, Track, TrackRole
-from ..model.nesting import nested_layers
+from ..model.nesting import nested_layers, sort_by_start
 from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
 from .window import step_ranges
 
@@ -131,7 +131,9 @@ def partition_intervals(slices: list[Slice]) -> list[list[Slice]]:
     lanes: list[list[Slice]] = []
     busy: list[tuple[int, int]] = []   # (end, lane) of lanes still running a slice
     free: list[int] = []               # lanes idle now, lowest first
-    for slice_ in sorted(slices, key=attrgetter("ts", "dur")):
+    ordered = list(slices)
+    sort_by_start(ordered, longest_first=False)  # by (ts, dur), then as given
+    for slice_ in ordered:
         while busy and busy[0][0] <= slice_.ts:
             heapq.heappush(free, heapq.heappop(busy)[1])
         if free:
