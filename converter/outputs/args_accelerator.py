@@ -79,8 +79,8 @@ def accelerated_args_store(label_rule: LabelRule, directory: Optional[str] = Non
 
 
 class BackgroundArgsEncoder:
-    """The main process's handle on the helper: `submit` each spilled run of entries, then
-    `result` once reading is over."""
+    """The main process's handle on the helper: `submit` each spilled run of entries, then,
+    once reading is over, `labels` (for compaction) and `result` (for the writer)."""
 
     form = ARGS_FORM
 
@@ -255,26 +255,27 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
     # their pages stay shared with the main process instead of being copied.
     gc.disable()
     labels, encoder = EntryLabels(), EntryEncoder(output_fd)
-    unencoded: deque[tuple[int, array]] = deque()  # runs labelled, not yet encoded: (start in the store, ends)
+    # Runs labelled but not yet encoded, as (start in the store, first entry, entries): their
+    # ends are read again from the ends file, so a backlog costs nothing per entry.
+    unencoded: deque[tuple[int, int, int]] = deque()
     stored_end = 0  # in the store's file, where the next run starts
     while True:
         if unencoded and not requests.poll():  # nothing newer waits
-            encoder.add(_run_entries(store_fd, *unencoded.popleft()))
+            encoder.add(_run_entries(store_fd, ends_fd, *unencoded.popleft()))
             continue
         message = requests.recv_bytes()
         if not message:
             break
-        ends = array("Q")
-        ends.frombytes(read_all(ends_fd, int.from_bytes(message, "little") * ends.itemsize,
-                                len(labels.label_ids) * ends.itemsize))
-        unencoded.append((stored_end, ends))
-        labels.add(_run_entries(store_fd, stored_end, ends), label_rule)
-        stored_end = ends[-1]
+        run = (stored_end, len(labels.label_ids), int.from_bytes(message, "little"))
+        entries = _run_entries(store_fd, ends_fd, *run)
+        labels.add(entries, label_rule)
+        unencoded.append(run)
+        stored_end += sum(map(len, entries))
     results.send_bytes(msgspec.json.encode(labels.distinct))
     results.send_bytes(labels.label_ids)
     del labels
     for run in unencoded:
-        encoder.add(_run_entries(store_fd, *run))
+        encoder.add(_run_entries(store_fd, ends_fd, *run))
     del unencoded
     names = encoder.finish()
     results.send_bytes(msgspec.json.encode(names))
@@ -286,8 +287,11 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
         _serve_packets(requests, results, encoded, packets_fd)
 
 
-def _run_entries(store_fd: int, start: int, ends: array) -> list[bytes]:
-    """The entries of a run: from `start` in the store's file, each ending at the next of `ends`."""
+def _run_entries(store_fd: int, ends_fd: int, start: int, first: int, count: int) -> list[bytes]:
+    """Entries first .. first + count - 1: their ends from the ends file, their text from the
+    store's, where the first of them starts at `start`."""
+    ends = array("Q")
+    ends.frombytes(read_all(ends_fd, count * ends.itemsize, first * ends.itemsize))
     text = read_all(store_fd, ends[-1] - start, start)
     return [text[begin - start:end - start] for begin, end in zip([start, *ends[:-1]], ends)]
 
