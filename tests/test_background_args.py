@@ -145,21 +145,21 @@ def test_a_helper_gone_while_writing_only_costs_time(tmp_path, monkeypatch):
 
 def test_labels_come_before_the_encoding_is_done(tmp_path, monkeypatch):
     """Compaction takes the helper's labels while the helper still encodes (the writer needs
-    the encoding later): here the helper may encode only once the labels were received, so a
-    helper that sent them after encoding would have to give up waiting."""
+    the encoding later): here the helper may finish encoding only once the labels were
+    received, so a helper that sent them after encoding would have to give up waiting."""
     received, gave_up = tmp_path / "labels_received", tmp_path / "gave_up_waiting"
-    encode = prepared_args.EntryEncoder.add
+    encode_the_rest = background_args._encode_the_rest
 
-    def encode_once_labels_were_received(self, entries):
+    def once_labels_were_received(*arguments):
         deadline = time.monotonic() + 30
         while not received.exists():
             if time.monotonic() > deadline:
                 gave_up.touch()
                 break
             time.sleep(0.01)
-        encode(self, entries)
+        return encode_the_rest(*arguments)
 
-    monkeypatch.setattr(prepared_args.EntryEncoder, "add", encode_once_labels_were_received)  # forked with it
+    monkeypatch.setattr(background_args, "_encode_the_rest", once_labels_were_received)  # forked with it
     monkeypatch.setattr(args_store, "_SPILL_BYTES", 256)  # several runs
     store = make_args_store("helper")
     texts = [json.dumps({"name": f"layers.{i % 3}", "i": i, "grid": [i, 1, 1]}).encode() for i in range(60)]
@@ -168,10 +168,32 @@ def test_labels_come_before_the_encoding_is_done(tmp_path, monkeypatch):
     received.touch()
     encoded = store.prepared(prepared_args.ARGS_FORM)
     assert isinstance(encoded, prepared_args.EncodedArgs) and not gave_up.exists()
-    monkeypatch.setattr(prepared_args.EntryEncoder, "add", encode)
     here = prepared_args.prepare_in_process(store)
     assert (encoded.interned, encoded.entries.tobytes()) == (here.interned, here.entries.tobytes())
     assert _children() == []
+
+
+def test_a_helper_not_sharing_the_write_leaves_once_done():
+    """Its answer waits in its file, not in the pipe: the helper exits after encoding the last
+    run, without waiting for the writer to ask (its memory is not held beside compaction's)."""
+    store = make_args_store("helper")
+    texts = [json.dumps({"i": i, "dims": [[i], []]}).encode() for i in range(10_000)]  # bounds: 80 KB
+    references = [store.add(text) for text in texts]
+    store.labels(references, kernel_label)
+    helpers = _children()
+    deadline = time.monotonic() + 30
+    while not all(map(_exited, helpers)) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert helpers and all(map(_exited, helpers))  # exited, not yet reaped
+    encoded = store.prepared(prepared_args.ARGS_FORM)
+    assert isinstance(encoded, prepared_args.EncodedArgs)
+    assert encoded.entries.tobytes() == prepared_args.prepare_in_process(store).entries.tobytes()
+    assert _children() == []
+
+
+def _exited(pid: int) -> bool:
+    """A child that ended and waits to be reaped (a zombie)."""
+    return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] == "Z"
 
 
 def test_a_failed_helper_only_costs_time(tmp_path, monkeypatch):

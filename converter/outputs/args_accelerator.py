@@ -143,9 +143,7 @@ class BackgroundArgsEncoder:
         if self._result is None and not self._failed:
             if self.labels() is not None:
                 try:
-                    names = msgspec.json.decode(self._results.recv_bytes())
-                    bounds = self._receive(array("Q", [0]) * (self._entries + 1))
-                    self._result = EncodedArgs(names, mapped(self._output.fileno(), bounds[-1]), bounds)
+                    self._result = self._read_answer()
                 except (OSError, EOFError, BufferTooShort, msgspec.DecodeError, ValueError, IndexError):
                     self._failed = True
             if self._result is not None and self._packets is not None and self._entries >= SHARED_WRITE_ENTRIES:
@@ -154,6 +152,19 @@ class BackgroundArgsEncoder:
             else:
                 self._finalizer()
         return self._result
+
+    def _read_answer(self) -> EncodedArgs:
+        """The encoded entries, and after them in their file, the annotation names and every
+        entry's bounds (_answer)."""
+        answer = self._results.recv_bytes()
+        encoded_size, names_size = int.from_bytes(answer[:8], "little"), int.from_bytes(answer[8:], "little")
+        fd = self._output.fileno()
+        names = msgspec.json.decode(read_all(fd, names_size, encoded_size))
+        bounds = array("Q", [0]) * (self._entries + 1)
+        if os.preadv(fd, [bounds], encoded_size + names_size) != len(bounds) * bounds.itemsize \
+                or bounds[-1] != encoded_size:
+            raise ValueError("the args helper answered for other entries than were submitted")
+        return EncodedArgs(names, mapped(fd, encoded_size), bounds)
 
     def _receive(self, items: array) -> array:
         """The helper's next message, straight into `items` (sized for every entry submitted):
@@ -274,17 +285,32 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
     results.send_bytes(msgspec.json.encode(labels.distinct))
     results.send_bytes(labels.label_ids)
     del labels
-    for run in unencoded:
-        encoder.add(_run_entries(store_fd, ends_fd, *run))
-    del unencoded
-    names = encoder.finish()
-    results.send_bytes(msgspec.json.encode(names))
-    results.send_bytes(encoder.bounds)
-    if packets_fd is not None:
+    names = _encode_the_rest(encoder, store_fd, ends_fd, unencoded)
+    _answer(results, output_fd, names, encoder.bounds)
+    if packets_fd is not None and len(encoder.bounds) - 1 >= SHARED_WRITE_ENTRIES:
         encoded = EncodedArgs(names, mapped(output_fd, encoder.bounds[-1]), encoder.bounds)
         del encoder, names
         give_back_freed_memory()  # it stays on beside the writer's peak: only what the packets need
         _serve_packets(requests, results, encoded, packets_fd)
+
+
+def _encode_the_rest(encoder: EntryEncoder, store_fd: int, ends_fd: int,
+                     unencoded: deque[tuple[int, int, int]]) -> list[str]:
+    """The runs still to encode once the labels were sent; the annotation names."""
+    while unencoded:
+        encoder.add(_run_entries(store_fd, ends_fd, *unencoded.popleft()))
+    return encoder.finish()
+
+
+def _answer(results: Connection, output_fd: int, names: list[str], bounds: array) -> None:
+    """The names and bounds go after the encoded entries in their file, and only where they
+    are down the pipe: a message that small never waits for the main process to read it, so
+    a helper that does not share the write is gone as soon as it is done, not when the writer
+    asks (at 100 MB its memory beside compaction's was the run's peak)."""
+    names_text = msgspec.json.encode(names)
+    write_at(output_fd, memoryview(names_text), bounds[-1])
+    write_at(output_fd, memoryview(bounds).cast("B"), bounds[-1] + len(names_text))
+    results.send_bytes(bounds[-1].to_bytes(8, "little") + len(names_text).to_bytes(8, "little"))
 
 
 def _run_entries(store_fd: int, ends_fd: int, start: int, first: int, count: int) -> list[bytes]:
