@@ -161,7 +161,7 @@ def test_labels_come_before_the_encoding_is_done(tmp_path, monkeypatch):
 
     monkeypatch.setattr(background_args, "_encode_the_rest", once_labels_were_received)  # forked with it
     monkeypatch.setattr(args_store, "_SPILL_BYTES", 256)  # several runs
-    store = make_args_store("helper")
+    store = make_args_store("helper", compacts=True)
     texts = [json.dumps({"name": f"layers.{i % 3}", "i": i, "grid": [i, 1, 1]}).encode() for i in range(60)]
     references = [store.add(text) for text in texts]
     assert store.labels(references, kernel_label) == [f"layers.{i % 3}" for i in range(60)]
@@ -176,7 +176,7 @@ def test_labels_come_before_the_encoding_is_done(tmp_path, monkeypatch):
 def test_a_helper_not_sharing_the_write_leaves_once_done():
     """Its answer waits in its file, not in the pipe: the helper exits after encoding the last
     run, without waiting for the writer to ask (its memory is not held beside compaction's)."""
-    store = make_args_store("helper")
+    store = make_args_store("helper", compacts=True)
     texts = [json.dumps({"i": i, "dims": [[i], []]}).encode() for i in range(10_000)]  # bounds: 80 KB
     references = [store.add(text) for text in texts]
     store.labels(references, kernel_label)

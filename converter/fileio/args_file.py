@@ -33,7 +33,7 @@ class ArgsFollower(Protocol):
     """Works on the entries as they reach the file (an args accelerator encodes them)."""
 
     form: str          # the writer's encoding its result prepares (see ArgsStore.prepared)
-    label_rule: LabelRule  # the rule its labels were computed with
+    label_rule: Optional[LabelRule]  # the rule its labels were computed with, if any
 
     def submit(self, bounds: array) -> None:
         """Entries between consecutive `bounds` (file offsets) have just been written."""

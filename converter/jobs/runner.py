@@ -76,13 +76,16 @@ def default_output_path(input_path: Path, tag: str = "", output_format: str = "p
     return input_path.with_name(f"{name}{tag}{SUFFIXES[output_format]}")
 
 
-def args_store(strategy: str, output_format: str = "perfetto", written_here: bool = False) -> ArgsStore:
+def args_store(strategy: str, output_format: str = "perfetto", written_here: bool = False,
+               compacts: bool = False) -> ArgsStore:
     """The args store a job reads into, by strategy (see ARGS_STRATEGIES); `written_here`: this
-    process writes the output, so an args helper stays on to encode its packets."""
+    process writes the output, so an args helper stays on to encode its packets; `compacts`:
+    the job compacts, so an args helper labels the entries for it too."""
     if strategy not in ARGS_STRATEGIES:
         raise CgtraceError(f"args strategy {strategy!r}: expected one of {', '.join(ARGS_STRATEGIES)}")
     if strategy == "helper" or (strategy == "auto" and output_format == "perfetto" and cores_to_spare()):
-        return accelerated_args_store(kineto.kernel_label, encodes_packets=written_here and output_format == "perfetto")
+        return accelerated_args_store(kineto.kernel_label if compacts else None,
+                                      encodes_packets=written_here and output_format == "perfetto")
     return FileArgsStore()
 
 
@@ -118,8 +121,8 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
 def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], written_here: bool = False) -> Prepared:
     """Read, cut to the window and, given lane rules, compact and find the PP blocks;
     `written_here`: this process writes the output (see args_store)."""
-    trace = read_trace(input_path, strict=options.strict, args=args_store(options.args_strategy,
-                                                                           options.output_format, written_here))
+    trace = read_trace(input_path, strict=options.strict, args=args_store(
+        options.args_strategy, options.output_format, written_here, compacts=rules is not None))
     summary = trace_summary(trace)
     if options.window is not None:
         cut_to = cut_to_steps if options.window.by_steps else cut

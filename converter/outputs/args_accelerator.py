@@ -68,7 +68,7 @@ def _threads() -> int:
         return threading.active_count()
 
 
-def accelerated_args_store(label_rule: LabelRule, directory: Optional[str] = None,
+def accelerated_args_store(label_rule: Optional[LabelRule], directory: Optional[str] = None,
                            encodes_packets: bool = False) -> FileArgsStore:
     """A file-backed args store followed by a helper that prepares the Perfetto writer's
     encoding and applies `label_rule` to every entry; with `encodes_packets`, it stays to
@@ -84,7 +84,7 @@ class BackgroundArgsEncoder:
 
     form = ARGS_FORM
 
-    def __init__(self, store_fd: int, label_rule: LabelRule, directory: Optional[str] = None,
+    def __init__(self, store_fd: int, label_rule: Optional[LabelRule], directory: Optional[str] = None,
                  encodes_packets: bool = False):
         """`store_fd`: the ArgsStore's file, which the helper reads with pread."""
         self.label_rule = label_rule
@@ -183,8 +183,12 @@ class EntryLabels:
         self.label_ids = label_ids if label_ids is not None else array("I")  # per entry; 0: no label
         self._ids = {label: number for number, label in enumerate(self.distinct, start=1)}
 
-    def add(self, entries: Iterable[bytes], rule: LabelRule) -> None:
+    def add(self, entries: list[bytes], rule: Optional[LabelRule]) -> None:
+        """Each entry's label; with no rule (a job that does not compact), none."""
         ids, distinct, label_ids = self._ids, self.distinct, self.label_ids
+        if rule is None:
+            label_ids.frombytes(bytes(label_ids.itemsize * len(entries)))
+            return
         for entry in entries:
             label = rule(entry)
             if label is None:
@@ -261,7 +265,7 @@ def _stop(pid: int, requests: Connection, results: Connection, *files: Any) -> N
 
 
 def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: int, output_fd: int,
-           label_rule: LabelRule, packets_fd: Optional[int]) -> None:
+           label_rule: Optional[LabelRule], packets_fd: Optional[int]) -> None:
     # The helper touches none of the objects it inherited; without a collector walking them,
     # their pages stay shared with the main process instead of being copied.
     gc.disable()
