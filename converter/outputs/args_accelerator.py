@@ -71,8 +71,9 @@ def _threads() -> int:
 def accelerated_args_store(label_rule: Optional[LabelRule], directory: Optional[str] = None,
                            encodes_packets: bool = False) -> FileArgsStore:
     """A file-backed args store followed by a helper that prepares the Perfetto writer's
-    encoding and applies `label_rule` to every entry; with `encodes_packets`, it stays to
-    encode the first writer's packets too (slice_packets.py), for a job that writes here."""
+    encoding and applies `label_rule` (where given) to every entry; with `encodes_packets`,
+    it stays to encode the first writer's packets too (slice_packets.py), for a job that
+    writes here."""
     store = FileArgsStore(directory)
     store.follow(BackgroundArgsEncoder(store.fileno(), label_rule, directory, encodes_packets))
     return store
