@@ -271,10 +271,9 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
     # their pages stay shared with the main process instead of being copied.
     gc.disable()
     labels, encoder = EntryLabels(), EntryEncoder(output_fd)
-    # Runs labelled but not yet encoded, as (start in the store, first entry, entries): their
-    # ends are read again from the ends file, so a backlog costs nothing per entry.
-    unencoded: deque[tuple[int, int, int]] = deque()
-    stored_end = 0  # in the store's file, where the next run starts
+    # Runs labelled but not yet encoded, as (first entry, entries): read again when encoded,
+    # so a backlog costs nothing per entry.
+    unencoded: deque[tuple[int, int]] = deque()
     while True:
         if unencoded and not requests.poll():  # nothing newer waits
             encoder.add(_run_entries(store_fd, ends_fd, *unencoded.popleft()))
@@ -282,11 +281,13 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
         message = requests.recv_bytes()
         if not message:
             break
-        run = (stored_end, len(labels.label_ids), int.from_bytes(message, "little"))
+        run = (len(labels.label_ids), int.from_bytes(message, "little"))
         entries = _run_entries(store_fd, ends_fd, *run)
         labels.add(entries, label_rule)
-        unencoded.append(run)
-        stored_end += sum(map(len, entries))
+        if unencoded or requests.poll():  # behind: newer runs are labelled first
+            unencoded.append(run)
+        else:
+            encoder.add(entries)
     results.send_bytes(msgspec.json.encode(labels.distinct))
     results.send_bytes(labels.label_ids)
     del labels
@@ -300,7 +301,7 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
 
 
 def _encode_the_rest(encoder: EntryEncoder, store_fd: int, ends_fd: int,
-                     unencoded: deque[tuple[int, int, int]]) -> list[str]:
+                     unencoded: deque[tuple[int, int]]) -> list[str]:
     """The runs still to encode once the labels were sent; the annotation names."""
     while unencoded:
         encoder.add(_run_entries(store_fd, ends_fd, *unencoded.popleft()))
@@ -318,13 +319,15 @@ def _answer(results: Connection, output_fd: int, names: list[str], bounds: array
     results.send_bytes(bounds[-1].to_bytes(8, "little") + len(names_text).to_bytes(8, "little"))
 
 
-def _run_entries(store_fd: int, ends_fd: int, start: int, first: int, count: int) -> list[bytes]:
-    """Entries first .. first + count - 1: their ends from the ends file, their text from the
-    store's, where the first of them starts at `start`."""
-    ends = array("Q")
-    ends.frombytes(read_all(ends_fd, count * ends.itemsize, first * ends.itemsize))
-    text = read_all(store_fd, ends[-1] - start, start)
-    return [text[begin - start:end - start] for begin, end in zip([start, *ends[:-1]], ends)]
+def _run_entries(store_fd: int, ends_fd: int, first: int, count: int) -> list[bytes]:
+    """Entries first .. first + count - 1: their bounds from the ends file (each entry starts
+    where the one before it ends), their text from the store's."""
+    before = min(first, 1)  # the end of the entry before, where there is one
+    bounds = array("Q", [0] * (1 - before))
+    bounds.frombytes(read_all(ends_fd, (count + before) * bounds.itemsize, (first - before) * bounds.itemsize))
+    start = bounds[0]
+    text = read_all(store_fd, bounds[-1] - start, start)
+    return [text[begin - start:end - start] for begin, end in zip(bounds, bounds[1:])]
 
 
 def _serve_packets(requests: Connection, results: Connection, encoded: EncodedArgs, packets_fd: int) -> None:
