@@ -11,7 +11,7 @@ run, where gathering byte by byte costs about 8 ns a byte.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 import numpy as np
 
@@ -133,7 +133,7 @@ class Rows:
 
     def size(self) -> np.ndarray:
         """Every row's length so far."""
-        return sum((column.lengths for column in self.columns), np.zeros(self.count, np.int64))
+        return _row_lengths(self.columns, self.count)
 
     def framed(self, tag_id: int) -> "Rows":
         """These rows as the payload of a length-delimited field (its tag a piece)."""
@@ -151,11 +151,16 @@ class Rows:
             return data
         spliced = spliced_columns[0]
         at = self.columns.index(spliced)
-        row_lengths = sum((column.lengths for column in gathered), np.zeros(self.count, np.int64))
-        before = sum((column.lengths for column in self.columns[:at]), np.zeros(self.count, np.int64))
+        row_lengths = _row_lengths(gathered, self.count)
+        before = _row_lengths(self.columns[:at], self.count)
         places = np.cumsum(row_lengths) - row_lengths + before  # where each run goes in `data`
         kept = spliced.lengths > 0
         return _splice(data, places[kept], spliced, spliced.starts[kept], spliced.lengths[kept])
+
+
+def _row_lengths(columns: Sequence[Union[Column, Spliced]], count: int) -> np.ndarray:
+    """Each of `count` rows' bytes in these columns (Column or Spliced)."""
+    return sum((column.lengths for column in columns), np.zeros(count, np.int64))
 
 
 def _gather(columns: list[Column]) -> np.ndarray:
