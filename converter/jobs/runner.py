@@ -104,7 +104,7 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
         summary["flows"] = len(trace.flows)
     summary["overlaps_moved"] = separate_overlaps(trace)
     summary["tracks"] = len(trace.tracks) + len(trace.processes)
-    summary["slices"] = sum(1 for s in trace.slices if not s.is_instant)
+    summary["slices"] = len(trace.slices) - trace.instant_count()
     if options.split_steps:
         summary["steps"] = _write_steps(trace, input_path, output_path, options)
         summary.update(input=str(input_path))
@@ -217,7 +217,7 @@ def _write_steps(trace: Trace, input_path: Path, output_path: Path, options: Job
 
 
 def trace_summary(trace: Trace) -> dict[str, Any]:
-    instants = sum(1 for s in trace.slices if s.is_instant)
+    instants = trace.instant_count()
     return {
         "events_read": trace.events_read,
         "events_skipped": sum(trace.skipped.values()),

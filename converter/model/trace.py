@@ -218,6 +218,11 @@ class Trace:
         chosen = {name for name in set(names) if wanted(name)}
         return compress(self.slices, map(chosen.__contains__, names))
 
+    def instant_count(self) -> int:
+        """How many of the slices are instants (a plain loop: Python 3.11 specializes its
+        attribute read, faster than a map of attrgetter)."""
+        return sum(1 for slice_ in self.slices if slice_.is_instant)
+
     def args_text(self, slice_: Slice) -> Optional[bytes]:
         """A slice's args as raw JSON object text, or None."""
         return None if slice_.args is None else self.args.text(slice_.args)
