@@ -10,7 +10,7 @@ Both are derived series: every slice stays where it is, counted once.
 from __future__ import annotations
 
 from collections import defaultdict
-from itertools import compress, repeat
+from itertools import repeat
 from operator import attrgetter
 from typing import Iterable
 
@@ -45,7 +45,7 @@ def add_busy_lanes(trace: Trace) -> None:
     for track in trace.tracks:
         if track.role is TrackRole.LANE and track.parent is not None:
             container_of[track] = track.parent
-    on_lanes = list(compress(trace.slices, map(container_of.__contains__, map(_TRACK, trace.slices))))
+    on_lanes = [slice_ for slice_ in trace.slices if slice_.track in container_of]
     # Per slice its container's code, rising with each container's first slice.
     slice_owner, codes = first_positions(map(container_of.__getitem__, map(_TRACK, on_lanes)), len(on_lanes))
     starts = np.fromiter(map(_START, on_lanes), np.int64, len(on_lanes))

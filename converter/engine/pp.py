@@ -16,7 +16,6 @@ import re
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from itertools import compress
 from operator import attrgetter
 from typing import Callable, Optional, Protocol
 
@@ -135,7 +134,7 @@ GPU_PP, CPU_PP, STAGELESS, NO_PP = "GPU PP annotations", "CPU PP annotations onl
 # ScheduleGPipe's record_function names: no stage (it is the rank's PP rank), no send or receive.
 _STAGELESS = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
 _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
-_START, _TRACK = attrgetter("ts"), attrgetter("track")
+_START = attrgetter("ts")
 
 
 @dataclass
@@ -215,8 +214,9 @@ def _nest_inner(trace: Trace, compute: list[Block]) -> None:
     firsts = [(block, block.first_fragment()) for block in compute]
     tracks = {first.track for _, first in firsts}  # tracks hash by identity
     on_track: dict[Track, list[Slice]] = defaultdict(list)
-    for slice_ in compress(trace.slices, map(tracks.__contains__, map(_TRACK, trace.slices))):
-        on_track[slice_.track].append(slice_)
+    for slice_ in trace.slices:
+        if slice_.track in tracks:
+            on_track[slice_.track].append(slice_)
     starts: dict[Track, list[int]] = {}
     for track, slices in on_track.items():
         sort_by_start(slices, longest_first=True)

@@ -77,8 +77,7 @@ class _Plain(_Tagged, gc=False):
 
 
 _SLICE, _INSTANT, _FLOW = "slice", "instant", "flow"
-_KIND, _TS, _DUR, _PID, _TID, _CAT, _NAME, _ARGS = map(attrgetter, ("kind", "ts", "dur", "pid", "tid", "cat", "name",
-                                                                   "args"))
+_KIND, _TS, _CAT, _NAME, _ARGS = map(attrgetter, ("kind", "ts", "cat", "name", "args"))
 _PHASE, _ID, _BP = attrgetter("ph"), attrgetter("id"), attrgetter("bp")
 
 
@@ -326,7 +325,7 @@ class _KinetoEvents(TraceBuilder):
         run = items[start:end]
         count = len(run)
         kinds = list(map(_KIND, run))
-        durations_of = [dur if kind is _SLICE else 0 for dur, kind in zip(map(_DUR, run), kinds)]  # 0: instants, flows
+        durations_of = [event.dur if kind is _SLICE else 0 for event, kind in zip(run, kinds)]  # 0: instants, flows
         if type(run[0].ts) is msgspec.Raw:  # which of the two tagged decoders made the piece
             starts, starts_known = exact_ns(list(map(_TS, run)))
             durations, durations_known = numbers_ns(durations_of)
@@ -356,8 +355,10 @@ class _KinetoEvents(TraceBuilder):
     def _add_plain_run(self, run: Sequence, kinds: Sequence, starts: Sequence, durations: Sequence) -> None:
         """Slices of the complete events and instants of `run`, flow events of the rest, in
         order, with their exact start and duration in ns; tracks are made in the order of `run`.
-        Each field is a pass in C (map, itemgetter) where no event needs more."""
-        on: Sequence[Any] = list(map(self._tracks_by_input_key.get, zip(map(_PID, run), map(_TID, run))))
+        Each field is one pass: a map of an attrgetter, or a comprehension where it reads two
+        fields (Python 3.11 specializes its attribute reads)."""
+        known = self._tracks_by_input_key.get
+        on: Sequence[Any] = [known((event.pid, event.tid)) for event in run]
         if None in on or _INSTANT in kinds:  # a thread met for the first time, or an instant's scope
             find = self._track_for_input_key
             on = [track or find((e.pid, e.tid)) if kind is not _INSTANT or e.s not in _NOT_THREAD
