@@ -99,6 +99,24 @@ EDGE_CASES = {
             {"ph": "X", "name": f"s{i}", "pid": 1, "tid": 1, "ts": float(i), "dur": 2.5} for i in range(12)
         ] + [{"ph": "X", "name": "nested", "pid": 1, "tid": 1, "ts": 0.5, "dur": 1.0}],
     },
+    # Arrows whose target (zero duration) starts at its source's time: trace_processor takes
+    # events of one time in file order, so each target's track must follow its source's,
+    # here against the order the tracks first appear (stream 7, then threads 3, 2, 1, 4).
+    "momentary_targets": {
+        "traceEvents": [
+            {"ph": "X", "cat": "kernel", "name": "kernel", "pid": 0, "tid": 7, "ts": 1.0, "dur": 0},
+            {"ph": "X", "cat": "cpu_op", "name": "c", "pid": 1, "tid": 3, "ts": 2.0, "dur": 0},
+            {"ph": "X", "cat": "cpu_op", "name": "b", "pid": 1, "tid": 2, "ts": 2.0, "dur": 0},
+            {"ph": "X", "cat": "cpu_op", "name": "launch", "pid": 1, "tid": 1, "ts": 1.0, "dur": 5.0},
+            {"ph": "X", "cat": "cpu_op", "name": "a", "pid": 1, "tid": 4, "ts": 2.0, "dur": 1.0},
+            {"ph": "s", "cat": "ac2g", "name": "ac2g", "id": 1, "pid": 1, "tid": 1, "ts": 1.0},
+            {"ph": "f", "cat": "ac2g", "name": "ac2g", "id": 1, "pid": 0, "tid": 7, "ts": 1.0, "bp": "e"},
+            {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 2, "pid": 1, "tid": 4, "ts": 2.0},
+            {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": 2, "pid": 1, "tid": 2, "ts": 2.0, "bp": "e"},
+            {"ph": "s", "cat": "fwdbwd", "name": "fwdbwd", "id": 3, "pid": 1, "tid": 2, "ts": 2.0},
+            {"ph": "f", "cat": "fwdbwd", "name": "fwdbwd", "id": 3, "pid": 1, "tid": 3, "ts": 2.0, "bp": "e"},
+        ],
+    },
     "bare_array": [
         {"ph": "X", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1},
         {"ph": "X", "name": "b", "pid": 1, "tid": 1, "ts": 1, "dur": 1},

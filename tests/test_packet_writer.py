@@ -20,8 +20,9 @@ from converter.engine.lane_grouping import RuleLanes
 from converter.engine.layout import separate_overlaps
 from converter.inputs.kineto_reader import parse_trace_text
 from converter.lane_rules import load_lane_rules
-from converter.model import Trace
+from converter.model import Trace, Track
 from converter.model.nesting import nesting_order
+from converter.outputs.flow_fields import write_order
 from converter.outputs.packets import varint_matrix
 from converter.outputs import packets, perfetto_writer, slice_packets
 from converter.outputs.perfetto_writer import PerfettoWriter
@@ -65,6 +66,23 @@ def _plain_flow_fields(trace, first_flow_id):
     return at_begin, at_end
 
 
+def _plain_track_order(trace):
+    """The tracks as given, but one holding an arrow's target that starts at its source's time
+    and ends there (an instant, or no duration) after the source's track; a cycle of such
+    tracks goes on at its first track left."""
+    sources_of = defaultdict(set)
+    for flow in trace.flows:
+        source, target = flow.source, flow.target
+        if target.ts == source.ts and (target.is_instant or not target.dur) and source.track is not target.track:
+            sources_of[target.track].add(source.track)
+    order, left = [], list(trace.tracks)
+    while left:
+        track = next((t for t in left if sources_of[t] <= set(order)), left[0])
+        order.append(track)
+        left.remove(track)
+    return order
+
+
 class PlainWriter(PerfettoWriter):
     """Every packet built by concatenating bytes, one slice at a time, each END written when the
     next slice of its track starts at or after its end (a stack of open slices)."""
@@ -75,7 +93,7 @@ class PlainWriter(PerfettoWriter):
         for slice_ in trace.slices:
             by_track[slice_.track].append(slice_)
         prepared = self._prepared_args(trace)
-        for track in trace.tracks:
+        for track in _plain_track_order(trace):
             slices = by_track.get(track)
             if not slices:
                 continue
@@ -206,3 +224,12 @@ def test_the_helpers_share_falls_to_one_part_and_rises_again():
     for _ in range(40):
         share.waited(0.0)
     assert [len(share.of(parts)) for parts in (1, 8, 40)] == [1, 8, 38]
+
+
+def test_a_track_waits_for_the_tracks_its_momentary_targets_come_from():
+    a, b, c, x, y = (Track(name=name) for name in "abcxy")
+    assert write_order([x, y], []) == [x, y]
+    assert write_order([c, b, a], [(b, c), (a, b)]) == [a, b, c]
+    assert write_order([x, b, y, a], [(a, b), (a, b), (b, b)]) == [x, y, a, b]
+    # A cycle (a and b wait for each other) is broken at its first track once nothing else is ready.
+    assert write_order([a, b, x], [(a, b), (b, a)]) == [x, a, b]

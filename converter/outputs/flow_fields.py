@@ -3,7 +3,10 @@ asks for them.
 
 trace_processor opens a flow at the event that lists its id in flow_ids and closes it at
 the next event listing it in terminating_flow_ids, in time order. An arrow whose target
-began no later than its source therefore terminates at the target's END.
+began no later than its source therefore terminates at the target's END. Events at one
+time go in file order: where a target that ends where it begins (an instant, or zero
+duration) starts at its source's time, the source's track must be written first
+(`write_order`).
 
 A dict from slice to its encoded ids cost about 100 bytes per arrow end for the whole write
 (10 MB for hta_nccl_a100's 56k arrows at 100 MB, ten times that at 1 GB). Here an end is its
@@ -13,11 +16,13 @@ runs with two binary searches and copies them as one column, with no Python per 
 
 from __future__ import annotations
 
+import heapq
+from collections import defaultdict
 from operator import attrgetter
 
 import numpy as np
 
-from ..model import Slice, Trace
+from ..model import Slice, Trace, Track
 from .packets import Column, gather_runs
 from .wire import WIRE_FIXED64, tag
 
@@ -46,7 +51,11 @@ class FlowFields:
         target_dur = np.fromiter(map(_DUR, targets), np.int64, count)
         target_instant = np.fromiter(map(_INSTANT, targets), bool, count)
         at_begin = np.ones((count, 2), bool)  # per arrow: its source's end, then its target's
-        at_begin[:, 1] = (target_ts > source_ts) | target_instant | (target_dur == 0)
+        momentary = target_instant | (target_dur == 0)
+        at_begin[:, 1] = (target_ts > source_ts) | momentary
+        # (source track, target track) of the arrows whose ends share their time.
+        self.sources_first = [(sources[index].track, targets[index].track)
+                              for index in np.flatnonzero(momentary & (target_ts == source_ts)).tolist()]
         holders = np.empty((count, 2), np.uint64)
         holders[:, 0] = np.fromiter(map(id, sources), np.uint64, count)
         holders[:, 1] = np.fromiter(map(id, targets), np.uint64, count)
@@ -109,3 +118,41 @@ def _runs(holders: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray
     first = np.searchsorted(holders, keys, "left")
     last = np.searchsorted(holders, keys, "right")
     return first * _WIDTH, (last - first) * _WIDTH
+
+
+def write_order(tracks: list[Track], sources_first: list[tuple[Track, Track]]) -> list[Track]:
+    """`tracks` in the order their slices are written: as given, except that a track waits
+    for the tracks of the arrows it is the target of in `sources_first` (FlowFields). A cycle
+    of such tracks is broken at its first track: trace_processor then drops the arrows of
+    the cycle whose target is written first (--verify reports them)."""
+    waits_for: dict[Track, set[Track]] = defaultdict(set)
+    followers: dict[Track, list[Track]] = defaultdict(list)
+    for source, target in sources_first:
+        if source is not target and source not in waits_for[target]:
+            waits_for[target].add(source)
+            followers[source].append(target)
+    if not waits_for:
+        return tracks
+    position = {track: index for index, track in enumerate(tracks)}
+    ready = [index for index, track in enumerate(tracks) if not waits_for.get(track)]
+    heapq.heapify(ready)
+    written = [False] * len(tracks)
+    ordered: list[Track] = []
+    first_unwritten = 0
+    while len(ordered) < len(tracks):
+        if ready:
+            index = heapq.heappop(ready)
+            if written[index]:
+                continue
+        else:  # only cycles are left
+            while written[first_unwritten]:
+                first_unwritten += 1
+            index = first_unwritten
+        written[index] = True
+        ordered.append(tracks[index])
+        for target in followers.get(tracks[index], ()):
+            waiting = waits_for[target]
+            waiting.discard(tracks[index])
+            if not waiting:
+                heapq.heappush(ready, position[target])
+    return ordered

@@ -22,7 +22,7 @@ from ..model.nesting import sort_by_start
 from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
-from .flow_fields import FlowFields
+from .flow_fields import FlowFields, write_order
 from .packets import Column, Pieces, Rows, Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, prepare_in_process
 from .slice_packets import PACKETS_AT_ONCE, ArgsRuns, PacketHelper, PacketTags, SliceBatch, encode_batch, packets
@@ -162,7 +162,8 @@ class PerfettoWriter:
         helper: Optional[PacketHelper] = None
         share = _HelperShare()
         waiting: Optional[tuple[PacketHelper, SliceBatch, ArgsRuns, range]] = None  # parts the helper encodes
-        for number, runs in enumerate(_batches(_runs(trace, by_track, uuids))):
+        tracks = write_order(trace.tracks, flow_fields.sources_first)
+        for number, runs in enumerate(_batches(_runs(tracks, by_track, uuids))):
             if number == 0:  # interns the annotation names first: only where a slice follows
                 prepared = self._prepared_args(trace)
                 helper = prepared.take_packet_helper() if isinstance(prepared, EncodedArgs) else None
@@ -336,10 +337,11 @@ class _HelperShare:
         self.share = min(max(self.share + step, _HELPER_SHARE_STEP), 1 - _HELPER_SHARE_STEP)
 
 
-def _runs(trace: Trace, by_track: dict[Track, list[Slice]], uuids: dict[int, int]) -> Iterator[tuple[bytes, list[Slice]]]:
+def _runs(tracks: list[Track], by_track: dict[Track, list[Slice]],
+          uuids: dict[int, int]) -> Iterator[tuple[bytes, list[Slice]]]:
     """Each track's slices in write order, with its uuid field, a track at a time: its list
     is sorted in place and leaves `by_track`, so no slice is listed twice for long."""
-    for track in trace.tracks:
+    for track in tracks:
         slices = by_track.pop(track, None)
         if slices:
             # Nesting order, but a flat track's zero-duration slice goes before another starting
