@@ -122,9 +122,10 @@ def _runs(holders: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray
 
 def write_order(tracks: list[Track], sources_first: list[tuple[Track, Track]]) -> list[Track]:
     """`tracks` in the order their slices are written: as given, except that a track waits
-    for the tracks of the arrows it is the target of in `sources_first` (FlowFields). A cycle
-    of such tracks is broken at its first track: trace_processor then drops the arrows of
-    the cycle whose target is written first (--verify reports them)."""
+    for the tracks of the arrows it is the target of in `sources_first` (FlowFields). Where
+    every track left waits (a cycle of such arrows), the first one left goes next:
+    trace_processor then drops the arrows whose target is written first (--verify reports
+    them)."""
     waits_for: dict[Track, set[Track]] = defaultdict(set)
     followers: dict[Track, list[Track]] = defaultdict(list)
     for source, target in sources_first:
