@@ -309,7 +309,7 @@ def _fingerprint(slices: list[Slice], excluded_categories: Container[str]) -> tu
     its attribute reads, where tuples an attrgetter builds took 40% longer."""
     count = checksum = 0
     for slice_ in slices:
-        if slice_.cat not in excluded_categories:  # what compaction never changes:
+        if slice_.cat not in excluded_categories:  # hashed: what compaction never changes
             checksum += hash((slice_.name, slice_.ts, slice_.dur, slice_.cat, slice_.is_instant, slice_.args))
             count += 1
     return count, checksum & 0xFFFFFFFFFFFFFFFF

@@ -9,14 +9,12 @@ traces: graphed work moved to annotation-named lanes, the real stream in
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from operator import attrgetter
 from typing import Optional, Protocol
 
 from ..kineto import inline_laned, original_stream
 from ..lane_rules import LaneRules
 from ..model import LaneGroup, LaneKind, Slice, Thread, Trace
 
-_THREAD = attrgetter("track.thread")
 _KIND_ORDER = {kind: position for position, kind in enumerate(LaneKind)}
 
 
@@ -67,7 +65,7 @@ def hardware_streams(trace: Trace, slices: list[Slice]) -> set[object]:
     """The streams slices ran on: where they are, or, in a trace its exporter laned, the
     `original_stream` of those it moved."""
     if not inline_laned(trace.metadata):
-        return set(map(_stream_id, set(map(_THREAD, slices))))  # each thread's id once
+        return set(map(_stream_id, {slice_.track.thread for slice_ in slices}))  # each thread's id once
     moved_from = trace.args_labels(slices, original_stream)
     return {f"stream {stream}" if stream is not None else _stream_id(slice_.track.thread)
             for slice_, stream in zip(slices, moved_from)}

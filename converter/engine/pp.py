@@ -134,7 +134,7 @@ GPU_PP, CPU_PP, STAGELESS, NO_PP = "GPU PP annotations", "CPU PP annotations onl
 # ScheduleGPipe's record_function names: no stage (it is the rank's PP rank), no send or receive.
 _STAGELESS = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
 _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
-_START = attrgetter("ts")
+_START, _BLOCK_START = attrgetter("ts"), attrgetter("start")
 
 
 @dataclass
@@ -217,13 +217,11 @@ def _nest_inner(trace: Trace, compute: list[Block]) -> None:
     for slice_ in trace.slices:
         if slice_.track in tracks:
             on_track[slice_.track].append(slice_)
-    starts: dict[Track, list[int]] = {}
-    for track, slices in on_track.items():
+    for slices in on_track.values():
         sort_by_start(slices, longest_first=True)
-        starts[track] = list(map(_START, slices))
     for block, first in firsts:
-        slices, track_starts = on_track[first.track], starts[first.track]
-        begin, stop = bisect_left(track_starts, first.ts), bisect_right(track_starts, first.end)
+        slices = on_track[first.track]
+        begin, stop = bisect_left(slices, first.ts, key=_START), bisect_right(slices, first.end, key=_START)
         children, covered_until = [], first.ts
         for slice_ in slices[begin:stop]:
             if slice_ is not first and slice_.end <= first.end and slice_.ts >= covered_until:
@@ -292,10 +290,8 @@ def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
     for key, block in blocks.items():
         if key.action in COMPUTE_ACTIONS:
             compute_by_stage[(key.step, key.stage)].append(block)
-    compute_starts: dict[tuple[int, int], list[int]] = {}  # each stage's blocks' starts, ascending
-    for stage, stage_blocks in compute_by_stage.items():
-        stage_blocks.sort(key=lambda b: b.start)
-        compute_starts[stage] = [b.start for b in stage_blocks]
+    for stage_blocks in compute_by_stage.values():
+        stage_blocks.sort(key=_BLOCK_START)
     for key in sorted(blocks):
         block = blocks[key]
         if key.action in COMPUTE_OF:
@@ -308,9 +304,9 @@ def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
                 unmatched += 1
                 unmatched_names.append(key.describe())
         elif key.action == "UNSHARD":  # the first compute block of its stage starting with it or later
-            starts = compute_starts.get((key.step, key.stage), [])
-            index = bisect_left(starts, block.start)
-            later = compute_by_stage[(key.step, key.stage)][index] if index < len(starts) else None
+            stage_blocks = compute_by_stage.get((key.step, key.stage), [])
+            index = bisect_left(stage_blocks, block.start, key=_BLOCK_START)
+            later = stage_blocks[index] if index < len(stage_blocks) else None
             linked = later is not None and arrow(block, later, trace)
             unshard_pairs += linked
             unshard_unmatched += not linked
