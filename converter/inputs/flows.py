@@ -23,18 +23,20 @@ from ..model.nesting import nesting_order
 
 _DURATION, _TRACK, _INSTANT = map(attrgetter, ("dur", "track", "is_instant"))
 _CHUNK = 1 << 16  # indices made Python ints (or searched) at once
+START, STEP, END = range(3)
+PHASE_CODES = {"s": START, "t": STEP, "f": END}
 
 
 class FlowEvents:
     """Flow events as the reader meets them, a column per field. Most never give an arrow
     (the capture cut their chain: 141k of 208k on hta_cuda_graph_rank0), yet an object
     apiece (about 140 bytes with its time and id) was held through the whole read; binding
-    reads the columns of complete chains' events."""
+    reads the columns of complete chains' events. Phases are kept as `PHASE_CODES`."""
 
     def __init__(self) -> None:
         self.categories: list[Any] = []
         self.ids: list[Any] = []  # with the category, names the chain an event belongs to
-        self.phases: list[str] = []
+        self.phases = bytearray()
         self.times = array("q")
         self.tracks: list[Track] = []
         self.enclosing = bytearray()  # per event, 1: binds to the slice enclosing it (else the next one)
@@ -43,17 +45,23 @@ class FlowEvents:
         return len(self.phases)
 
     def append(self, category: Any, flow_id: Any, phase: str, ts: int, track: Track, enclosing: bool) -> None:
-        self.extend((category,), (flow_id,), (phase,), (ts,), (track,), (enclosing,))
+        self.categories.append(category)
+        self.ids.append(flow_id)
+        self.phases.append(PHASE_CODES[phase])
+        self.times.append(ts)
+        self.tracks.append(track)
+        self.enclosing.append(enclosing)
 
-    def extend(self, categories: Iterable[Any], ids: Iterable[Any], phases: Iterable[str], times: Iterable[int],
-               tracks: Iterable[Track], enclosing: Iterable[bool]) -> None:
-        """Events given a field at a time, all fields equally long."""
+    def extend(self, categories: Iterable[Any], ids: Iterable[Any], phases: np.ndarray, times: np.ndarray,
+               tracks: Iterable[Track], enclosing: np.ndarray) -> None:
+        """Events given a field at a time, all fields equally long: their phases as codes,
+        their times and whether they bind to the slice enclosing them as arrays."""
         self.categories.extend(categories)
         self.ids.extend(ids)
-        self.phases.extend(phases)
-        self.times.extend(times)
+        self.phases += phases.astype(np.uint8).tobytes()
+        self.times.frombytes(times.astype(np.int64).tobytes())
         self.tracks.extend(tracks)
-        self.enclosing.extend(enclosing)
+        self.enclosing += enclosing.astype(np.uint8).tobytes()
 
 
 class BoundFlows(msgspec.Struct):
@@ -128,7 +136,8 @@ def _chains(events: FlowEvents) -> _Chains:
     heads = np.flatnonzero(first_of_chain)
     del first_of_chain
     sizes = np.diff(heads, append=total)
-    is_start = np.fromiter(map("s".__eq__, events.phases), bool, total)
+    phases = np.frombuffer(events.phases, np.uint8)
+    is_start = phases == START
     starts = np.add.reduceat(is_start[order], heads)
     # A chain needs a start and something else; a lone event (most partnerless ones) has neither.
     complete = (sizes > 1) & (starts > 0) & (starts < sizes)
@@ -145,8 +154,7 @@ def _chains(events: FlowEvents) -> _Chains:
     del chain_begins
     first = np.ones(len(chosen), bool)
     first[1:] = begins[1:] != begins[:-1]
-    is_step = np.fromiter(map("t".__eq__, _picked(events.phases, chosen)), bool, len(chosen))
-    return _Chains(chosen, first, is_start[chosen], is_step)
+    return _Chains(chosen, first, is_start[chosen], phases[chosen] == STEP)
 
 
 def _id_keys(ids: list[Any]) -> np.ndarray:

@@ -36,7 +36,7 @@ from ..model.builder import TraceBuilder
 from .decimal_times import FLOAT_EXACT_LIMIT_US, exact_ns, numbers_ns, to_ns
 from .event_pieces import (HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, iter_pieces,
                            locate_events, piece_events)
-from .flows import FlowEvents, bind_flows
+from .flows import END, PHASE_CODES, FlowEvents, bind_flows
 from .source import read_input_bytes
 
 _NO_ARGS = msgspec.Raw(b"")
@@ -71,29 +71,35 @@ class _Tagged(_EventBody, tag_field="ph", gc=False):
 
 class _Plain(_Tagged, gc=False):
     """An event with the field types the bulk path takes (checked by msgspec): a slice, an
-    instant or a flow step (`kind`). Its classes come in two kinds of times (_plain_phases)."""
-
-    kind: ClassVar[str] = ""
+    instant or a flow step. Its classes come in two kinds of times (_plain_phases)."""
 
 
-_SLICE, _INSTANT, _FLOW = "slice", "instant", "flow"
-_KIND, _TS, _CAT, _NAME, _ARGS = map(attrgetter, ("kind", "ts", "cat", "name", "args"))
-_PHASE, _ID, _BP = attrgetter("ph"), attrgetter("id"), attrgetter("bp")
+# What a plain event is, as a small int per class (_PLAIN_CODES): a piece's events are told
+# apart and split by numpy on these, where an isinstance of a msgspec class per event took
+# twice as long. Flow steps come last, in flows.py's order of phases.
+_COMPLETE, _INSTANT, _FLOW = 0, 1, 2
+_NOT_PLAIN = -1
+_TS, _CAT, _NAME, _ARGS = map(attrgetter, ("ts", "cat", "name", "args"))
+_ID, _BP = attrgetter("id"), attrgetter("bp")
 
 
-def _plain_phases(time: Any) -> tuple[type, ...]:
+def _plain_phases(time: Any) -> tuple[type[_Plain], ...]:
     """One tagged class per plain phase, with starts decoded as `time`. Durations are always
     numbers: a float holds them to the ns below 2**40 us (12 days), and an event with a longer
     one is decoded again exactly."""
     common = {"ts": time, "pid": Union[int, str], "tid": Union[int, str], "cat": Optional[str]}
-    shapes: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
-        _SLICE: ("X", {"dur": Union[int, float], "name": str}, {}),
-        _INSTANT: ("iI", {"name": str, "s": Optional[str]}, {"s": None}),  # s: scope ("g", "p", thread)
-        _FLOW: ("stf", {"id": Union[int, str], "bp": Optional[str]}, {"bp": None})}
-    return tuple(type(f"_Plain_{ph}", (_Plain,), {"__annotations__": {**common, **fields}, "ph": ph, "kind": kind,
-                                                  "cat": None, **defaults},
+    shapes: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {
+        "X": ({"dur": Union[int, float], "name": str}, {}),
+        **dict.fromkeys("iI", ({"name": str, "s": Optional[str]}, {"s": None})),  # s: scope ("g", "p", thread)
+        **dict.fromkeys("stf", ({"id": Union[int, str], "bp": Optional[str]}, {"bp": None}))}
+    return tuple(type(f"_Plain_{ph}", (_Plain,), {"__annotations__": {**common, **fields}, "ph": ph, "cat": None,
+                                                  **defaults},
                       tag=ph, kw_only=True, gc=False)
-                 for kind, (phases, fields, defaults) in shapes.items() for ph in phases)
+                 for ph, (fields, defaults) in shapes.items())
+
+
+def _code_of_phase(ph: str) -> int:
+    return _COMPLETE if ph == "X" else _INSTANT if ph in "iI" else _FLOW + PHASE_CODES[ph]
 
 
 # The other phases the handlers know, as lenient as _Event; a piece with any other phase (or
@@ -101,13 +107,14 @@ def _plain_phases(time: Any) -> tuple[type, ...]:
 _OTHER_PHASES = tuple(type(f"_Phase_{ph}", (_Tagged,), {"ph": ph}, tag=ph, gc=False) for ph in "BECbenM")
 
 
-def _tagged_list(time: Any) -> msgspec.json.Decoder:
-    return msgspec.json.Decoder(list.__class_getitem__(Union.__getitem__((*_plain_phases(time), *_OTHER_PHASES))))
+def _tagged_list(plain: tuple[type[_Plain], ...]) -> msgspec.json.Decoder:
+    return msgspec.json.Decoder(list.__class_getitem__(Union.__getitem__((*plain, *_OTHER_PHASES))))
 
 
 # Times as numbers while a float holds them to the ns (below 2**40 us), else as written.
-_TAGGED_NUMBERS = _tagged_list(Union[int, float])
-_TAGGED_TEXT = _tagged_list(msgspec.Raw)
+_PLAIN_WITH_NUMBERS, _PLAIN_WITH_TEXT = _plain_phases(Union[int, float]), _plain_phases(msgspec.Raw)
+_TAGGED_NUMBERS, _TAGGED_TEXT = _tagged_list(_PLAIN_WITH_NUMBERS), _tagged_list(_PLAIN_WITH_TEXT)
+_PLAIN_CODES = {cls: _code_of_phase(cls.ph) for cls in (*_PLAIN_WITH_NUMBERS, *_PLAIN_WITH_TEXT)}
 _TAGGED_TRIES = 3  # pieces the tagged decoding may fail before the rest skip it
 _NOT_THREAD = ("g", "p")  # instant scopes with a track other than their thread's
 
@@ -309,23 +316,24 @@ class _KinetoEvents(TraceBuilder):
         self.trace.events_read += len(items)
         if raw_piece is not None:
             raw_piece = functools.cache(raw_piece)  # decoded raw once per piece, however many runs ask
-        plain = np.fromiter(map(isinstance, items, repeat(_Plain)), bool, len(items))
+        codes = np.fromiter(map(_PLAIN_CODES.get, map(type, items), repeat(_NOT_PLAIN)), np.int8, len(items))
+        plain = codes != _NOT_PLAIN
         start = 0
         for end in [*(np.flatnonzero(plain[1:] != plain[:-1]) + 1).tolist(), len(items)]:
             if plain[start]:
-                self._add_plain(items, start, end, raw_piece)
+                self._add_plain(items, start, end, codes[start:end], raw_piece)
             else:
                 self._add_each(items, start, end, raw_piece)
             start = end
 
-    def _add_plain(self, items: list, start: int, end: int, raw_piece) -> None:
-        """items[start:end], all `_Plain`: slices and flow events made a field at a time. An
-        event the bulk path cannot take (times a float cannot hold to the ns, not numbers,
-        negative or out of range) goes to `_add_each`, in its place."""
+    def _add_plain(self, items: list, start: int, end: int, codes: np.ndarray, raw_piece) -> None:
+        """items[start:end], all `_Plain` (`codes`: what each is): slices and flow events made
+        a field at a time. An event the bulk path cannot take (times a float cannot hold to the
+        ns, not numbers, negative or out of range) goes to `_add_each`, in its place."""
         run = items[start:end]
         count = len(run)
-        kinds = list(map(_KIND, run))
-        durations_of = [event.dur if kind is _SLICE else 0 for event, kind in zip(run, kinds)]  # 0: instants, flows
+        durations_of = [event.dur if code == _COMPLETE else 0  # 0: instants, flows
+                        for event, code in zip(run, codes.tolist())]
         if type(run[0].ts) is msgspec.Raw:  # which of the two tagged decoders made the piece
             starts, starts_known = exact_ns(list(map(_TS, run)))
             durations, durations_known = numbers_ns(durations_of)
@@ -340,45 +348,43 @@ class _KinetoEvents(TraceBuilder):
         fits &= durations <= headroom - np.where(fits, starts, 0)
         items[start:end] = [None] * count
         odd = np.flatnonzero(~fits).tolist()
-        start_list = (np.where(fits, starts, 0) + self.base_ns).tolist()
-        duration_list = durations.tolist()
+        starts = np.where(fits, starts, 0) + self.base_ns
         for index in odd:  # back for _add_each to find
             items[start + index] = run[index]
         edges = [-1, *odd, count]
         for before, after in zip(edges, edges[1:]):
             if after - before > 1:
                 part = slice(before + 1, after)
-                self._add_plain_run(run[part], kinds[part], start_list[part], duration_list[part])
+                self._add_plain_run(run[part], codes[part], starts[part], durations[part])
             if after < count:
                 self._add_each(items, start + after, start + after + 1, raw_piece)
 
-    def _add_plain_run(self, run: Sequence, kinds: Sequence, starts: Sequence, durations: Sequence) -> None:
+    def _add_plain_run(self, run: Sequence, codes: np.ndarray, starts: np.ndarray, durations: np.ndarray) -> None:
         """Slices of the complete events and instants of `run`, flow events of the rest, in
         order, with their exact start and duration in ns; tracks are made in the order of `run`.
         Each field is one pass: a map of an attrgetter, or a comprehension where it reads two
-        fields (Python 3.11 specializes its attribute reads)."""
+        fields (Python 3.11 specializes its attribute reads); the two kinds are parted by numpy
+        on `codes`."""
         known = self._tracks_by_input_key.get
         on: Sequence[Any] = [known((event.pid, event.tid)) for event in run]
-        if None in on or _INSTANT in kinds:  # a thread met for the first time, or an instant's scope
+        instants = codes == _INSTANT
+        if None in on or instants.any():  # a thread met for the first time, or an instant's scope
             find = self._track_for_input_key
-            on = [track or find((e.pid, e.tid)) if kind is not _INSTANT or e.s not in _NOT_THREAD
-                  else self._instant_track(e) for e, kind, track in zip(run, kinds, on)]
-        cats: Sequence[Any] = list(map(_CAT, run))
-        if None in cats:
-            cats = [cat if cat is not None else "" for cat in cats]
-        if _FLOW in kinds:
-            take = _picker([index for index, kind in enumerate(kinds) if kind is _FLOW])
-            flows = take(run)
-            phases = list(map(_PHASE, flows))
-            self.flow_events.extend(take(cats), map(_ID, flows), phases, take(starts), take(on),
-                                    [phase != "f" or bp == "e" for phase, bp in zip(phases, map(_BP, flows))])
-            kept = [index for index, kind in enumerate(kinds) if kind is not _FLOW]
-            if not kept:
+            on = [track or find((e.pid, e.tid)) if not instant or e.s not in _NOT_THREAD else self._instant_track(e)
+                  for e, instant, track in zip(run, instants.tolist(), on)]
+        flow_at = np.flatnonzero(codes >= _FLOW)
+        if len(flow_at):
+            if len(flow_at) == len(run):
+                self._add_flow_events(run, codes - _FLOW, starts, on)
                 return
-            pick = _picker(kept)
-            run, kinds, starts, durations, on, cats = map(pick, (run, kinds, starts, durations, on, cats))
+            take = _picker(flow_at.tolist())
+            self._add_flow_events(take(run), codes[flow_at] - _FLOW, starts[flow_at], take(on))
+            kept = np.flatnonzero(codes < _FLOW)
+            pick = _picker(kept.tolist())
+            run, on, starts, durations, instants = pick(run), pick(on), starts[kept], durations[kept], instants[kept]
         strings = self.strings
         names = list(map(_NAME, run))
+        cats = self._categories(run)
         texts = list(map(_ARGS, run))
         has_args = np.fromiter(map(len, texts), np.int64, len(texts)) > 2  # "{}" or absent: no args
         references: Any
@@ -389,10 +395,25 @@ class _KinetoEvents(TraceBuilder):
             flags = has_args.tolist()
             numbers = count(self.args.add_many([text for text, has in zip(texts, flags) if has]))
             references = [next(numbers) if has else None for has in flags]
-        self.slice_starts.extend(starts)
+        self.slice_starts.frombytes(starts.tobytes())
         self.trace.slices.extend(map(
-            Slice, starts, durations, map(strings.setdefault, names, names), map(strings.setdefault, cats, cats),
-            references, on, [False] * len(run) if _INSTANT not in kinds else [kind is _INSTANT for kind in kinds]))
+            Slice, starts.tolist(), durations.tolist(), map(strings.setdefault, names, names),
+            map(strings.setdefault, cats, cats), references, on,
+            instants.tolist() if instants.any() else [False] * len(run)))
+
+    def _add_flow_events(self, flows: Sequence, phases: np.ndarray, starts: np.ndarray, on: Sequence[Track]) -> None:
+        """Flow events of the bulk path (`phases`: flows.py's codes): an `f` binds to the slice
+        enclosing it only with `bp: "e"`."""
+        enclosing = phases != END
+        ends = np.flatnonzero(~enclosing)
+        if len(ends):
+            enclosing[ends] = [bp == "e" for bp in map(_BP, _picker(ends.tolist())(flows))]
+        self.flow_events.extend(self._categories(flows), map(_ID, flows), phases, starts, on, enclosing)
+
+    @staticmethod
+    def _categories(events: Sequence) -> list[str]:
+        cats = list(map(_CAT, events))
+        return [cat if cat is not None else "" for cat in cats] if None in cats else cats
 
     def _add_slice(self, slice_: Slice) -> None:
         self.trace.slices.append(slice_)
