@@ -44,6 +44,9 @@ def test_what_is_not_a_number_has_no_time():
     assert _as_pairs(*exact_ns([b"null", b'"5"', b"true", b"[1]", b"5"])) == \
         [(0, False), (0, False), (0, False), (0, False), (5000, True)]
     assert _as_pairs(*exact_ns([])) == []
+    # Commas inside a text: the texts are joined with commas, so their lengths are then
+    # taken one by one.
+    assert _as_pairs(*exact_ns([b'"1,5"', b"2.5", b"[1,2]", b"7"])) == [(0, False), (2500, True), (0, False), (7000, True)]
 
 
 @settings(max_examples=300, deadline=None)

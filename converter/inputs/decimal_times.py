@@ -18,10 +18,11 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Optional, Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 _DIGITS_MAX = 19  # below 10**19 ns fits uint64
 _POWERS = np.array([10 ** k for k in range(_DIGITS_MAX)], dtype=np.uint64)
-_ZERO, _NINE, _DOT, _MINUS = ord("0"), ord("9"), ord("."), ord("-")
+_ZERO, _NINE, _DOT, _MINUS, _COMMA = ord("0"), ord("9"), ord("."), ord("-"), ord(",")
 _INFINITIES = (float("inf"), float("-inf"))
 _USUAL_NS_DIGITS = 18  # the usual path's sums stay below 10**18, inside int64
 _USUAL_WIDTH = _USUAL_NS_DIGITS + 1
@@ -35,9 +36,7 @@ def exact_ns(texts: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
     """Each text (bytes-like: a JSON number of microseconds) in ns, and whether it is known:
     a finite number whose ns fit int64 (where not, 0)."""
     count = len(texts)
-    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=count)
-    chars = np.frombuffer(b"".join(texts), dtype=np.uint8)
-    starts = np.cumsum(lengths) - lengths
+    chars, starts, lengths = _joined(texts)
     values = np.zeros(count, np.int64)
     usual = np.zeros(count, bool)
     for width in np.flatnonzero(np.bincount(lengths)).tolist():
@@ -49,6 +48,21 @@ def exact_ns(texts: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
         if value is not None and _INT64_MIN <= value <= _INT64_MAX:
             values[index], usual[index] = value, True
     return values, usual
+
+
+def _joined(texts: Sequence[Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The texts' characters back to back, each text's start and length there. Joined with
+    commas, which no JSON number holds, so the lengths come from where the commas are (a
+    len() per text took a fifth of exact_ns); where a text holds one, the lengths are taken
+    one by one instead."""
+    chars = np.frombuffer(b",".join(texts), dtype=np.uint8)
+    commas = np.flatnonzero(chars == _COMMA)
+    if len(commas) == len(texts) - 1:
+        starts = np.concatenate(([0], commas + 1))
+        return chars, starts, np.concatenate((commas, [len(chars)])) - starts
+    lengths = np.fromiter(map(len, texts), dtype=np.int64, count=len(texts))
+    starts = np.cumsum(lengths + 1) - lengths - 1
+    return chars, starts, lengths
 
 
 def numbers_ns(numbers: Sequence[Any]) -> tuple[np.ndarray, np.ndarray]:
@@ -81,17 +95,19 @@ def _usual_ns(chars: np.ndarray, starts: np.ndarray, width: int) -> tuple[np.nda
     decimals = np.zeros(len(starts), np.int64)
     for places in range(1, min(3, width - 2) + 1):
         decimals[chars[starts + width - 1 - places] == _DOT] = places
-    # A character that is not a digit wraps to above 9.
-    digits = chars[starts[:, None] + np.arange(width)] - np.uint8(_ZERO)
+    # Rows of a view of every `width` characters in a row (no index per character); a
+    # character that is not a digit wraps to above 9.
+    digits = sliding_window_view(chars, width)[starts] - np.uint8(_ZERO)
     values = np.zeros(len(starts), np.int64)
     usual = np.zeros(len(starts), bool)
-    for places in np.flatnonzero(np.bincount(decimals)).tolist():
+    counted = np.bincount(decimals)
+    for places in np.flatnonzero(counted).tolist():
         columns = np.arange(width)
         if places:  # the dot's column counts for nothing
             columns = np.delete(columns, width - 1 - places)
         if len(columns) - places + 3 > _USUAL_NS_DIGITS:
             continue
-        rows = np.flatnonzero(decimals == places) if places or decimals.any() else slice(None)
+        rows = np.flatnonzero(decimals == places) if counted[places] < len(starts) else slice(None)
         texts = digits[rows][:, columns]
         usual[rows] = (texts <= 9).all(axis=1)
         weights = _POWERS[len(columns) - 1 - np.arange(len(columns)) + 3 - places].astype(np.int64)
