@@ -15,7 +15,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converter.inputs.flows import FlowEvents, bind_flows, bind_to_slices
+from converter.inputs.flows import FlowEvents, SliceTimes, bind_flows, bind_to_slices
 from converter.model import Slice, Track
 
 TIMES = st.integers(min_value=0, max_value=40)
@@ -36,12 +36,8 @@ class FlowEvent(NamedTuple):
 def _bound(events: list[FlowEvent], slices: list[Slice]) -> list[Optional[Slice]]:
     """The slice each event binds to, through the columns bind_to_slices takes."""
     indices = bind_to_slices(np.array([e.ts for e in events], np.int64), [e.track for e in events],
-                             np.array([e.bind_to_enclosing for e in events], bool), slices, _starts(slices))
+                             np.array([e.bind_to_enclosing for e in events], bool), slices, SliceTimes.of(slices))
     return [slices[index] if index >= 0 else None for index in indices.tolist()]
-
-
-def _starts(slices: list[Slice]) -> np.ndarray:
-    return np.array([s.ts for s in slices], np.int64)
 
 
 def _start_order(slices: list[Slice]) -> list[Slice]:
@@ -122,7 +118,7 @@ def test_chains_give_the_arrows_the_rule_says(slices, described):
     columns = FlowEvents()
     for cat, flow_id, phase, ts, enclosing in described:
         columns.append(cat, flow_id, phase, ts, track, enclosing)
-    bound = bind_flows(columns, model, _starts(model))
+    bound = bind_flows(columns, model, SliceTimes.of(model))
     events = [FlowEvent(cat, flow_id, phase, ts, track, enclosing) for cat, flow_id, phase, ts, enclosing in described]
     arrows, unbound, partnerless = _plain_arrows(events, _bound(events, model))
     assert [(flow.source, flow.target, flow.category) for flow in bound.flows] == arrows

@@ -21,7 +21,7 @@ from ..model import Flow, Slice, Track
 from ..model.columns import first_positions
 from ..model.nesting import nesting_order
 
-_DURATION, _TRACK, _INSTANT = map(attrgetter, ("dur", "track", "is_instant"))
+_TRACK = attrgetter("track")
 _CHUNK = 1 << 16  # indices made Python ints (or searched) at once
 START, STEP, END = range(3)
 PHASE_CODES = {"s": START, "t": STEP, "f": END}
@@ -64,6 +64,42 @@ class FlowEvents:
         self.enclosing += enclosing.astype(np.uint8).tobytes()
 
 
+class SliceTimes:
+    """Each slice's start and duration and whether it is an instant, a column each. A reader
+    keeps them as it adds slices, and binding reads them instead of the slices: at 1 GB a
+    pass over millions of scattered slice objects costs more than binding itself."""
+
+    def __init__(self) -> None:
+        self.starts = array("q")
+        self.durations = array("q")
+        self.instant = bytearray()
+
+    @classmethod
+    def of(cls, slices: Iterable[Slice]) -> "SliceTimes":
+        times = cls()
+        for slice_ in slices:
+            times.add(slice_)
+        return times
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def add(self, slice_: Slice) -> None:
+        self.starts.append(slice_.ts)
+        self.durations.append(slice_.dur)
+        self.instant.append(slice_.is_instant)
+
+    def extend(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray) -> None:
+        self.starts.frombytes(starts.astype(np.int64).tobytes())
+        self.durations.frombytes(durations.astype(np.int64).tobytes())
+        self.instant += instant.astype(np.uint8).tobytes()
+
+    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(starts, durations, instant) as arrays (views)."""
+        return (np.frombuffer(self.starts, np.int64), np.frombuffer(self.durations, np.int64),
+                np.frombuffer(self.instant, np.uint8).view(bool))
+
+
 class BoundFlows(msgspec.Struct):
     """The arrows drawn, and the flow ends that gave none: `partnerless` ends belong to a chain
     with no start (`s`) or no end (`t`, `f`) in the input at all (a capture cut through it:
@@ -87,17 +123,17 @@ class _Chains(msgspec.Struct):
     is_step: np.ndarray
 
 
-def bind_flows(events: FlowEvents, slices: list[Slice], starts: np.ndarray) -> BoundFlows:
+def bind_flows(events: FlowEvents, slices: list[Slice], times: SliceTimes) -> BoundFlows:
     """Arrows for the given flow events, one per `s`/`t` -> `t`/`f` step of each chain, chains
-    in the order they begin in the input; `starts`: each slice's ts (a reader keeps them as
-    it goes: a pass over millions of slices for them costs more than binding). Done on
-    columns: an event's source is the slice its chain's latest `s` or `t` before it bound to."""
+    in the order they begin in the input; `times`: the slices' times. Done on columns: an
+    event's source is the slice its chain's latest `s` or `t` before it bound to."""
     chains = _chains(events)
     result = BoundFlows([], partnerless=len(events) - len(chains.events))
     if not len(chains.events):
         return result
     bound = bind_to_slices(np.frombuffer(events.times, np.int64)[chains.events], _picked(events.tracks, chains.events),
-                           np.frombuffer(events.enclosing, np.uint8)[chains.events].astype(bool), slices, starts)
+                           np.frombuffer(events.enclosing, np.uint8)[chains.events].astype(bool), slices, times)
+    starts, durations, _ = times.columns()
     # Columns of a million events at 1 GB: each dropped once used, as binding sets the read's peak.
     positions = np.arange(len(chains.events))
     lead = np.empty(len(positions), np.int64)  # the latest `s` or `t` before each event
@@ -111,7 +147,7 @@ def bind_flows(events: FlowEvents, slices: list[Slice], starts: np.ndarray) -> B
     reaches = arrow_end & (bound >= 0) & (source >= 0)
     sources, targets = source[reaches], bound[reaches]
     drawn = np.zeros(len(chains.events), bool)
-    drawn[reaches] = _drawable(starts[sources], starts[targets], _durations(slices, targets))
+    drawn[reaches] = _drawable(starts[sources], starts[targets], durations[targets])
     result.unbound = int(np.count_nonzero(chains.is_start & (bound < 0)) + np.count_nonzero(arrow_end & ~drawn))
     arrows = drawn & (source != bound)
     result.flows = list(map(Flow, _picked(slices, source[arrows]), _picked(slices, bound[arrows]),
@@ -177,19 +213,15 @@ def _picked(items: list[Any], indices: np.ndarray) -> list[Any]:
     return picked
 
 
-def _durations(slices: list[Slice], indices: np.ndarray) -> np.ndarray:
-    return np.fromiter(map(_DURATION, _picked(slices, indices)), np.int64, len(indices))
-
-
 def _drawable(source_start: np.ndarray, target_start: np.ndarray, target_duration: np.ndarray) -> np.ndarray:
     """Perfetto draws an arrow only if its target is still running when its source begins."""
     return (target_start >= source_start) | (target_start + target_duration > source_start)
 
 
 def bind_to_slices(times: np.ndarray, tracks: list[Track], enclosing: np.ndarray, slices: list[Slice],
-                   starts: np.ndarray) -> np.ndarray:
+                   slice_times: SliceTimes) -> np.ndarray:
     """Per flow event (its time, track, and whether it binds to the slice enclosing it), the
-    index of the slice it binds to (`starts`: each one's ts), or -1.
+    index of the slice it binds to, or -1.
 
     Kineto stamps a flow event with the start of its slice, and the deepest slice running at
     a slice's start is the shortest one starting there (the last read, on a tie): those are
@@ -197,7 +229,7 @@ def bind_to_slices(times: np.ndarray, tracks: list[Track], enclosing: np.ndarray
     track_codes, codes = first_positions(tracks, len(tracks))
     bound = np.full(len(times), -1, np.int64)
     if enclosing.any():
-        _bind_at_starts(times, track_codes, enclosing, codes, slices, starts, bound)
+        _bind_at_starts(times, track_codes, enclosing, codes, slices, slice_times, bound)
     rest = np.flatnonzero(bound < 0)
     if len(rest):
         _bind_the_rest(times[rest].tolist(), _picked(tracks, rest), enclosing[rest].tolist(), slices, bound,
@@ -206,8 +238,9 @@ def bind_to_slices(times: np.ndarray, tracks: list[Track], enclosing: np.ndarray
 
 
 def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.ndarray, codes: dict[Track, int],
-                    slices: list[Slice], starts: np.ndarray, bound: np.ndarray) -> None:
+                    slices: list[Slice], slice_times: SliceTimes, bound: np.ndarray) -> None:
     """bound[i] for the enclosing events that some slice on their track starts at."""
+    starts, durations, instant = slice_times.columns()
     stamps = _distinct(times[enclosing])
     pieces = [np.zeros(0, np.int64)]
     for offset in range(0, len(starts), _CHUNK):  # a chunk at a time: whole, two int64 temporaries per slice
@@ -215,15 +248,14 @@ def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.nd
         pieces.append(np.flatnonzero(stamps[np.minimum(np.searchsorted(stamps, part), len(stamps) - 1)] == part) + offset)
     at_stamp = np.concatenate(pieces)
     del pieces
-    chosen = _picked(slices, at_stamp)
-    on = np.fromiter(map(codes.get, map(_TRACK, chosen), repeat(-1)), np.int64, len(chosen))
-    keep = (on >= 0) & ~np.fromiter(map(_INSTANT, chosen), bool, len(chosen))
-    del chosen
+    at_stamp = at_stamp[~instant[at_stamp]]
+    on = np.fromiter(map(codes.get, map(_TRACK, _picked(slices, at_stamp)), repeat(-1)), np.int64, len(at_stamp))
+    keep = on >= 0
     candidates, on = at_stamp[keep], on[keep]
     del at_stamp, keep
     begins = starts[candidates]
     # Per (track, start), the shortest slice, the last read on a tie: first in this order.
-    order = np.lexsort((-candidates, _durations(slices, candidates), begins, on))
+    order = np.lexsort((-candidates, durations[candidates], begins, on))
     on, begins, candidates = on[order], begins[order], candidates[order]
     del order
     first = np.ones(len(candidates), bool)

@@ -18,7 +18,6 @@ from __future__ import annotations
 import codecs
 import functools
 import mmap
-from array import array
 from decimal import Decimal
 from itertools import count, repeat
 from operator import attrgetter, itemgetter
@@ -36,7 +35,7 @@ from ..model.builder import TraceBuilder
 from .decimal_times import FLOAT_EXACT_LIMIT_US, exact_ns, numbers_ns, to_ns
 from .event_pieces import (HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, iter_pieces,
                            locate_events, piece_events)
-from .flows import END, PHASE_CODES, FlowEvents, bind_flows
+from .flows import END, PHASE_CODES, FlowEvents, SliceTimes, bind_flows
 from .source import read_input_bytes
 
 _NO_ARGS = msgspec.Raw(b"")
@@ -302,7 +301,7 @@ class _KinetoEvents(TraceBuilder):
         self.open_begins: dict[tuple[Any, Any], list[tuple[int, _Event]]] = {}
         self.open_async: dict[tuple[Any, ...], list[tuple[int, _Event]]] = {}
         self.flow_events = FlowEvents()
-        self.slice_starts = array("q")  # each slice's ts, as the slices are added: flow binding reads them
+        self.slice_times = SliceTimes()  # as the slices are added: flow binding reads them
         self.metadata_events: list[_Event] = []
         self.exact_times = False  # whether an event had to be decoded again for its exact times
         self._tracks_by_input_key: dict[tuple[Any, Any], Track] = {}  # (pid, tid) as written -> track
@@ -395,7 +394,7 @@ class _KinetoEvents(TraceBuilder):
             flags = has_args.tolist()
             numbers = count(self.args.add_many([text for text, has in zip(texts, flags) if has]))
             references = [next(numbers) if has else None for has in flags]
-        self.slice_starts.frombytes(starts.tobytes())
+        self.slice_times.extend(starts, durations, instants)
         self.trace.slices.extend(map(
             Slice, starts.tolist(), durations.tolist(), map(strings.setdefault, names, names),
             map(strings.setdefault, cats, cats), references, on,
@@ -417,7 +416,7 @@ class _KinetoEvents(TraceBuilder):
 
     def _add_slice(self, slice_: Slice) -> None:
         self.trace.slices.append(slice_)
-        self.slice_starts.append(slice_.ts)
+        self.slice_times.add(slice_)
 
     def _instant_track(self, event: Any) -> Track:
         return self.global_track() if event.s == "g" else self.process_track(event.pid)
@@ -679,8 +678,8 @@ class _KinetoEvents(TraceBuilder):
                 skipped[problem] += 1
         for process in self.trace.processes:
             process.row_group = process.source_pid in kineto.BOOKKEEPING_PIDS
-        assert len(self.slice_starts) == len(self.trace.slices), "every slice is added through _add_slice"
-        bound = bind_flows(self.flow_events, self.trace.slices, np.frombuffer(self.slice_starts, np.int64))
+        assert len(self.slice_times) == len(self.trace.slices), "every slice is added through _add_slice"
+        bound = bind_flows(self.flow_events, self.trace.slices, self.slice_times)
         self.trace.flows.extend(bound.flows)
         self.trace.unbound_flows += bound.unbound
         self.trace.partnerless_flow_ends += bound.partnerless
