@@ -36,8 +36,16 @@ class FlowEvent(NamedTuple):
 def _bound(events: list[FlowEvent], slices: list[Slice]) -> list[Optional[Slice]]:
     """The slice each event binds to, through the columns bind_to_slices takes."""
     indices = bind_to_slices(np.array([e.ts for e in events], np.int64), [e.track for e in events],
-                             np.array([e.bind_to_enclosing for e in events], bool), slices, SliceTimes.of(slices))
+                             np.array([e.bind_to_enclosing for e in events], bool), slices, _times(slices))
     return [slices[index] if index >= 0 else None for index in indices.tolist()]
+
+
+def _times(slices: list[Slice]) -> SliceTimes:
+    """The columns a reader keeps as it adds these slices."""
+    times = SliceTimes()
+    for slice_ in slices:
+        times.add(slice_)
+    return times
 
 
 def _start_order(slices: list[Slice]) -> list[Slice]:
@@ -118,7 +126,7 @@ def test_chains_give_the_arrows_the_rule_says(slices, described):
     columns = FlowEvents()
     for cat, flow_id, phase, ts, enclosing in described:
         columns.append(cat, flow_id, phase, ts, track, enclosing)
-    bound = bind_flows(columns, model, SliceTimes.of(model))
+    bound = bind_flows(columns, model, _times(model))
     events = [FlowEvent(cat, flow_id, phase, ts, track, enclosing) for cat, flow_id, phase, ts, enclosing in described]
     arrows, unbound, partnerless = _plain_arrows(events, _bound(events, model))
     assert [(flow.source, flow.target, flow.category) for flow in bound.flows] == arrows

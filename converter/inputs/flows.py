@@ -45,6 +45,8 @@ class FlowEvents:
         return len(self.phases)
 
     def append(self, category: Any, flow_id: Any, phase: str, ts: int, track: Track, enclosing: bool) -> None:
+        """One event (the reader's event-by-event path): field by field, as `extend`'s array
+        conversions would cost more than the event."""
         self.categories.append(category)
         self.ids.append(flow_id)
         self.phases.append(PHASE_CODES[phase])
@@ -74,13 +76,6 @@ class SliceTimes:
         self.durations = array("q")
         self.instant = bytearray()
 
-    @classmethod
-    def of(cls, slices: Iterable[Slice]) -> "SliceTimes":
-        times = cls()
-        for slice_ in slices:
-            times.add(slice_)
-        return times
-
     def __len__(self) -> int:
         return len(self.starts)
 
@@ -95,7 +90,8 @@ class SliceTimes:
         self.instant += instant.astype(np.uint8).tobytes()
 
     def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(starts, durations, instant) as arrays (views)."""
+        """(starts, durations, instant) as arrays: views, so no slice may be added while they
+        are held (binding reads them once every slice is in)."""
         return (np.frombuffer(self.starts, np.int64), np.frombuffer(self.durations, np.int64),
                 np.frombuffer(self.instant, np.uint8).view(bool))
 
