@@ -7,7 +7,7 @@ ProfilerStep is, where a CUDA-graph kernel carries its label) is written once.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 import msgspec
 
@@ -93,3 +93,15 @@ def original_stream(args: Optional[bytes]) -> Optional[str]:
     except msgspec.MsgspecError:
         return None
     return str(stream) if type(stream) in (int, str) else None
+
+
+class ArgsLabel(NamedTuple):
+    """A label rule (model.args.LabelRule): `label` reads an entry's args text, and only
+    args holding `marker` can have a label."""
+
+    label: Callable[[bytes], Optional[str]]
+    marker: bytes
+
+
+KERNEL_LABEL = ArgsLabel(kernel_label, b'"name"')
+ORIGINAL_STREAM = ArgsLabel(original_stream, b'"original_stream"')

@@ -19,7 +19,7 @@ from converter.fileio.args_file import FileArgsStore
 from converter.jobs.runner import args_store as make_args_store
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
-from converter.kineto import kernel_label
+from converter.kineto import KERNEL_LABEL
 from converter.outputs import perfetto_writer, prepared_args, slice_packets
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.inputs.kineto_reader import read_trace
@@ -164,7 +164,7 @@ def test_labels_come_before_the_encoding_is_done(tmp_path, monkeypatch):
     store = make_args_store("helper", compacts=True)
     texts = [json.dumps({"name": f"layers.{i % 3}", "i": i, "grid": [i, 1, 1]}).encode() for i in range(60)]
     references = [store.add(text) for text in texts]
-    assert store.labels(references, kernel_label) == [f"layers.{i % 3}" for i in range(60)]
+    assert store.labels(references, KERNEL_LABEL) == [f"layers.{i % 3}" for i in range(60)]
     received.touch()
     encoded = store.prepared(prepared_args.ARGS_FORM)
     assert isinstance(encoded, prepared_args.EncodedArgs) and not gave_up.exists()
@@ -179,7 +179,7 @@ def test_a_helper_not_sharing_the_write_leaves_once_done():
     store = make_args_store("helper", compacts=True)
     texts = [json.dumps({"i": i, "dims": [[i], []]}).encode() for i in range(10_000)]  # bounds: 80 KB
     references = [store.add(text) for text in texts]
-    store.labels(references, kernel_label)
+    store.labels(references, KERNEL_LABEL)
     helpers = _children()
     deadline = time.monotonic() + 30
     while not all(map(_exited, helpers)) and time.monotonic() < deadline:
@@ -314,3 +314,19 @@ def test_no_helper_is_forked_beside_other_threads(monkeypatch):
     finally:
         release.set()
         worker.join()
+
+
+def test_labels_are_the_rules_whether_or_not_a_run_holds_its_marker():
+    """EntryLabels asks the rule only about runs whose joined text holds its marker: a run
+    without one gets no labels, one with it gets each entry's own, and a marker split across
+    two entries labels neither."""
+    texts = [b'{"name":"layers.1","i":1}', b'{"i":2}', b'{"x":"y","na', b'me":"z"}', b'{"name":7}',
+             b'{"name":"layers.2"}', b'{"nam":"e"}', b'{"name":""}']
+    runs = [texts[:2], texts[2:4], texts[4:5], texts[5:], [b'{"i":3}', b'{"j":4}']]
+    labels = background_args.EntryLabels()
+    for run in runs:
+        labels.add(run, KERNEL_LABEL)
+    expected = [KERNEL_LABEL.label(text) for run in runs for text in run]
+    assert [labels.label_of(index) for index in range(len(expected))] == expected
+    assert b'"name"' in b"".join(runs[1]) and expected[2:4] == [None, None]
+    assert expected[:2] == ["layers.1", None] and expected[5] == "layers.2"

@@ -17,7 +17,7 @@ from operator import attrgetter
 from typing import Container, Iterator, Optional
 
 from ..errors import CgtraceError
-from ..kineto import CUDA_GRAPH_LAUNCH, kernel_label
+from ..kineto import CUDA_GRAPH_LAUNCH, KERNEL_LABEL
 from ..lane_rules import LaneRules
 from ..model import LaneGroup, Process, Slice, Thread, Trace, Track, TrackRole
 from ..model.nesting import nested_layers, sort_by_start
@@ -235,7 +235,7 @@ def _label_kernel_runs(trace: Trace, gpu: GpuLanes, launch_of: dict[int, int], s
     replays across the idle time between them."""
     lanes = [lane for group in gpu.lanes.values() for lane in group]
     members_of = [gpu.lane_slices[lane] for lane in lanes]
-    labels_of = iter(_split(trace.args_labels([s for members in members_of for s in members], kernel_label),
+    labels_of = iter(_split(trace.args_labels([s for members in members_of for s in members], KERNEL_LABEL),
                             members_of))
     for lane, members in zip(lanes, members_of):
         labels = next(labels_of)

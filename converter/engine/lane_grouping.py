@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Optional, Protocol
 
-from ..kineto import inline_laned, original_stream
+from ..kineto import ORIGINAL_STREAM, inline_laned
 from ..lane_rules import LaneRules
 from ..model import LaneGroup, LaneKind, Slice, Thread, Trace
 
@@ -66,7 +66,7 @@ def hardware_streams(trace: Trace, slices: list[Slice]) -> set[object]:
     `original_stream` of those it moved."""
     if not inline_laned(trace.metadata):
         return set(map(_stream_id, {slice_.track.thread for slice_ in slices}))  # each thread's id once
-    moved_from = trace.args_labels(slices, original_stream)
+    moved_from = trace.args_labels(slices, ORIGINAL_STREAM)
     return {f"stream {stream}" if stream is not None else _stream_id(slice_.track.thread)
             for slice_, stream in zip(slices, moved_from)}
 

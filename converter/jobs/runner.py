@@ -84,7 +84,7 @@ def args_store(strategy: str, output_format: str = "perfetto", written_here: boo
     if strategy not in ARGS_STRATEGIES:
         raise CgtraceError(f"args strategy {strategy!r}: expected one of {', '.join(ARGS_STRATEGIES)}")
     if strategy == "helper" or (strategy == "auto" and output_format == "perfetto" and cores_to_spare()):
-        return accelerated_args_store(kineto.kernel_label if compacts else None,
+        return accelerated_args_store(kineto.KERNEL_LABEL if compacts else None,
                                       encodes_packets=written_here and output_format == "perfetto")
     return FileArgsStore()
 

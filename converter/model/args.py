@@ -16,7 +16,20 @@ from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 import msgspec
 import numpy as np
 
-LabelRule = Callable[[bytes], Optional[str]]
+
+class LabelRule(Protocol):
+    """`label`: a label read from an entry's args text (None: none); `marker`: text (not
+    empty) that every entry it labels holds, so a store may look for it in many entries'
+    text at once and read labels only where it is."""
+
+    @property
+    def label(self) -> Callable[[bytes], Optional[str]]:
+        ...
+
+    @property
+    def marker(self) -> bytes:
+        ...
+
 
 _decode = msgspec.json.Decoder().decode
 _decode_lenient = msgspec.json.Decoder(float_hook=float).decode  # 1e400 -> inf, not "Number out of range"
@@ -107,9 +120,9 @@ class ArgsStore:
         return self._in_order(references, lambda text: text)
 
     def labels(self, references: list[Optional[int]], rule: LabelRule) -> list[Optional[str]]:
-        """rule(text) for `references` (None: no args, no label), in their order; only the
+        """rule.label(text) for `references` (None: no args, no label), in their order; only the
         labels are kept, never all the texts at once."""
-        return self._in_order(references, rule)
+        return self._in_order(references, rule.label)
 
     def _in_order(self, references: list[Optional[int]], apply: Callable[[bytes], Any]) -> list[Any]:
         found: list[Any] = [None] * len(references)

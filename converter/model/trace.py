@@ -232,7 +232,7 @@ class Trace:
         return self.args.texts([s.args for s in slices])
 
     def args_labels(self, slices: list[Slice], rule: LabelRule) -> list[Optional[str]]:
-        """rule(args text) for many slices, in their order (None for slices without args)."""
+        """rule.label(args text) for many slices, in their order (None for slices without args)."""
         return self.args.labels([s.args for s in slices], rule)
 
     def add_track(self, track: Track) -> Track:
