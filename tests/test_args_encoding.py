@@ -64,3 +64,8 @@ def test_keys_whose_values_never_repeat_leave_the_cache(monkeypatch):
     cached_keys = {key for key, _ in encoder._entries}
     assert "External id" not in cached_keys and {"grid", "kernel"} <= cached_keys
     assert len(encoder._entries) < 64
+    # An uncached key's plain ints skip decoding; any other value of it (negative, past 18
+    # digits, past int64, not an int) still encodes as decoded.
+    others = [f'{{"External id": {number}, "grid": [1, 2], "x": 0.5}}'.encode()
+              for number in (-5, 10 ** 17, 10 ** 18 - 1, 10 ** 18, 2 ** 63 - 1, 2 ** 63, 2 ** 64, "1.5", '"7"', "[]")]
+    assert [encoder.encode(text) for text in others] == [ArgsEncoder(_inline_name).encode(text) for text in others]
