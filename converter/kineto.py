@@ -70,12 +70,14 @@ class _Moved(msgspec.Struct):
 
 _decode_name = msgspec.json.Decoder(_Named).decode
 _decode_moved = msgspec.json.Decoder(_Moved).decode
+# The keys as they appear in args text: each label function's quick test and its rule's marker.
+_NAME_KEY, _ORIGINAL_STREAM_KEY = b'"name"', b'"original_stream"'
 
 
 def kernel_label(args: Optional[bytes]) -> Optional[str]:
     """args.name when it is a non-empty string: where CUDA-graph kernels carry the label of the
     region they were captured in. `args` is the raw JSON text of a slice's args."""
-    if args is None or b'"name"' not in args:
+    if args is None or _NAME_KEY not in args:
         return None
     try:
         name = _decode_name(args).name  # skips the other keys: a third of decoding them all
@@ -86,7 +88,7 @@ def kernel_label(args: Optional[bytes]) -> Optional[str]:
 
 def original_stream(args: Optional[bytes]) -> Optional[str]:
     """args.original_stream (as text) of a slice an exporter moved onto a lane, else None."""
-    if args is None or b'"original_stream"' not in args:
+    if args is None or _ORIGINAL_STREAM_KEY not in args:
         return None
     try:
         stream = _decode_moved(args).original_stream
@@ -103,5 +105,5 @@ class ArgsLabel(NamedTuple):
     marker: bytes
 
 
-KERNEL_LABEL = ArgsLabel(kernel_label, b'"name"')
-ORIGINAL_STREAM = ArgsLabel(original_stream, b'"original_stream"')
+KERNEL_LABEL = ArgsLabel(kernel_label, _NAME_KEY)
+ORIGINAL_STREAM = ArgsLabel(original_stream, _ORIGINAL_STREAM_KEY)
