@@ -22,7 +22,7 @@ from . import __version__, progress  # noqa: E402
 from .engine.window import parse_steps, parse_window  # noqa: E402
 from .errors import CgtraceError  # noqa: E402
 from .fileio.regular import read_small_text  # noqa: E402
-from .heap import end_process, keep_models_to_the_end, reuse_freed_memory  # noqa: E402
+from .heap import end_process, keep_models_to_the_end, reuse_freed_memory_after_reads  # noqa: E402
 from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E402
 from .jobs.merge import default_merge_output, merge_ranks  # noqa: E402
 from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         # The model is millions of small acyclic objects: cyclic GC passes over them cost
         # a quarter of the run and free nothing.
         gc.disable()
-        reuse_freed_memory()
+        reuse_freed_memory_after_reads()
         progress.start(enabled=not getattr(args, "quiet", False))
         with signals_unwind():
             return args.run(args)

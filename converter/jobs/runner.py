@@ -21,7 +21,7 @@ from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bound
 from ..errors import CgtraceError
 from ..fileio.args_file import FileArgsStore
 from ..fileio.atomic import AtomicFiles, check_output_path, write_failed
-from ..heap import keep_to_the_end
+from ..heap import input_read, keep_to_the_end
 from ..inputs.kineto_reader import read_trace
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import ArgsStore, RankIdentity, Trace
@@ -123,6 +123,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     `written_here`: this process writes the output (see args_store)."""
     trace = read_trace(input_path, strict=options.strict, args=args_store(
         options.args_strategy, options.output_format, written_here, compacts=rules is not None))
+    input_read()
     summary = trace_summary(trace)
     if options.window is not None:
         cut_to = cut_to_steps if options.window.by_steps else cut
