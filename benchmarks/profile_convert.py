@@ -133,7 +133,7 @@ def main() -> int:
         args.input = Path(meta["paths"][0])
 
     missing = install_timers()
-    from converter.heap import reuse_freed_memory
+    from converter.heap import reuse_freed_memory_after_reads
     from converter.jobs.runner import JobOptions, run_job
 
     size = args.input.stat().st_size
@@ -141,7 +141,7 @@ def main() -> int:
         out = Path(tmp) / "out.perfetto-trace"
         profiler = cProfile.Profile() if args.cprofile else None
         gc.disable()
-        reuse_freed_memory()
+        reuse_freed_memory_after_reads()
         t0 = time.perf_counter()
         if profiler:
             profiler.enable()
