@@ -249,6 +249,8 @@ def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.nd
     keep = on >= 0
     candidates, on = at_stamp[keep], on[keep]
     del at_stamp, keep
+    if not len(candidates):
+        return
     begins = starts[candidates]
     # Per (track, start), the shortest slice, the last read on a tie: first in this order.
     order = np.lexsort((-candidates, durations[candidates], begins, on))
@@ -256,14 +258,12 @@ def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.nd
     del order
     first = np.ones(len(candidates), bool)
     first[1:] = (on[1:] != on[:-1]) | (begins[1:] != begins[:-1])
-    # (track, time) pairs compared as one key: the track's code, then the time's rank.
+    # (track, time) pairs compared as one key: the track's code, then the time's place among
+    # the stamps (every candidate starts at one).
     wanted = np.flatnonzero(enclosing)
-    ranks = _ranks(np.concatenate((begins[first], times[wanted])))
-    width = int(ranks.max()) + 1
-    keys = on[first] * width + ranks[:np.count_nonzero(first)]
-    event_keys = track_codes[wanted] * width + ranks[np.count_nonzero(first):]
-    if not len(keys):
-        return
+    width = len(stamps)
+    keys = on[first] * width + np.searchsorted(stamps, begins[first])
+    event_keys = track_codes[wanted] * width + np.searchsorted(stamps, times[wanted])
     found = np.minimum(np.searchsorted(keys, event_keys), len(keys) - 1)
     hit = keys[found] == event_keys
     bound[wanted[hit]] = candidates[first][found[hit]]
@@ -273,15 +273,6 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     """Sorted, without repeats (np.unique's hashing is several times slower on a million times)."""
     ordered = np.sort(values)
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
-
-
-def _ranks(values: np.ndarray) -> np.ndarray:
-    """Each value's rank among the distinct values."""
-    order = np.argsort(values, kind="stable")
-    ordered = values[order]
-    ranks = np.empty(len(values), np.int64)
-    ranks[order] = np.cumsum(np.concatenate(([False], ordered[1:] != ordered[:-1])))
-    return ranks
 
 
 def _bind_the_rest(times: list[int], tracks: list[Track], enclosing: list[bool], slices: list[Slice],
