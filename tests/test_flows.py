@@ -17,7 +17,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converter.inputs.flows import FlowEvents, SliceTimes, bind_flows, bind_to_slices
+from converter.inputs.flows import PHASE_CODES, FlowEvents, SliceTimes, bind_flows, bind_to_slices
 from converter.inputs.kineto_reader import parse_trace_text
 from converter.model import Slice, Track
 
@@ -122,13 +122,20 @@ CHAIN_EVENTS = st.lists(st.tuples(st.sampled_from(["ac2g", "fwdbwd"]), FLOW_IDS,
 
 
 @settings(derandomize=True, max_examples=300, deadline=None, database=None)
-@given(slices=SLICES, described=CHAIN_EVENTS)
-def test_chains_give_the_arrows_the_rule_says(slices, described):
+@given(slices=SLICES, described=CHAIN_EVENTS, run=st.integers(min_value=0, max_value=8))
+def test_chains_give_the_arrows_the_rule_says(slices, described, run):
+    """Events added one by one (run 0) or `run` at a time, as the reader's two paths do."""
     track = Track(name="a")
     model = [Slice(ts, dur, f"a{i}", "", None, track, is_instant=instant) for i, (ts, dur, instant) in enumerate(slices)]
     columns = FlowEvents()
-    for cat, flow_id, phase, ts, enclosing in described:
-        columns.append(cat, flow_id, phase, ts, track, enclosing)
+    if run:
+        for first in range(0, len(described), run):
+            cats, ids, phases, times, enclosing = zip(*described[first:first + run])
+            columns.extend(cats, ids, np.array([PHASE_CODES[phase] for phase in phases]), np.array(times),
+                           [track] * len(cats), np.array(enclosing))
+    else:
+        for cat, flow_id, phase, ts, enclosing in described:
+            columns.append(cat, flow_id, phase, ts, track, enclosing)
     bound = bind_flows(columns, model, _times(model))
     events = [FlowEvent(cat, flow_id, phase, ts, track, enclosing) for cat, flow_id, phase, ts, enclosing in described]
     arrows, unbound, partnerless = _plain_arrows(events, _bound(events, model))

@@ -23,6 +23,7 @@ from ..model.nesting import nesting_order
 
 _TRACK = attrgetter("track")
 _CHUNK = 1 << 16  # indices made Python ints (or searched) at once
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 START, STEP, END = range(3)
 PHASE_CODES = {"s": START, "t": STEP, "f": END}
 
@@ -35,7 +36,9 @@ class FlowEvents:
 
     def __init__(self) -> None:
         self.categories: list[Any] = []
-        self.ids: list[Any] = []  # with the category, names the chain an event belongs to
+        # With the category, names the chain an event belongs to: int64s while every id is one
+        # (Kineto's), else the ids as read; an int object apiece was 56 MB at 1 GB.
+        self.ids: array | list[Any] = array("q")
         self.phases = bytearray()
         self.times = array("q")
         self.tracks: list[Track] = []
@@ -48,7 +51,10 @@ class FlowEvents:
         """One event (the reader's event-by-event path): field by field, as `extend`'s array
         conversions would cost more than the event."""
         self.categories.append(category)
-        self.ids.append(flow_id)
+        if type(self.ids) is array and type(flow_id) is int and _INT64_MIN <= flow_id <= _INT64_MAX:
+            self.ids.append(flow_id)
+        else:
+            self._ids_as_read().append(flow_id)
         self.phases.append(PHASE_CODES[phase])
         self.times.append(ts)
         self.tracks.append(track)
@@ -59,11 +65,24 @@ class FlowEvents:
         """Events given a field at a time, all fields equally long: their phases as codes,
         their times and whether they bind to the slice enclosing them as arrays."""
         self.categories.extend(categories)
-        self.ids.extend(ids)
+        ids = list(ids)
+        if type(self.ids) is array and set(map(type, ids)) <= {int}:
+            try:
+                self.ids += array("q", ids)
+            except OverflowError:
+                self._ids_as_read().extend(ids)
+        else:
+            self._ids_as_read().extend(ids)
         self.phases += phases.astype(np.uint8).tobytes()
         self.times.frombytes(times.astype(np.int64).tobytes())
         self.tracks.extend(tracks)
         self.enclosing += enclosing.astype(np.uint8).tobytes()
+
+    def _ids_as_read(self) -> list[Any]:
+        ids = self.ids
+        if isinstance(ids, array):
+            ids = self.ids = ids.tolist()
+        return ids
 
 
 class SliceTimes:
@@ -189,14 +208,11 @@ def _chains(events: FlowEvents) -> _Chains:
     return _Chains(chosen, first, is_start[chosen], phases[chosen] == STEP)
 
 
-def _id_keys(ids: list[Any]) -> np.ndarray:
+def _id_keys(ids: array | list[Any]) -> np.ndarray:
     """Keys equal exactly where flow ids are: the ids themselves where all are int64 (Kineto's),
     else their first positions (a text id "1" and the int 1 name different chains)."""
-    if set(map(type, ids)) == {int}:
-        try:
-            return np.fromiter(ids, np.int64, len(ids))
-        except OverflowError:
-            pass
+    if type(ids) is array:
+        return np.frombuffer(ids, np.int64)
     return first_positions(ids, len(ids))[0]
 
 
