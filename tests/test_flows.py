@@ -146,7 +146,7 @@ def test_chains_give_the_arrows_the_rule_says(slices, described, run):
 @pytest.mark.parametrize("counter", [False, True], ids=["bulk", "event-by-event"])
 def test_a_read_keeps_one_text_per_flow_category(counter):
     """Each decoded event brings its own copy of "fwdbwd"; held by every flow event through
-    the read and by every arrow after it, they cost 110 MB at 1 GB. A counter event sends the
+    the read and by every arrow after it, they cost 105 MB at 1 GB. A counter event sends the
     whole piece down the event-by-event path."""
     events: list[dict[str, Any]] = []
     for chain in range(3):

@@ -404,7 +404,7 @@ class _KinetoEvents(TraceBuilder):
         """Flow events of the bulk path (`phases`: flows.py's codes): an `f` binds to the slice
         enclosing it only with `bp: "e"`. Categories are interned, as the slices' are: each
         event's own copy of the text was held to the end of the read (and an arrow's to the
-        end), 110 MB of "fwdbwd"s at 1 GB (hta_nccl_a100)."""
+        end), 105 MB of "fwdbwd"s at 1 GB (hta_nccl_a100)."""
         enclosing = phases != END
         ends = np.flatnonzero(~enclosing)
         if len(ends):
