@@ -23,7 +23,6 @@ from ..model.nesting import nesting_order
 
 _TRACK = attrgetter("track")
 _CHUNK = 1 << 16  # indices made Python ints (or searched) at once
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 START, STEP, END = range(3)
 PHASE_CODES = {"s": START, "t": STEP, "f": END}
 
@@ -51,10 +50,7 @@ class FlowEvents:
         """One event (the reader's event-by-event path): field by field, as `extend`'s array
         conversions would cost more than the event."""
         self.categories.append(category)
-        if type(self.ids) is array and type(flow_id) is int and _INT64_MIN <= flow_id <= _INT64_MAX:
-            self.ids.append(flow_id)
-        else:
-            self._ids_as_read().append(flow_id)
+        self._add_ids([flow_id])
         self.phases.append(PHASE_CODES[phase])
         self.times.append(ts)
         self.tracks.append(track)
@@ -65,24 +61,24 @@ class FlowEvents:
         """Events given a field at a time, all fields equally long: their phases as codes,
         their times and whether they bind to the slice enclosing them as arrays."""
         self.categories.extend(categories)
-        ids = list(ids)
-        if type(self.ids) is array and set(map(type, ids)) <= {int}:
-            try:
-                self.ids += array("q", ids)
-            except OverflowError:
-                self._ids_as_read().extend(ids)
-        else:
-            self._ids_as_read().extend(ids)
+        self._add_ids(list(ids))
         self.phases += phases.astype(np.uint8).tobytes()
         self.times.frombytes(times.astype(np.int64).tobytes())
         self.tracks.extend(tracks)
         self.enclosing += enclosing.astype(np.uint8).tobytes()
 
-    def _ids_as_read(self) -> list[Any]:
-        ids = self.ids
-        if isinstance(ids, array):
-            ids = self.ids = ids.tolist()
-        return ids
+    def _add_ids(self, ids: list[Any]) -> None:
+        """As int64s while every id is one (array('q') takes a list whole or not at all), else
+        from the first other on, all the ids as read."""
+        if isinstance(self.ids, array) and set(map(type, ids)) <= {int}:
+            try:
+                self.ids += array("q", ids)
+                return
+            except OverflowError:
+                pass
+        if isinstance(self.ids, array):
+            self.ids = self.ids.tolist()
+        self.ids.extend(ids)
 
 
 class SliceTimes:
@@ -211,7 +207,7 @@ def _chains(events: FlowEvents) -> _Chains:
 def _id_keys(ids: array | list[Any]) -> np.ndarray:
     """Keys equal exactly where flow ids are: the ids themselves where all are int64 (Kineto's),
     else their first positions (a text id "1" and the int 1 name different chains)."""
-    if type(ids) is array:
+    if isinstance(ids, array):
         return np.frombuffer(ids, np.int64)
     return first_positions(ids, len(ids))[0]
 
