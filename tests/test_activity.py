@@ -6,14 +6,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from converter.engine.activity import add_busy_lanes
-from converter.model import Slice, Trace, Track, TrackRole
+from converter.model import NO_ARGS, SliceRow, Trace, Track, TrackRole
 
 # (container, lane, ts, dur): zero-length slices included, and a GPU that has nothing else.
 SLICES = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.integers(0, 30), st.sampled_from([0, 0, 1, 3, 7])),
                   max_size=40)
 
 
-def _expected(slices: list[tuple[Track, Slice]]) -> list[tuple[Track, int, int]]:
+def _expected(slices: list[tuple[Track, SliceRow]]) -> list[tuple[Track, int, int]]:
     """Per container, in the order its first slice comes: at every time where one of its
     slices starts or ends, how many run just after it (started at or before, ending after);
     only zero-length slices: one 0 at the earliest."""
@@ -43,10 +43,9 @@ def test_each_container_counts_its_busy_lanes(described):
     other = trace.add_track(Track(name="thread"))
     placed = []
     for gpu, lane, ts, dur in described:
-        slice_ = Slice(ts, dur, "k", "kernel", None, lanes[gpu][lane])
-        trace.slices.append(slice_)
-        trace.slices.append(Slice(ts, dur + 1, "cpu", "cpu_op", None, other))  # not on a lane: never counted
-        placed.append((containers[gpu], slice_))
+        row = trace.slices.append(ts, dur, "k", "kernel", NO_ARGS, lanes[gpu][lane])
+        trace.slices.append(ts, dur + 1, "cpu", "cpu_op", NO_ARGS, other)  # not on a lane: never counted
+        placed.append((containers[gpu], trace.slices.row(row)))
     add_busy_lanes(trace)
     assert [(s.track, s.ts, s.value) for s in trace.counters] == _expected(placed)
     assert {track for track in trace.tracks if track.is_counter} == {gpu for gpu, _ in placed}

@@ -7,6 +7,7 @@ import re
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from converter.generator import GeneratorConfig, pipeline_schedule, write_trace
@@ -256,12 +257,13 @@ def test_self_check_refuses_to_write_a_wrong_trace(tmp_path, monkeypatch, fault)
 
     honest = compaction.partition_intervals
 
-    def faulty(slices):
-        lanes = honest(slices)
+    def faulty(table, rows):
+        lanes = honest(table, rows)
         if fault == "changed_duration":
-            lanes[0][0].dur += 1
+            first = int(lanes[0][0])
+            table.set_duration(first, int(table.dur[first]) + 1)
             return lanes
-        return [[s for lane in lanes for s in lane]]
+        return [np.concatenate(lanes)]
 
     monkeypatch.setattr(compaction, "partition_intervals", faulty)
     source = write_trace(GeneratorConfig(seed=1, steps=1, graphs_per_step=4, kernels_per_replay=16,

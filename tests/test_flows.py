@@ -17,9 +17,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converter.inputs.flows import PHASE_CODES, FlowEvents, SliceTimes, bind_flows, bind_to_slices
+from converter.inputs.flows import PHASE_CODES, FlowEvents, bind_flows, bind_to_slices
 from converter.inputs.kineto_reader import parse_trace_text
-from converter.model import Slice, Track
+from converter.model import NO_ARGS, SliceRow, SliceTable, Track
 
 TIMES = st.integers(min_value=0, max_value=40)
 SLICES = st.lists(st.tuples(TIMES, st.integers(min_value=0, max_value=15), st.booleans()), max_size=25)
@@ -36,26 +36,26 @@ class FlowEvent(NamedTuple):
     bind_to_enclosing: bool
 
 
-def _bound(events: list[FlowEvent], slices: list[Slice]) -> list[Optional[Slice]]:
+def _table(slices: list[tuple[int, int, str, Track, bool]]) -> tuple[SliceTable, list[SliceRow]]:
+    """A table of (ts, dur, name, track, instant) slices, and its rows as the oracles read them."""
+    table = SliceTable()
+    for ts, dur, name, track, instant in slices:
+        table.append(ts, dur, name, "", NO_ARGS, track, instant)
+    return table, table.rows()
+
+
+def _bound(events: list[FlowEvent], table: SliceTable) -> list[Optional[SliceRow]]:
     """The slice each event binds to, through the columns bind_to_slices takes."""
-    indices = bind_to_slices(np.array([e.ts for e in events], np.int64), [e.track for e in events],
-                             np.array([e.bind_to_enclosing for e in events], bool), slices, _times(slices))
-    return [slices[index] if index >= 0 else None for index in indices.tolist()]
+    rows = bind_to_slices(np.array([e.ts for e in events], np.int64), [e.track for e in events],
+                          np.array([e.bind_to_enclosing for e in events], bool), table)
+    return [table.row(row) if row >= 0 else None for row in rows.tolist()]
 
 
-def _times(slices: list[Slice]) -> SliceTimes:
-    """The columns a reader keeps as it adds these slices."""
-    times = SliceTimes()
-    for slice_ in slices:
-        times.add(slice_)
-    return times
-
-
-def _start_order(slices: list[Slice]) -> list[Slice]:
+def _start_order(slices: list[SliceRow]) -> list[SliceRow]:
     return sorted(slices, key=lambda s: (s.ts, -s.dur))
 
 
-def expected_binding(event: FlowEvent, slices: list[Slice]):
+def expected_binding(event: FlowEvent, slices: list[SliceRow]):
     candidates = _start_order([s for s in slices if s.track is event.track and not s.is_instant])
     if event.bind_to_enclosing:
         running = [s for s in candidates if s.ts <= event.ts <= s.ts + s.dur]
@@ -68,25 +68,23 @@ def expected_binding(event: FlowEvent, slices: list[Slice]):
 @given(slices=SLICES, other_slices=SLICES, events=EVENTS)
 def test_every_flow_event_binds_as_the_rule_says(slices, other_slices, events):
     track, other = Track(name="a"), Track(name="b")
-    model = [Slice(ts, dur, f"a{i}", "", None, track, is_instant=instant) for i, (ts, dur, instant) in enumerate(slices)]
-    model += [Slice(ts, dur, f"b{i}", "", None, other) for i, (ts, dur, _) in enumerate(other_slices)]
+    table, model = _table([(ts, dur, f"a{i}", track, instant) for i, (ts, dur, instant) in enumerate(slices)] +
+                          [(ts, dur, f"b{i}", other, False) for i, (ts, dur, _) in enumerate(other_slices)])
     flow_events = [FlowEvent("cat", flow_id, "f", ts, other if on_other else track, enclosing)
                    for flow_id, (ts, enclosing, on_other) in enumerate(events)]
-    for event, bound in zip(flow_events, _bound(flow_events, model)):
-        assert bound is expected_binding(event, model), (event.phase, event.ts, event.bind_to_enclosing)
+    for event, bound in zip(flow_events, _bound(flow_events, table)):
+        assert bound == expected_binding(event, model), (event.phase, event.ts, event.bind_to_enclosing)
 
 
 def test_a_flow_at_a_shared_start_binds_to_the_shortest_slice_read_last():
     track = Track(name="a")
-    outer = Slice(10, 50, "outer", "", None, track)
-    first = Slice(10, 5, "first", "", None, track)
-    second = Slice(10, 5, "second", "", None, track)
-    instant = Slice(10, 0, "instant", "", None, track, is_instant=True)
+    table, (_, _, second, _) = _table([(10, 50, "outer", track, False), (10, 5, "first", track, False),
+                                       (10, 5, "second", track, False), (10, 0, "instant", track, True)])
     event = FlowEvent("cat", 1, "s", 10, track, True)
-    assert _bound([event], [outer, first, second, instant]) == [second]
+    assert _bound([event], table) == [second]
 
 
-def _plain_arrows(events: list[FlowEvent], bindings: list[Optional[Slice]]):
+def _plain_arrows(events: list[FlowEvent], bindings: list[Optional[SliceRow]]):
     """The chain rule, read literally on bound events (whose binding the tests above check):
     chains keyed by (category, id) in the order they begin; each in time order (input order on
     a tie); an arrow per step from the last `s` or `t` to each later `t` or `f`."""
@@ -108,8 +106,8 @@ def _plain_arrows(events: list[FlowEvent], bindings: list[Optional[Slice]]):
             target = bound
             if target is None or source is None or not (target.ts >= source.ts or target.ts + target.dur > source.ts):
                 unbound += 1
-            elif target is not source:
-                arrows.append((source, target, category))
+            elif target != source:
+                arrows.append((source.row, target.row, category))
             if event.phase == "t":
                 source = bound
     return arrows, unbound, partnerless
@@ -126,7 +124,7 @@ CHAIN_EVENTS = st.lists(st.tuples(st.sampled_from(["ac2g", "fwdbwd"]), FLOW_IDS,
 def test_chains_give_the_arrows_the_rule_says(slices, described, run):
     """Events added one by one (run 0) or `run` at a time, as the reader's two paths do."""
     track = Track(name="a")
-    model = [Slice(ts, dur, f"a{i}", "", None, track, is_instant=instant) for i, (ts, dur, instant) in enumerate(slices)]
+    table, _ = _table([(ts, dur, f"a{i}", track, instant) for i, (ts, dur, instant) in enumerate(slices)])
     columns = FlowEvents()
     if run:
         for first in range(0, len(described), run):
@@ -136,9 +134,9 @@ def test_chains_give_the_arrows_the_rule_says(slices, described, run):
     else:
         for cat, flow_id, phase, ts, enclosing in described:
             columns.append(cat, flow_id, phase, ts, track, enclosing)
-    bound = bind_flows(columns, model, _times(model))
+    bound = bind_flows(columns, table)
     events = [FlowEvent(cat, flow_id, phase, ts, track, enclosing) for cat, flow_id, phase, ts, enclosing in described]
-    arrows, unbound, partnerless = _plain_arrows(events, _bound(events, model))
+    arrows, unbound, partnerless = _plain_arrows(events, _bound(events, table))
     assert [(flow.source, flow.target, flow.category) for flow in bound.flows] == arrows
     assert (bound.unbound, bound.partnerless) == (unbound, partnerless)
 
@@ -159,6 +157,7 @@ def test_a_read_keeps_one_text_per_flow_category(counter):
     if counter:
         events.append({"ph": "C", "name": "memory", "pid": 1, "ts": 0, "args": {"bytes": 1}})
     trace = parse_trace_text(json.dumps({"traceEvents": events}).encode())
-    arrows = [(flow.source.name, flow.target.name, flow.category) for flow in trace.flows]
+    rows = trace.slices.rows
+    arrows = [(*(s.name for s in rows([flow.source, flow.target])), flow.category) for flow in trace.flows]
     assert arrows == [("send", "recv", "fwdbwd")] * 3
     assert len({id(flow.category) for flow in trace.flows}) == 1

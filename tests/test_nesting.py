@@ -5,7 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from converter.model import Slice, Track
+import numpy as np
+
+from converter.model import NO_ARGS, SliceRow, SliceTable, Track
 from converter.model.nesting import nested_layers
 
 TRACK = Track(name="thread")
@@ -13,11 +15,22 @@ TRACK = Track(name="thread")
 SPANS = st.lists(st.tuples(st.integers(0, 40), st.integers(0, 25), st.booleans()), min_size=1, max_size=60)
 
 
-def _first_fit(slices: list[Slice]) -> list[list[Slice]]:
+def _table(spans: list[tuple[int, int, bool]]) -> SliceTable:
+    table = SliceTable()
+    for index, (ts, dur, instant) in enumerate(spans):
+        table.append(ts, 0 if instant else dur, f"s{index}", "cat", NO_ARGS, TRACK, instant)
+    return table
+
+
+def _layers(table: SliceTable, rows: list[int]) -> list[list[int]]:
+    return [layer.tolist() for layer in nested_layers(table, np.array(rows, np.int64))]
+
+
+def _first_fit(slices: list[SliceRow]) -> list[list[SliceRow]]:
     """Each slice, in start order (longest first on a tie, then as given), in the lowest layer
     where it nests inside everything still open, judged on the whole layer (not a stack)."""
     ordered = sorted(slices, key=lambda s: (s.ts, -s.dur))  # stable: input order on a full tie
-    layers: list[list[Slice]] = []
+    layers: list[list[SliceRow]] = []
     for slice_ in ordered:
         end = slice_.ts + slice_.dur
         for layer in layers:
@@ -33,14 +46,12 @@ def _first_fit(slices: list[Slice]) -> list[list[Slice]]:
 @settings(derandomize=True, max_examples=400, deadline=None)
 @given(SPANS)
 def test_layers_are_first_fit_in_nesting_order(spans):
-    slices = [Slice(ts, 0 if instant else dur, f"s{index}", "cat", None, TRACK, instant)
-              for index, (ts, dur, instant) in enumerate(spans)]
-    assert [[id(s) for s in layer] for layer in nested_layers(slices)] == \
-        [[id(s) for s in layer] for layer in _first_fit(slices)]
+    table = _table(spans)
+    assert _layers(table, list(range(len(spans)))) == [[s.row for s in layer] for layer in _first_fit(table.rows())]
 
 
 def test_a_partial_overlap_takes_a_second_layer_and_nesting_does_not():
-    outer, inner, crossing = (Slice(ts, dur, name, "cat", None, TRACK)
-                              for ts, dur, name in ((0, 10, "outer"), (2, 3, "inner"), (8, 5, "crossing")))
-    assert nested_layers([outer, inner]) == [[outer, inner]]
-    assert nested_layers([crossing, inner, outer]) == [[outer, inner], [crossing]]
+    table = _table([(0, 10, False), (2, 3, False), (8, 5, False)])
+    outer, inner, crossing = range(3)
+    assert _layers(table, [outer, inner]) == [[outer, inner]]
+    assert _layers(table, [crossing, inner, outer]) == [[outer, inner], [crossing]]

@@ -1,7 +1,8 @@
 """The Perfetto writer encodes packets a column at a time (converter/outputs/packets.py); here a
 plain writer encodes them one slice at a time, as the writer did before, and both must give
 the same bytes on random traces: converted, compacted, and written as read, partial overlaps
-and all (the writer's slice-by-slice placement of ENDs)."""
+and all (the writer's slice-by-slice placement of ENDs), and traces built row by row with
+arrows, agreed arrow ends and slices on tracks the trace does not list."""
 
 from __future__ import annotations
 
@@ -20,8 +21,7 @@ from converter.engine.lane_grouping import RuleLanes
 from converter.engine.layout import separate_overlaps
 from converter.inputs.kineto_reader import parse_trace_text
 from converter.lane_rules import load_lane_rules
-from converter.model import Trace, Track
-from converter.model.nesting import nesting_order
+from converter.model import NO_ARGS, Flow, FlowEnd, Trace, Track, TrackRole
 from converter.outputs.flow_fields import write_order
 from converter.outputs.packets import varint_matrix
 from converter.outputs import packets, perfetto_writer, slice_packets
@@ -49,31 +49,35 @@ def _delimited(number: int, payload: bytes) -> bytes:
 
 
 def _plain_flow_fields(trace, first_flow_id):
-    """Per slice, the flow id fields of its BEGIN and of its END: an arrow's id goes to its
+    """Per row, the flow id fields of its BEGIN and of its END: an arrow's id goes to its
     source's BEGIN, and terminates at its target's BEGIN, or at its END where the target began
     no later than the source (trace_processor closes a flow at the next event naming it)."""
     at_begin, at_end = defaultdict(bytes), defaultdict(bytes)
+    slices = trace.slices.rows()
     for flow_id, flow in enumerate(trace.flows, start=first_flow_id):
         encoded = struct.pack("<Q", flow_id)
-        source, target = flow.source, flow.target
-        at_begin[source] += _field(47, 1) + encoded
+        source, target = slices[flow.source], slices[flow.target]
+        at_begin[source.row] += _field(47, 1) + encoded
         if target.ts > source.ts or target.is_instant or not target.dur:
-            at_begin[target] += _field(48, 1) + encoded
+            at_begin[target.row] += _field(48, 1) + encoded
         else:
-            at_end[target] += _field(48, 1) + encoded
+            at_end[target.row] += _field(48, 1) + encoded
     for end in trace.flow_ends:
-        at_begin[end.slice] += _field(47 if end.outgoing else 48, 1) + struct.pack("<Q", end.flow_id)
+        at_begin[end.row] += _field(47 if end.outgoing else 48, 1) + struct.pack("<Q", end.flow_id)
     return at_begin, at_end
 
 
 def _plain_track_order(trace):
     """The tracks as given, but one holding an arrow's target that starts at its source's time
     and ends there (an instant, or no duration) after the source's track; a cycle of such
-    tracks goes on at its first track left."""
+    tracks goes on at its first track left. Tracks the trace does not list are not written:
+    none waits for them."""
     sources_of = defaultdict(set)
+    slices = trace.slices.rows()
     for flow in trace.flows:
-        source, target = flow.source, flow.target
-        if target.ts == source.ts and (target.is_instant or not target.dur) and source.track is not target.track:
+        source, target = slices[flow.source], slices[flow.target]
+        if target.ts == source.ts and (target.is_instant or not target.dur) and source.track is not target.track \
+                and source.track in trace.tracks:
             sources_of[target.track].add(source.track)
     order, left = [], list(trace.tracks)
     while left:
@@ -90,21 +94,23 @@ class PlainWriter(PerfettoWriter):
     def _write_slices(self, trace, uuids, flow_fields):
         flows_at_begin, flows_at_end = _plain_flow_fields(trace, flow_fields.next_flow_id - len(trace.flows))
         by_track = defaultdict(list)
-        for slice_ in trace.slices:
+        for slice_ in trace.slices.rows():
             by_track[slice_.track].append(slice_)
         prepared = self._prepared_args(trace)
         for track in _plain_track_order(trace):
-            slices = by_track.get(track)
+            slices = by_track.pop(track, None)
             if not slices:
                 continue
-            ordered = sorted(slices, key=lambda s: (s.ts, s.dur)) if track.flat else nesting_order(slices)
+            # By start, then shortest first on a flat track and longest first (nesting) on
+            # others, then in row order (a stable sort).
+            ordered = sorted(slices, key=lambda s: (s.ts, s.dur if track.flat else -s.dur))
             track_field = _field(11, 0) + _varint(uuids[id(track)])
             open_ends = []
             for slice_ in ordered:
                 while open_ends and open_ends[-1][0] <= slice_.ts:
                     self._packet(*open_ends.pop())
                 head = self.names.field(slice_.name) + (self.categories.field(slice_.cat) if slice_.cat else b"")
-                if slice_.args is None:
+                if slice_.args == NO_ARGS:
                     args = b""
                 elif prepared is None:
                     args = self.args.encode(trace.args.text(slice_.args))
@@ -112,11 +118,11 @@ class PlainWriter(PerfettoWriter):
                     blob, starts, lengths = prepared.runs(np.array([slice_.args]))
                     args = bytes(blob[starts[0]:starts[0] + lengths[0]])
                 kind = 3 if slice_.is_instant else 1
-                event = _field(9, 0) + _varint(kind) + track_field + head + args + flows_at_begin.get(slice_, b"")
+                event = _field(9, 0) + _varint(kind) + track_field + head + args + flows_at_begin.get(slice_.row, b"")
                 self._packet(slice_.ts, event, begin=True)
                 if not slice_.is_instant:
                     open_ends.append((slice_.ts + slice_.dur, _field(9, 0) + _varint(2) + track_field +
-                                      flows_at_end.get(slice_, b"")))
+                                      flows_at_end.get(slice_.row, b"")))
             while open_ends:
                 self._packet(*open_ends.pop())
 
@@ -144,14 +150,19 @@ def _written(writer_class, trace: Trace) -> bytes:
     return stream.getvalue()
 
 
+def _both_built(build) -> tuple[bytes, bytes]:
+    """The two writers' bytes for a trace `build` makes afresh for each."""
+    return _written(PerfettoWriter, build()), _written(PlainWriter, build())
+
+
 def _both(text: bytes, prepare) -> tuple[bytes, bytes]:
     """The two writers' bytes for one reading of `text` each (the writers assign iids as they go)."""
-    written = []
-    for writer_class in (PerfettoWriter, PlainWriter):
+    def build() -> Trace:
         trace = parse_trace_text(text)
         prepare(trace)
-        written.append(_written(writer_class, trace))
-    return written[0], written[1]
+        return trace
+
+    return _both_built(build)
 
 
 def _compacted(trace: Trace) -> None:
@@ -181,6 +192,58 @@ def test_tracks_cut_into_batches_and_packets_into_parts_are_written_alike(text, 
             mock.patch.object(packets, "_GATHER_BYTES", 7):
         columns, plain = _both(text, prepare)
     assert columns == plain
+
+
+_TRACK_KINDS = [TrackRole.PLAIN, TrackRole.LANE]  # nesting and flat
+_NAMES = ["a", "b", "c"]
+_CATEGORIES = ["", "x", "y"]
+
+
+@st.composite
+def built_traces(draw):
+    """A recipe for a trace of a few tracks (nesting or flat, listed in the trace or not)
+    holding random slices: equal starts, equal durations, zero durations and instants, with
+    and without args; arrows between random rows, some momentary at their source's time, and
+    agreed arrow ends."""
+    tracks = [(draw(st.sampled_from(_TRACK_KINDS)), draw(st.integers(0, 4)) > 0)  # (role, listed)
+              for _ in range(draw(st.integers(1, 4)))]
+    slices = draw(st.lists(st.tuples(st.integers(0, len(tracks) - 1), st.integers(0, 6), st.integers(0, 4),
+                                     st.sampled_from(_NAMES), st.sampled_from(_CATEGORIES),
+                                     st.sampled_from([None, b'{"k": 1}', b'{"k": "v", "n": [1, 2]}']), st.booleans()),
+                           max_size=40))
+    rows = st.integers(0, len(slices) - 1)
+    flows = draw(st.lists(st.tuples(rows, rows), max_size=10)) if slices else []
+    ends = draw(st.lists(st.tuples(rows, st.integers(1, 2**40), st.booleans()), max_size=4)) if slices else []
+
+    def build() -> Trace:
+        trace = Trace()
+        made = [Track(name=f"track {index}", role=role) for index, (role, _) in enumerate(tracks)]
+        trace.tracks = [track for track, (_, listed) in zip(made, tracks) if listed]
+        for on, ts, dur, name, cat, args, instant in slices:
+            reference = NO_ARGS if args is None else trace.args.add(args)
+            trace.slices.append(ts, 0 if instant else dur, name, cat, reference, made[on], instant)
+        trace.flows = [Flow(source, target, "arrow") for source, target in flows]
+        trace.flow_ends = [FlowEnd(row, flow_id, outgoing) for row, flow_id, outgoing in ends]
+        return trace
+
+    return build
+
+
+@settings(max_examples=100, **SETTINGS)
+@given(built_traces(), st.sampled_from([perfetto_writer._SLICES_AT_ONCE, 3]))
+def test_traces_built_row_by_row_are_written_alike(build, slices_at_once):
+    with mock.patch.object(perfetto_writer, "_SLICES_AT_ONCE", slices_at_once):
+        columns, plain = _both_built(build)
+    assert columns == plain
+
+
+def test_slices_on_a_track_the_trace_does_not_list_are_not_written():
+    listed, unlisted = Track(name="listed"), Track(name="unlisted")
+    trace = Trace(tracks=[listed])
+    trace.slices.append(1, 1, "kept", "", NO_ARGS, listed)
+    trace.slices.append(2, 1, "dropped", "", NO_ARGS, unlisted)
+    written = _written(PerfettoWriter, trace)
+    assert b"kept" in written and b"dropped" not in written
 
 
 def test_a_track_with_partial_overlaps_is_written_as_a_stack_places_ends():
@@ -233,3 +296,6 @@ def test_a_track_waits_for_the_tracks_its_momentary_targets_come_from():
     assert write_order([x, b, y, a], [(a, b), (a, b), (b, b)]) == [x, y, a, b]
     # A cycle (a and b wait for each other) is broken at its first track once nothing else is ready.
     assert write_order([a, b, x], [(a, b), (b, a)]) == [x, a, b]
+    # Nothing waits for a track whose slices are not written.
+    assert write_order([b, a], [(x, b), (a, b)]) == [a, b]
+    assert write_order([b, a], [(x, b)]) == [b, a]

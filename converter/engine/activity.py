@@ -11,16 +11,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from itertools import repeat
-from operator import attrgetter
 from typing import Iterable
 
 import numpy as np
 
 from ..model import CounterSample, Trace, Track, TrackRole
 from ..model.columns import first_positions
-
-_TRACK, _START, _DURATION = map(attrgetter, ("track", "ts", "dur"))
-
 
 def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """(ts, total) wherever the sum of the (ts, change) pairs so far changes, one per time;
@@ -41,15 +37,14 @@ def add_busy_lanes(trace: Trace) -> None:
     time one of its slices starts or ends, and a 0 at its first slice where none lasts (a GPU of zero-length
     kernels is a lane container all the same). Containers come in the order of their first
     slice. Counted on columns: a million kernels made two edge tuples each to sort."""
-    container_of: dict[Track, Track] = {}  # lane -> its container
-    for track in trace.tracks:
-        if track.role is TrackRole.LANE and track.parent is not None:
-            container_of[track] = track.parent
-    on_lanes = [slice_ for slice_ in trace.slices if slice_.track in container_of]
+    table = trace.slices
+    container_of = [track.parent if track.role is TrackRole.LANE else None for track in table.tracks]
+    on_lanes = np.flatnonzero(np.fromiter((container is not None for container in container_of), bool,
+                                          len(container_of))[table.track])
     # Per slice its container's code, rising with each container's first slice.
-    slice_owner, codes = first_positions(map(container_of.__getitem__, map(_TRACK, on_lanes)), len(on_lanes))
-    starts = np.fromiter(map(_START, on_lanes), np.int64, len(on_lanes))
-    ends = starts + np.fromiter(map(_DURATION, on_lanes), np.int64, len(on_lanes))
+    slice_owner, codes = first_positions(map(container_of.__getitem__, table.track[on_lanes].tolist()), len(on_lanes))
+    starts = table.ts[on_lanes]
+    ends = starts + table.dur[on_lanes]
     lasting = ends > starts
     # Edges (container, ts, +1 at a start, -1 at an end), ends first at one time.
     owner = np.concatenate((slice_owner[lasting], slice_owner[lasting]))

@@ -2,7 +2,7 @@
 
 Each (GPU, lane group) is packed into the fewest lanes with no overlap (interval
 partitioning, O(n log n)); annotations follow the slices they cover onto an annotation track
-directly above that lane. Only `Slice.track` changes for measured slices: name, ts, dur,
+directly above that lane. Only the track column changes for measured slices: name, ts, dur,
 category and args stay exactly as read, and a self-check proves it before anything is written.
 """
 
@@ -16,16 +16,22 @@ from itertools import islice
 from operator import attrgetter
 from typing import Container, Iterator, Optional
 
+import numpy as np
+
 from ..errors import CgtraceError
 from ..kineto import CUDA_GRAPH_LAUNCH, KERNEL_LABEL
 from ..lane_rules import LaneRules
-from ..model import LaneGroup, Process, Slice, Thread, Trace, Track, TrackRole
+from ..model import NO_ARGS, LaneGroup, Process, SliceTable, Trace, Track, TrackRole
 from ..model.nesting import nested_layers, sort_by_start
+from ..model.columns import grouped_in_order
 from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
 from .window import step_ranges
 
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
-_BY_TS = attrgetter("ts")
+_THREAD = attrgetter("thread")
+_SOURCE, _TARGET = attrgetter("source"), attrgetter("target")
+_NO_ROWS = np.zeros(0, np.int64)
+_CHECKSUM_ROWS = 1 << 20  # rows hashed at a time: the self-check's memory stays a few MB
 
 
 @dataclass
@@ -36,7 +42,7 @@ class GpuLanes:
     container: Track
     lanes: dict[LaneGroup, list[Track]] = field(default_factory=dict)  # group -> lanes, in order
     annotation_rows: dict[Track, list[Track]] = field(default_factory=dict)  # lane -> rows
-    lane_slices: dict[Track, list[Slice]] = field(default_factory=dict)  # lane -> slices in time order
+    lane_slices: dict[Track, np.ndarray] = field(default_factory=dict)  # lane -> its rows in time order
     streams: set[object] = field(default_factory=set)  # the hardware streams (lane_grouping.hardware_streams)
 
 
@@ -44,35 +50,35 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
     """Move GPU slices and their annotations onto lanes (grouped by the lane rules unless a
     grouping is given); returns the summary figures."""
     grouping = grouping or RuleLanes(rules)
-    measured_before = _fingerprint(trace.slices, rules.annotation_categories)
-    gpu_slices: dict[Process, list[Slice]] = defaultdict(list)  # model objects hash by identity
-    annotations: dict[Process, list[Slice]] = defaultdict(list)
-    moved_categories = rules.gpu_categories | rules.annotation_categories
-    for slice_ in trace.slices:  # plain loops over the slices: Python 3.11 specializes them
-        if slice_.cat not in moved_categories:
-            continue
-        thread = slice_.track.thread
-        if thread is None:
-            continue
-        if slice_.cat in rules.gpu_categories:
-            gpu_slices[thread.process].append(slice_)
-        elif slice_.cat in rules.annotation_categories:
-            annotations[thread.process].append(slice_)
+    table = trace.slices
+    measured_before = _fingerprint(table, rules.annotation_categories)
+    gpu_mask = table.in_categories(rules.gpu_categories)
+    process_of_track, processes = table.track_keys(_process_of)
+    stream_of_track, _ = table.track_keys(_THREAD)  # read before any slice leaves its stream
+    annotations_of = dict(_by_process(table, table.in_categories(rules.annotation_categories) & ~gpu_mask,
+                                      process_of_track))
 
     summary: Counter[str] = Counter()
     step_starts = sorted(start for start, _ in step_ranges(trace).values())
-    launch_of = {id(flow.target): id(flow.source) for flow in trace.flows}
+    launch_of = {flow.target: flow.source for flow in trace.flows}
     per_gpu = []
-    for process, slices in gpu_slices.items():
-        by_stream = _by_stream(slices)  # before packing moves the slices off their streams
-        gpu = _pack_lanes(trace, process, slices, grouping, summary)
-        _place_annotations(trace, gpu, by_stream, annotations.get(process, []), summary)
+    merged_away: list[int] = []  # dropped once every GPU is done: until then every row stays put
+    for process, rows in _by_process(table, gpu_mask, process_of_track):
+        by_stream = _by_stream(table, rows, stream_of_track)  # before packing moves the slices off their streams
+        gpu = _pack_lanes(trace, processes[process], rows, grouping, summary)
+        merged_away += _place_annotations(trace, gpu, by_stream, annotations_of.get(process, _NO_ROWS),
+                                          stream_of_track, summary)
         _label_kernel_runs(trace, gpu, launch_of, step_starts, summary)
         _layer_annotation_rows(trace, gpu)
         per_gpu.append(gpu)
 
-    measured_after = _fingerprint(trace.slices, rules.annotation_categories | {KERNEL_LABEL_CATEGORY})
-    _self_check(measured_before, measured_after, per_gpu)
+    measured_after = _fingerprint(table, rules.annotation_categories | {KERNEL_LABEL_CATEGORY})
+    _self_check(table, measured_before, measured_after, per_gpu)
+    flow_endpoints_on_lanes = _flow_endpoints_on_lanes(trace, per_gpu)
+    if merged_away:
+        kept = np.ones(len(table), np.bool_)
+        kept[merged_away] = False
+        trace.keep_slices(kept)
     lanes_by_group: Counter[str] = Counter()
     for gpu in per_gpu:
         for group, lanes in gpu.lanes.items():
@@ -85,33 +91,46 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
         "lanes_by_group": dict(lanes_by_group),
         "per_gpu": [{"gpu": gpu.process.short_name, "streams": len(gpu.streams),
                      "lanes": sum(len(lanes) for lanes in gpu.lanes.values())} for gpu in per_gpu],
-        "gpu_flow_endpoints_mapped": _flow_endpoints_on_lanes(trace, per_gpu),
+        "gpu_flow_endpoints_mapped": flow_endpoints_on_lanes,
         "gpu_annotations_mapped": summary["annotations_mapped"],
         "gpu_annotations_coalesced": summary["annotations_coalesced"],
         "gpu_annotations_retained": summary["annotations_retained"],
         "kernel_annotations_converted": summary["kernels_labelled"],
         "kernel_annotation_blocks": summary["label_blocks"],
-        "cuda_graph_launches": sum(1 for slice_ in trace.slices if slice_.name == CUDA_GRAPH_LAUNCH),
+        "cuda_graph_launches": len(table.named(CUDA_GRAPH_LAUNCH.__eq__)),
     }
 
 
-def _pack_lanes(trace: Trace, process: Process, slices: list[Slice], grouping: LaneGrouping,
+def _process_of(track: Track) -> Optional[Process]:
+    return track.thread.process if track.thread is not None else None
+
+
+def _by_process(table: SliceTable, chosen: np.ndarray, process_of_track: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """The `chosen` rows (a mask) on a thread's track, per process (`process_of_track` of their
+    track), processes in the order their first row comes, each one's rows in order."""
+    rows = np.flatnonzero(chosen)
+    process_of = process_of_track[table.track[rows]]
+    on_thread = process_of >= 0
+    rows = rows[on_thread]
+    return [(process, rows[at]) for process, at in grouped_in_order(process_of[on_thread])]
+
+
+def _pack_lanes(trace: Trace, process: Process, rows: np.ndarray, grouping: LaneGrouping,
                 summary: Counter[str]) -> GpuLanes:
     # A root-level row named after the GPU, not a track inside its process: Perfetto v52 draws
     # a collapsed process only from its threads' slices, and a collapsed plain row from what it
     # holds itself, so this row, made a busy-lanes counter (activity.py), shows the GPU's work.
     container = trace.add_track(Track(name=process.short_name, orders_children=True, role=TrackRole.LANES))
-    gpu = GpuLanes(process=process, container=container, streams=hardware_streams(trace, slices))
-    for lane_group, members in grouping.split(slices):
+    gpu = GpuLanes(process=process, container=container, streams=hardware_streams(trace, rows))
+    for lane_group, members in grouping.split(trace.slices, rows):
         summary[f"group:{lane_group.label}"] += len(members)
         lanes = gpu.lanes[lane_group] = []
-        for lane_index, lane_members in enumerate(partition_intervals(members)):
+        for lane_index, lane_members in enumerate(partition_intervals(trace.slices, members)):
             lane = trace.add_track(Track(name=_lane_name(lane_group.label, lane_index),
                                          process=process, parent=container, role=TrackRole.LANE,
                                          group=lane_group, layer=lane_index + 1))
             lanes.append(lane)
-            for slice_ in lane_members:
-                slice_.track = lane
+            trace.slices.move(lane_members, lane)
             gpu.lane_slices[lane] = lane_members
     return gpu
 
@@ -123,97 +142,109 @@ def _lane_name(label: str, index: int) -> str:
     return f"{label} ({index + 1})" if label[-1:].isdigit() else f"{label} {index + 1}"
 
 
-def partition_intervals(slices: list[Slice]) -> list[list[Slice]]:
-    """Fewest lanes with no overlap (touching is fine): each slice takes the lowest free lane.
+def partition_intervals(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]:
+    """Fewest lanes with no overlap (touching is fine): each slice takes the lowest free lane;
+    each lane's rows in start order.
 
     The number of lanes equals the largest number of slices running at once, the optimum.
     """
-    lanes: list[list[Slice]] = []
+    if not len(rows):
+        return []
+    ordered = sort_by_start(table, rows, longest_first=False)  # by (ts, dur), then as given
+    starts = table.ts[ordered]
+    lane_of: list[int] = []
+    lane_count = 0
     busy: list[tuple[int, int]] = []   # (end, lane) of lanes still running a slice
     free: list[int] = []               # lanes idle now, lowest first
-    ordered = list(slices)
-    sort_by_start(ordered, longest_first=False)  # by (ts, dur), then as given
-    for slice_ in ordered:
-        while busy and busy[0][0] <= slice_.ts:
+    for start, end in zip(starts.tolist(), (starts + table.dur[ordered]).tolist()):
+        while busy and busy[0][0] <= start:
             heapq.heappush(free, heapq.heappop(busy)[1])
         if free:
             lane = heapq.heappop(free)
         else:
-            lane = len(lanes)
-            lanes.append([])
-        lanes[lane].append(slice_)
-        heapq.heappush(busy, (slice_.ts + slice_.dur, lane))
-    return lanes
+            lane = lane_count
+            lane_count += 1
+        lane_of.append(lane)
+        heapq.heappush(busy, (end, lane))
+    lanes = np.array(lane_of, np.int64)
+    by_lane = ordered[np.argsort(lanes, kind="stable")]
+    return np.split(by_lane, np.cumsum(np.bincount(lanes))[:-1])
 
 
-def _by_stream(gpu_slices: list[Slice]) -> dict[Optional[Thread], list[Slice]]:
-    """GPU slices per original stream, in start order."""
-    by_stream: dict[Optional[Thread], list[Slice]] = defaultdict(list)
-    for slice_ in gpu_slices:
-        by_stream[slice_.track.thread].append(slice_)
-    for members in by_stream.values():
-        members.sort(key=_BY_TS)
+def _by_stream(table: SliceTable, gpu_rows: np.ndarray, stream_of_track: np.ndarray) -> dict[int, np.ndarray]:
+    """GPU slices' rows per original stream (`stream_of_track` of their track), in start order."""
+    starts = table.ts
+    by_stream = {}
+    for stream, at in grouped_in_order(stream_of_track[table.track[gpu_rows]]):
+        members = gpu_rows[at]
+        by_stream[stream] = members[np.argsort(starts[members], kind="stable")]
     return by_stream
 
 
-def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[Optional[Thread], list[Slice]],
-                       annotations: list[Slice], summary: Counter[str]) -> None:
+def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[int, np.ndarray], annotations: np.ndarray,
+                       stream_of_track: np.ndarray, summary: Counter[str]) -> list[int]:
     """Each annotation goes above the lane holding most of the slices it covers on its stream
-    (on a tie, the lane listed first)."""
-    streams = {stream: (members, [s.ts for s in members]) for stream, members in by_stream.items()}
+    (on a tie, the lane listed first). Identical ones on one lane are coalesced: returns the
+    rows merged into others, to drop."""
+    table = trace.slices
+    tracks = table.track
+    streams = {stream: (*_starts_ends(table, members), tracks[members].tolist())
+               for stream, members in by_stream.items()}  # each member's start, end and lane
     lanes_in_order = [lane for lanes in gpu.lanes.values() for lane in lanes]
-    lane_position = {lane: position for position, lane in enumerate(lanes_in_order)}
-    placed: dict[Track, list[Slice]] = defaultdict(list)
-    no_members: tuple[list[Slice], list[int]] = ([], [])
-    for annotation in annotations:
-        members, starts = streams.get(annotation.track.thread, no_members)
-        start, end = annotation.ts, annotation.ts + annotation.dur
-        covered = [s.track for s in members[bisect_left(starts, start):bisect_right(starts, end)]
-                   if s.ts + s.dur <= end]
+    lane_position = {table.track_id(lane): position for position, lane in enumerate(lanes_in_order)}
+    placed: dict[int, list[int]] = defaultdict(list)  # lane's track id -> annotation rows
+    no_members: tuple[list[int], list[int], list[int]] = ([], [], [])
+    for row, stream, start, end in zip(annotations.tolist(), stream_of_track[tracks[annotations]].tolist(),
+                                       *_starts_ends(table, annotations)):
+        member_starts, member_ends, member_lanes = streams.get(stream, no_members)
+        first, last = bisect_left(member_starts, start), bisect_right(member_starts, end)
+        covered = [lane for lane, member_end in zip(member_lanes[first:last], member_ends[first:last])
+                   if member_end <= end]
         if not covered:
             continue
         lane = covered[0]
         if covered.count(lane) != len(covered):  # split over lanes (unusual): the most slices win
             votes = Counter(covered)
             lane = max(votes, key=lambda key: (votes[key], -lane_position[key]))
-        placed[lane].append(annotation)
+        placed[lane].append(row)
     gpu.streams.update(hardware_streams(trace, annotations))
     mapped = sum(map(len, placed.values()))
     summary["annotations_mapped"] += mapped
     summary["annotations_retained"] += len(annotations) - mapped
-    merged_away: set[Slice] = set()
+    merged_away: list[int] = []
     # Every lane's annotations' args in one sweep of the store: a sweep per lane read the
     # store's file again for each (462 MB read for a 100 MB generated pipeline rank).
-    args_texts = iter(trace.args_texts([annotation for members in placed.values() for annotation in members]))
+    args_texts = iter(trace.args_texts(np.array([row for members in placed.values() for row in members], np.int64)))
     for lane, members in placed.items():
-        kept = coalesce(members, list(islice(args_texts, len(members))))
+        kept = coalesce(table, members, list(islice(args_texts, len(members))))
         summary["annotations_coalesced"] += len(members) - len(kept)
-        merged_away.update(set(members).difference(kept))
-        row = _annotation_row(trace, gpu, lane)
-        for annotation in kept:
-            annotation.track = row
-    if merged_away:
-        trace.slices[:] = [s for s in trace.slices if s not in merged_away]
+        merged_away += set(members).difference(kept)
+        table.move(kept, _annotation_row(trace, gpu, table.tracks[lane]))
+    return merged_away
 
 
-def coalesce(annotations: list[Slice], args_texts: list[Optional[bytes]]) -> list[Slice]:
+def coalesce(table: SliceTable, annotations: list[int], args_texts: list[Optional[bytes]]) -> list[int]:
     """Identical annotations (name, category, args: their texts, in order) that overlap or
-    touch become their union."""
-    kept: list[Slice] = []
-    groups: dict[tuple[str, str, Optional[bytes]], list[Slice]] = defaultdict(list)
-    for annotation, args in zip(annotations, args_texts):
-        groups[(annotation.name, annotation.cat, args)].append(annotation)
+    touch become their union: the first one's duration grows to it; returns the rows kept."""
+    picked = np.array(annotations, np.int64)
+    starts, ends = _starts_ends(table, picked)
+    groups: dict[tuple[int, int, Optional[bytes]], list[int]] = defaultdict(list)  # -> positions in annotations
+    for position, key in enumerate(zip(table.name[picked].tolist(), table.cat[picked].tolist(), args_texts)):
+        groups[key].append(position)
+    unions: list[tuple[int, int]] = []  # (position of the first, end of the union)
     for members in groups.values():
-        members.sort(key=_BY_TS)
-        current = members[0]
-        for annotation in members[1:]:
-            if annotation.ts <= current.ts + current.dur:
-                current.dur = max(current.dur, annotation.ts + annotation.dur - current.ts)
+        members.sort(key=starts.__getitem__)
+        unions.append((members[0], ends[members[0]]))
+        for member in members[1:]:
+            first, union_end = unions[-1]
+            if starts[member] <= union_end:
+                unions[-1] = (first, max(union_end, ends[member]))
             else:
-                kept.append(current)
-                current = annotation
-        kept.append(current)
-    return kept
+                unions.append((member, ends[member]))
+    for first, union_end in unions:
+        if union_end != ends[first]:
+            table.set_duration(annotations[first], union_end - starts[first])
+    return [annotations[first] for first, _ in unions]
 
 
 def _annotation_row(trace: Trace, gpu: GpuLanes, lane: Track, layer: int = 1) -> Track:
@@ -230,39 +261,43 @@ def _annotation_row(trace: Trace, gpu: GpuLanes, lane: Track, layer: int = 1) ->
 def _label_kernel_runs(trace: Trace, gpu: GpuLanes, launch_of: dict[int, int], step_starts: list[int],
                        summary: Counter[str]) -> None:
     """CUDA-graph kernels labelled with args.name: one span per run of the same label on a lane
-    within one replay (the kernels one launch's arrows reach: `launch_of`, slice id -> launch
-    id) and one CPU ProfilerStep (`step_starts`), so a span never joins kernels of different
+    within one replay (the kernels one launch's arrows reach: `launch_of`, row -> launch's
+    row) and one CPU ProfilerStep (`step_starts`), so a span never joins kernels of different
     replays across the idle time between them."""
     lanes = [lane for group in gpu.lanes.values() for lane in group]
     members_of = [gpu.lane_slices[lane] for lane in lanes]
-    labels_of = iter(_split(trace.args_labels([s for members in members_of for s in members], KERNEL_LABEL),
-                            members_of))
+    labels_of = iter(_split(trace.args_labels(np.concatenate(members_of), KERNEL_LABEL), members_of))
     for lane, members in zip(lanes, members_of):
         labels = next(labels_of)
+        starts, ends = _starts_ends(trace.slices, members)
         summary["kernels_labelled"] += len(labels) - labels.count(None)
         run_key: Optional[tuple[str, int, int]] = None
-        run_first = run_last = members[0]
-        for slice_, label in zip(members, labels):
-            key = None if label is None else \
-                (label, launch_of.get(id(slice_), -1), bisect_right(step_starts, slice_.ts))
+        run_start = run_end = 0
+        for row, start, end, label in zip(members.tolist(), starts, ends, labels):
+            key = None if label is None else (label, launch_of.get(row, -1), bisect_right(step_starts, start))
             if key is not None and key == run_key:
-                run_last = slice_
+                run_end = end
                 continue
             if run_key is not None:
-                _add_label_span(trace, gpu, lane, run_key[0], run_first, run_last, summary)
-            run_key, run_first, run_last = key, slice_, slice_
+                _add_label_span(trace, gpu, lane, run_key[0], run_start, run_end, summary)
+            run_key, run_start, run_end = key, start, end
         if run_key is not None:
-            _add_label_span(trace, gpu, lane, run_key[0], run_first, run_last, summary)
+            _add_label_span(trace, gpu, lane, run_key[0], run_start, run_end, summary)
 
 
-def _add_label_span(trace: Trace, gpu: GpuLanes, lane: Track, label: str, first: Slice, last: Slice,
+def _add_label_span(trace: Trace, gpu: GpuLanes, lane: Track, label: str, start: int, end: int,
                     summary: Counter[str]) -> None:
-    trace.slices.append(Slice(first.ts, last.ts + last.dur - first.ts, label, KERNEL_LABEL_CATEGORY, None,
-                              _annotation_row(trace, gpu, lane)))
+    trace.slices.append(start, end - start, label, KERNEL_LABEL_CATEGORY, NO_ARGS, _annotation_row(trace, gpu, lane))
     summary["label_blocks"] += 1
 
 
-def _split(items: list[Optional[str]], like: list[list[Slice]]) -> Iterator[list[Optional[str]]]:
+def _starts_ends(table: SliceTable, rows: np.ndarray) -> tuple[list[int], list[int]]:
+    """The start and end of each of `rows`, as lists for a loop over them."""
+    starts = table.ts[rows]
+    return starts.tolist(), (starts + table.dur[rows]).tolist()
+
+
+def _split(items: list[Optional[str]], like: list[np.ndarray]) -> Iterator[list[Optional[str]]]:
     """`items` cut into consecutive lists as long as those of `like`."""
     start = 0
     for members in like:
@@ -272,16 +307,14 @@ def _split(items: list[Optional[str]], like: list[list[Slice]]) -> Iterator[list
 
 def _layer_annotation_rows(trace: Trace, gpu: GpuLanes) -> None:
     """Annotations that partially overlap on one row move to further rows above the lane."""
-    by_row: dict[Track, list[Slice]] = defaultdict(list)
+    table = trace.slices
     first_rows = {rows[0]: lane for lane, rows in gpu.annotation_rows.items()}
-    for slice_ in trace.slices:
-        if slice_.track in first_rows:
-            by_row[slice_.track].append(slice_)
-    for first_row, members in by_row.items():
-        for depth, layer in enumerate(nested_layers(members), start=1):
-            row = _annotation_row(trace, gpu, first_rows[first_row], depth)
-            for annotation in layer:
-                annotation.track = row
+    tracks = table.track
+    on_first_rows = np.flatnonzero(table.track_mask(first_rows.__contains__)[tracks])
+    for first_row, at in grouped_in_order(tracks[on_first_rows]):  # rows in the order their slices first come
+        lane = first_rows[table.tracks[first_row]]
+        for depth, layer in enumerate(nested_layers(table, on_first_rows[at]), start=1):
+            table.move(layer, _annotation_row(trace, gpu, lane, depth))
     _order_children(gpu)
 
 
@@ -298,34 +331,52 @@ def _order_children(gpu: GpuLanes) -> None:
 
 
 def _flow_endpoints_on_lanes(trace: Trace, per_gpu: list[GpuLanes]) -> int:
+    table, flows = trace.slices, trace.flows
     lanes = {lane for gpu in per_gpu for group in gpu.lanes.values() for lane in group}
-    return sum((flow.source.track in lanes) + (flow.target.track in lanes) for flow in trace.flows)
+    on_lane = table.track_mask(lanes.__contains__)[table.track]
+    return sum(int(np.count_nonzero(on_lane[np.fromiter(map(end, flows), np.int64, len(flows))]))
+               for end in (_SOURCE, _TARGET))
 
 
-def _fingerprint(slices: list[Slice], excluded_categories: Container[str]) -> tuple[int, int]:
-    """(count, order-free checksum) of the measured values of the slices outside
-    `excluded_categories`: O(1) memory, where a multiset of every slice would double the peak.
-    Args are compared by their reference (never copied). A plain loop: Python 3.11 specializes
-    its attribute reads, where tuples an attrgetter builds took 40% longer."""
-    count = checksum = 0
-    for slice_ in slices:
-        if slice_.cat not in excluded_categories:  # hashed: what compaction never changes
-            checksum += hash((slice_.name, slice_.ts, slice_.dur, slice_.cat, slice_.is_instant, slice_.args))
-            count += 1
-    return count, checksum & 0xFFFFFFFFFFFFFFFF
+def _fingerprint(table: SliceTable, excluded_categories: Container[str]) -> tuple[int, int]:
+    """(count, order-free checksum) of the measured values of the rows outside
+    `excluded_categories`: each row's values hashed into 64 bits and summed, a block of rows
+    at a time, where a copy of the columns would double the peak. Names and categories are
+    compared by text id (a stage only adds texts, so an id keeps its text), args by reference."""
+    counted = ~table.in_categories(excluded_categories)
+    columns = (table.ts, table.dur, table.name, table.cat, table.args, table.instant)
+    checksum = 0
+    for first in range(0, len(table), _CHECKSUM_ROWS):
+        block = slice(first, first + _CHECKSUM_ROWS)
+        chosen = counted[block]
+        digest = np.zeros(np.count_nonzero(chosen), np.uint64)
+        for column in columns:
+            digest = _mix(digest ^ column[block][chosen].astype(np.uint64))
+        checksum += int(digest.sum(dtype=np.uint64))
+    return int(np.count_nonzero(counted)), checksum & 0xFFFFFFFFFFFFFFFF
 
 
-def _self_check(before: tuple[int, int], after: tuple[int, int], per_gpu: list[GpuLanes]) -> None:
+def _mix(values: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: every bit of a value moves about half the bits of its hash."""
+    values = (values ^ (values >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    values = (values ^ (values >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return values ^ (values >> np.uint64(31))
+
+
+def _self_check(table: SliceTable, before: tuple[int, int], after: tuple[int, int], per_gpu: list[GpuLanes]) -> None:
     """Refuse to write a plausible-looking wrong trace."""
     if before != after:
         raise CgtraceError(f"self-check failed: compaction changed the measured slices ({before[0]} before, "
                            f"{after[0]} after); nothing was written. Please report this with the input trace")
+    starts, ends = table.ts, table.end
     for gpu in per_gpu:
         for lanes in gpu.lanes.values():
             for lane in lanes:
-                members = sorted(gpu.lane_slices[lane], key=_BY_TS)
-                for previous, current in zip(members, members[1:]):
-                    if current.ts < previous.ts + previous.dur:
-                        raise CgtraceError(
-                            f"self-check failed: {gpu.process.display_name} lane {lane.name!r} holds overlapping "
-                            f"slices at {current.ts} ns; nothing was written. Please report this with the input trace")
+                members = gpu.lane_slices[lane]
+                members = members[np.argsort(starts[members], kind="stable")]
+                overlapping = np.flatnonzero(starts[members[1:]] < ends[members[:-1]])
+                if len(overlapping):
+                    raise CgtraceError(
+                        f"self-check failed: {gpu.process.display_name} lane {lane.name!r} holds overlapping "
+                        f"slices at {starts[members[overlapping[0] + 1]]} ns; nothing was written. Please report "
+                        "this with the input trace")

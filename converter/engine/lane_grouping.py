@@ -8,20 +8,25 @@ traces: graphed work moved to annotation-named lanes, the real stream in
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
+from collections import Counter
+from operator import attrgetter, itemgetter
 from typing import Optional, Protocol
+
+import numpy as np
 
 from ..kineto import ORIGINAL_STREAM, inline_laned
 from ..lane_rules import LaneRules
-from ..model import LaneGroup, LaneKind, Slice, Thread, Trace
+from ..model import LaneGroup, LaneKind, SliceTable, Thread, Trace
+from ..model.columns import grouped_in_order
 
 _KIND_ORDER = {kind: position for position, kind in enumerate(LaneKind)}
+_THREAD = attrgetter("thread")
+_KEY = itemgetter(0)
 
 
 class LaneGrouping(Protocol):
-    def split(self, slices: list[Slice]) -> list[tuple[LaneGroup, list[Slice]]]:
-        """The slices by lane group, groups in display order."""
-
+    def split(self, table: SliceTable, rows: np.ndarray) -> list[tuple[LaneGroup, np.ndarray]]:
+        """The rows by lane group, groups in display order, each group's rows in the order given."""
 
 
 class RuleLanes:
@@ -30,13 +35,9 @@ class RuleLanes:
     def __init__(self, rules: LaneRules):
         self.rules = rules
 
-    def split(self, slices: list[Slice]) -> list[tuple[LaneGroup, list[Slice]]]:
-        by_group: dict[str, list[Slice]] = defaultdict(list)
-        for slice_ in slices:
-            by_group[self.rules.group_of(slice_.name, slice_.cat)].append(slice_)
-        order = self.rules.group_order
-        return [(self.rules.group(group), by_group[group]) for group in sorted(by_group, key=order.__getitem__)]
-
+    def split(self, table: SliceTable, rows: np.ndarray) -> list[tuple[LaneGroup, np.ndarray]]:
+        groups = rule_groups(self.rules, table, rows)
+        return [(self.rules.groups[group], rows[at]) for group, at in sorted(grouped_in_order(groups), key=_KEY)]
 
 
 class ExportedLanes:
@@ -46,29 +47,49 @@ class ExportedLanes:
     def __init__(self, rules: LaneRules):
         self.rules = rules
 
-    def split(self, slices: list[Slice]) -> list[tuple[LaneGroup, list[Slice]]]:
-        by_lane: dict[Optional[Thread], list[Slice]] = defaultdict(list)
-        for slice_ in slices:
-            by_lane[slice_.track.thread].append(slice_)
-        groups = [(lane, self._group(lane, members), members) for lane, members in by_lane.items()]
+    def split(self, table: SliceTable, rows: np.ndarray) -> list[tuple[LaneGroup, np.ndarray]]:
+        thread_of_track, threads = table.track_keys(_THREAD)
+        rule_group = rule_groups(self.rules, table, rows)
+        groups = []
+        for thread, at in grouped_in_order(thread_of_track[table.track[rows]]):
+            lane = threads[thread] if thread >= 0 else None
+            groups.append((lane, self._group(lane, rule_group[at]), rows[at]))
         groups.sort(key=lambda item: (_KIND_ORDER[item[1].kind], _numeric_first(item[0])))
         return [(group, members) for _, group, members in groups]
 
-    def _group(self, lane: Optional[Thread], members: list[Slice]) -> LaneGroup:
-        kinds = Counter(self.rules.group(self.rules.group_of(s.name, s.cat)).kind for s in members)
+    def _group(self, lane: Optional[Thread], rule_group: np.ndarray) -> LaneGroup:
+        """`rule_group`: the lane rules' group of each of the lane's slices (an index into rules.groups)."""
+        kinds: Counter[LaneKind] = Counter()
+        counts = np.bincount(rule_group)
+        for group in np.flatnonzero(counts).tolist():
+            kinds[self.rules.groups[group].kind] += int(counts[group])
         kind = min(kinds, key=lambda k: (-kinds[k], _KIND_ORDER[k]))
         label = lane.display_name.strip() if lane is not None else "GPU"
         return LaneGroup(id=f"exported:{_stream_id(lane)}", label=label, kind=kind)
 
 
-def hardware_streams(trace: Trace, slices: list[Slice]) -> set[object]:
+def rule_groups(rules: LaneRules, table: SliceTable, rows: np.ndarray) -> np.ndarray:
+    """Per row, its lane rules' group (an index into rules.groups): each distinct (name,
+    category) is matched once, in the order the rows first show it."""
+    pairs = table.name[rows].astype(np.int64) << 32 | table.cat[rows]
+    distinct, first, inverse = np.unique(pairs, return_index=True, return_inverse=True)
+    group_of_pair = np.zeros(len(distinct), np.int64)
+    texts = table.texts
+    for index in np.argsort(first).tolist():
+        name, cat = divmod(int(distinct[index]), 1 << 32)
+        group_of_pair[index] = rules.group_order[rules.group_of(texts[name], texts[cat])]
+    return group_of_pair[inverse]
+
+
+def hardware_streams(trace: Trace, rows: np.ndarray) -> set[object]:
     """The streams slices ran on: where they are, or, in a trace its exporter laned, the
     `original_stream` of those it moved."""
-    if not inline_laned(trace.metadata):
-        return set(map(_stream_id, {slice_.track.thread for slice_ in slices}))  # each thread's id once
-    moved_from = trace.args_labels(slices, ORIGINAL_STREAM)
-    return {f"stream {stream}" if stream is not None else _stream_id(slice_.track.thread)
-            for slice_, stream in zip(slices, moved_from)}
+    table = trace.slices
+    if not inline_laned(trace.metadata):  # each track's stream once
+        return {_stream_id(table.tracks[track].thread) for track in np.unique(table.track[rows]).tolist()}
+    moved_from = trace.args_labels(rows, ORIGINAL_STREAM)
+    return {f"stream {stream}" if stream is not None else _stream_id(track.thread)
+            for track, stream in zip(table.tracks_of(rows), moved_from)}
 
 
 def _numeric_first(thread: Optional[Thread]) -> tuple[int, int, str]:

@@ -7,27 +7,31 @@ track beside its own ("stream 7 (overlap 1)"); nothing is dropped.
 
 from __future__ import annotations
 
-from collections import defaultdict
+import numpy as np
 
-from ..model import Slice, Trace, Track, TrackRole
+from ..model import Trace, Track, TrackRole
 from ..model.nesting import nested_layers
 
 
 def separate_overlaps(trace: Trace) -> int:
     """Move partially overlapping slices to overlap tracks; returns how many moved. Flat
     tracks (compacted lanes) hold no overlaps: compaction's self-check proved it."""
-    by_track: dict[Track, list[Slice]] = defaultdict(list)
-    for slice_ in trace.slices:
-        by_track[slice_.track].append(slice_)
-    return sum(_split_track(trace, slices) for track, slices in by_track.items() if not track.flat)
+    table = trace.slices
+    on = table.track
+    rows = np.flatnonzero(~table.track_mask(lambda track: track.flat)[on])
+    rows = rows[np.argsort(on[rows], kind="stable")]  # per track, in row order
+    bounds = np.flatnonzero(np.diff(on[rows], prepend=-1, append=-1)).tolist()
+    # Tracks in the order of their first slice, as the overlap tracks are made.
+    runs = sorted(zip(bounds, bounds[1:]), key=lambda run: rows[run[0]])
+    return sum(_split_track(trace, rows[first:last]) for first, last in runs)
 
 
-def _split_track(trace: Trace, slices: list[Slice]) -> int:
-    home = slices[0].track
-    layers = nested_layers(slices)
+def _split_track(trace: Trace, rows: np.ndarray) -> int:
+    table = trace.slices
+    home = table.tracks[int(table.track[rows[0]])]
+    layers = nested_layers(table, rows)
     for index, layer in enumerate(layers[1:], start=1):
         track = trace.add_track(Track(name=f"{home.display_name} (overlap {index})", process=home.process,
                                       order=home.order, role=TrackRole.OVERLAP, home=home, layer=index))
-        for slice_ in layer:
-            slice_.track = track
+        table.move(layer, track)
     return sum(len(layer) for layer in layers[1:])

@@ -19,10 +19,12 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Optional, Protocol
 
+import numpy as np
+
 from ..errors import CgtraceError
 from ..kineto import is_rank, profiler_step
 from ..lane_rules import LaneRules
-from ..model import Flow, LaneKind, Slice, Trace, Track
+from ..model import Flow, LaneKind, SliceRow, Trace
 from ..model.nesting import sort_by_start
 
 PP_FLOW_CATEGORY = "pp_dependency"
@@ -75,23 +77,26 @@ FIRST, LAST = Anchor("first"), Anchor("last")
 
 @dataclass
 class Block:
+    """A block's slices are snapshots of their rows (a few, read in Python): no stage moves
+    them between finding the blocks and drawing their arrows."""
+
     key: BlockKey
-    fragments: list[Slice] = field(default_factory=list)
-    inner: list[Slice] = field(default_factory=list)  # compute blocks: slices nested in the first fragment
+    fragments: list[SliceRow] = field(default_factory=list)
+    inner: list[SliceRow] = field(default_factory=list)  # compute blocks: slices nested in the first fragment
 
     @property
     def start(self) -> int:
         return min(f.ts for f in self.fragments)
 
-    def first_fragment(self) -> Slice:
+    def first_fragment(self) -> SliceRow:
         """The fragment an arrow into the block ends on: the first to start (the longest on a tie)."""
         return min(self._on_real_work(), key=lambda f: (f.ts, -f.dur))
 
-    def last_fragment(self) -> Slice:
+    def last_fragment(self) -> SliceRow:
         """The fragment a cross-rank arrow leaves from when the block is its source: the last to end."""
         return max(self._on_real_work(), key=lambda f: (f.ts + f.dur, f.ts))
 
-    def _on_real_work(self) -> list[Slice]:
+    def _on_real_work(self) -> list[SliceRow]:
         """The fragments above lanes of the block's own kind (a receive's above communication,
         a compute's above compute), so arrows meet the work and not, say, a memcpy it covers;
         all fragments where none is (CPU blocks, or no such lane)."""
@@ -100,7 +105,7 @@ class Block:
                if f.track.home is not None and f.track.home.group is not None and f.track.home.group.kind is kind]
         return own or self.fragments
 
-    def slice_at(self, anchor: Anchor) -> Slice:
+    def slice_at(self, anchor: Anchor) -> SliceRow:
         """The slice an anchor names: both passes of a merge resolve it alike."""
         if anchor.which == "inner":
             return next(s for s in self.inner if s.ts > anchor.after)
@@ -134,7 +139,7 @@ GPU_PP, CPU_PP, STAGELESS, NO_PP = "GPU PP annotations", "CPU PP annotations onl
 # ScheduleGPipe's record_function names: no stage (it is the rank's PP rank), no send or receive.
 _STAGELESS = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
 _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
-_START, _BLOCK_START = attrgetter("ts"), attrgetter("start")
+_BLOCK_START = attrgetter("start")
 
 
 @dataclass
@@ -142,11 +147,11 @@ class _Annotations:
     """What one naming scheme's annotations a pass over the slices found."""
 
     stage_of_all: Optional[int] = None  # the stage of every block, for stage-less names
-    fragments: list[tuple[Slice, Groups]] = field(default_factory=list)   # GPU side
-    cpu: list[tuple[Slice, Groups]] = field(default_factory=list)
+    fragments: list[tuple[SliceRow, Groups]] = field(default_factory=list)   # GPU side
+    cpu: list[tuple[SliceRow, Groups]] = field(default_factory=list)
     cpu_starts: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
 
-    def add(self, slice_: Slice, match: Groups, annotation_categories: frozenset[str]) -> None:
+    def add(self, slice_: SliceRow, match: Groups, annotation_categories: frozenset[str]) -> None:
         stage, microbatch = _stage(match, self.stage_of_all), match.group("microbatch")
         if len(stage) > 18 or len(microbatch or "") > 18:
             return  # not a stage or microbatch number (user patterns may allow any digits)
@@ -165,8 +170,9 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
     categories = rules.annotation_categories
     steps: list[tuple[int, int]] = []                 # (start, step number)
     pp, stageless = _Annotations(), _Annotations(stage_of_all=pp_rank)
-    for slice_ in trace.slices_named(lambda name: profiler_step(name) is not None or rules.pp_match(name) is not None
-                                     or _STAGELESS.match(name) is not None):
+    named = trace.slices.named(lambda name: profiler_step(name) is not None or rules.pp_match(name) is not None
+                               or _STAGELESS.match(name) is not None)
+    for slice_ in trace.slices.rows(named):
         name = slice_.name
         step = profiler_step(name)
         if step is not None:
@@ -211,23 +217,25 @@ def _nest_inner(trace: Trace, compute: list[Block]) -> None:
     it on its track), by start. Only children: a merge ships their starts between passes."""
     if not compute:
         return  # no second pass over the slices of a trace without PP compute
+    table = trace.slices
+    track_column, ts, dur = table.track, table.ts, table.dur
     firsts = [(block, block.first_fragment()) for block in compute]
-    tracks = {first.track for _, first in firsts}  # tracks hash by identity
-    on_track: dict[Track, list[Slice]] = defaultdict(list)
-    for slice_ in trace.slices:
-        if slice_.track in tracks:
-            on_track[slice_.track].append(slice_)
-    for slices in on_track.values():
-        sort_by_start(slices, longest_first=True)
+    track_ids = list(dict.fromkeys(int(track_column[first.row]) for _, first in firsts))
+    candidates = np.flatnonzero(np.isin(track_column, track_ids))
+    on_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # track id -> rows, starts, ends
+    for track_id in track_ids:
+        rows = sort_by_start(table, candidates[track_column[candidates] == track_id], longest_first=True)
+        on_track[track_id] = rows, ts[rows], ts[rows] + dur[rows]
     for block, first in firsts:
-        slices = on_track[first.track]
-        begin, stop = bisect_left(slices, first.ts, key=_START), bisect_right(slices, first.end, key=_START)
+        rows, starts, ends = on_track[int(track_column[first.row])]
+        begin, stop = int(np.searchsorted(starts, first.ts, "left")), int(np.searchsorted(starts, first.end, "right"))
         children, covered_until = [], first.ts
-        for slice_ in slices[begin:stop]:
-            if slice_ is not first and slice_.end <= first.end and slice_.ts >= covered_until:
-                children.append(slice_)
-                covered_until = slice_.end
-        block.inner = children
+        for row, start, finish in zip(rows[begin:stop].tolist(), starts[begin:stop].tolist(),
+                                      ends[begin:stop].tolist()):
+            if row != first.row and finish <= first.end and start >= covered_until:
+                children.append(row)
+                covered_until = finish
+        block.inner = table.rows(children)
 
 
 def _stage(match: Groups, stage_of_all: Optional[int]) -> str:
@@ -244,11 +252,11 @@ def _cpu_runs(starts: list[int], step_at: Callable[[int], int]) -> tuple[list[in
     return starts, labels
 
 
-def _runs_between_other_actions(fragments: list[tuple[Slice, Groups]], step_at: Callable[[int], int],
-                                stage_of_all: Optional[int]) -> dict[Slice, tuple[int, int]]:
+def _runs_between_other_actions(fragments: list[tuple[SliceRow, Groups]], step_at: Callable[[int], int],
+                                stage_of_all: Optional[int]) -> dict[SliceRow, tuple[int, int]]:
     """(step, run) per fragment of actions with no CPU annotation: a new run of an action
     begins when another action of its stage started at or after its current run ended."""
-    labels: dict[Slice, tuple[int, int]] = {}
+    labels: dict[SliceRow, tuple[int, int]] = {}
     run_of: dict[tuple[str, int], int] = {}
     run_end: dict[tuple[str, int], int] = {}
     latest: dict[str, tuple[str, int]] = {}     # stage -> (name, start) of its latest fragment
@@ -278,7 +286,7 @@ def arrow(source: Block, target: Block, trace: Trace) -> bool:
     candidates = [f for f in source.fragments if f.ts <= first.ts]
     if not candidates:
         return False
-    trace.flows.append(Flow(max(candidates, key=lambda f: f.ts + f.dur), first, PP_FLOW_CATEGORY))
+    trace.flows.append(Flow(max(candidates, key=lambda f: f.ts + f.dur).row, first.row, PP_FLOW_CATEGORY))
     return True
 
 

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Optional
+
+import numpy as np
 
 from ..errors import CgtraceError
 from ..kineto import GPU_ANNOTATION_CATEGORIES, GPU_CATEGORIES, MAX_NS, profiler_step
-from ..model import Slice, Trace
+from ..model import Trace
 
 _MAX_MS = MAX_NS / 1e6
+_SOURCE, _TARGET = attrgetter("source"), attrgetter("target")
 _RANGE = re.compile(r"^\s*(\d+(?:\.\d*)?)?\s*:\s*(\d+(?:\.\d*)?)?\s*$")
 
 
@@ -65,11 +69,13 @@ def parse_steps(text: str) -> Window:
 def step_ranges(trace: Trace) -> dict[int, tuple[int, int]]:
     """ProfilerStep number -> (start, end) in ns, from the CPU's ProfilerStep slices (their GPU
     projections run later)."""
+    table = trace.slices
+    steps = table.named(lambda name: profiler_step(name) is not None)
     ranges = {}
-    for slice_ in trace.slices_named(lambda name: profiler_step(name) is not None):
+    for slice_ in table.rows(steps[~table.in_categories(GPU_ANNOTATION_CATEGORIES)[steps]]):
         step = profiler_step(slice_.name)
-        if step is not None and slice_.cat not in GPU_ANNOTATION_CATEGORIES:
-            ranges[step] = (slice_.ts, slice_.ts + slice_.dur)
+        if step is not None:
+            ranges[step] = (slice_.ts, slice_.end)
     return ranges
 
 
@@ -83,38 +89,54 @@ def window_bounds(trace: Trace, window: Window, source: str) -> tuple[int, int]:
             raise CgtraceError(f"{source}: no ProfilerStep#{window.first_step}..{window.last_step} in the trace "
                                f"(steps present: {known}); pick steps from that list")
         return min(start for start, _ in chosen), max(end for _, end in chosen)
-    origin = min((s.ts for s in trace.slices), default=0)
-    last = max((s.ts + s.dur for s in trace.slices), default=0)
+    table = trace.slices
+    origin = int(table.ts.min()) if len(table) else 0
+    last = int(table.end.max()) if len(table) else 0
     start = origin + round(window.start_ms * 1e6) if window.start_ms is not None else -MAX_NS
     end = min(origin + round(window.end_ms * 1e6), MAX_NS) if window.end_ms is not None else MAX_NS
-    if trace.slices and start > last:
+    if len(table) and start > last:
         raise CgtraceError(f"{source}: --window starts after the trace ends (it spans 0 to "
                            f"{(last - origin) / 1e6:.3f} ms from its start); pick a window inside that")
     return start, end
 
 
 def cut(trace: Trace, start: int, end: int) -> tuple[Trace, dict]:
-    """A trace of what overlaps [start, end] (sharing the slices and tracks, which stay as they
-    are), and what was left out."""
-    return _keep(trace, [s for s in trace.slices if s.ts <= end and s.ts + s.dur >= start], start, end)
+    """A trace of what overlaps [start, end] (the slices copied, their tracks shared), and what
+    was left out."""
+    table = trace.slices
+    return _keep(trace, (table.ts <= end) & (table.end >= start), start, end)
 
 
 def cut_to_steps(trace: Trace, start: int, end: int) -> tuple[Trace, dict]:
     """A trace of what the steps spanning [start, end) did (see the module's docstring)."""
-    launched = {id(flow.target): flow.source.ts for flow in trace.flows if flow.target.cat in GPU_CATEGORIES}
-    slices = [s for s in trace.slices if start <= launched.get(id(s), s.ts) < end]
-    window, summary = _keep(trace, slices, start, end)
-    summary["gpu_slices_launched_in_window_ending_after"] = sum(
-        1 for s in slices if id(s) in launched and s.ts + s.dur > end)
+    launch, launched = _launch_times(trace)
+    kept = (start <= launch) & (launch < end)
+    window, summary = _keep(trace, kept, start, end)
+    summary["gpu_slices_launched_in_window_ending_after"] = int(np.count_nonzero(
+        kept & launched & (trace.slices.end > end)))
     return window, summary
 
 
-def _keep(trace: Trace, slices: list[Slice], start: int, end: int) -> tuple[Trace, dict]:
-    kept = {id(s) for s in slices}
-    flows = [f for f in trace.flows if id(f.source) in kept and id(f.target) in kept]
-    window = replace(trace, slices=slices, flows=flows,
-                     counters=[c for c in trace.counters if start <= c.ts <= end],
-                     flow_ends=[e for e in trace.flow_ends if id(e.slice) in kept])
+def _launch_times(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, when its work was launched, and whether an arrow says so: a GPU slice's is its
+    launch's start (the last arrow into it wins), any other's its own start."""
+    table, flows = trace.slices, trace.flows
+    sources = np.fromiter(map(_SOURCE, flows), np.int64, len(flows))
+    targets = np.fromiter(map(_TARGET, flows), np.int64, len(flows))
+    to_gpu = table.in_categories(GPU_CATEGORIES)[targets]
+    sources, targets = sources[to_gpu], targets[to_gpu]
+    last = len(targets) - 1 - np.unique(targets[::-1], return_index=True)[1]  # each target's last arrow
+    starts = table.ts
+    launch = starts.copy()
+    launch[targets[last]] = starts[sources[last]]
+    launched = np.zeros(len(table), np.bool_)
+    launched[targets] = True
+    return launch, launched
+
+
+def _keep(trace: Trace, kept: np.ndarray, start: int, end: int) -> tuple[Trace, dict]:
+    """The window of the rows where `kept` (a mask), with the arrows between them."""
+    window = replace(trace.subset(kept), counters=[c for c in trace.counters if start <= c.ts <= end])
     return window, {"window_start_ns": start, "window_end_ns": end,
-                    "slices_outside_window": len(trace.slices) - len(slices),
-                    "flows_dropped_by_window": len(trace.flows) - len(flows)}
+                    "slices_outside_window": len(trace.slices) - len(window.slices),
+                    "flows_dropped_by_window": len(trace.flows) - len(window.flows)}

@@ -102,13 +102,13 @@ class FileArgsStore(ArgsStore):
                 block_start, block_end = start, start + len(block)
             yield block[start - block_start:end - block_start]
 
-    def labels(self, references: list[Optional[int]], rule: LabelRule) -> list[Optional[str]]:
+    def labels(self, references: list[int], rule: LabelRule) -> list[Optional[str]]:
         follower = self._follower
         followed = self._followed().labels() if follower is not None and follower.label_rule is rule else None
         if followed is None:
             return super().labels(references, rule)
         label_of = followed.label_of
-        return [None if reference is None else label_of(reference) for reference in references]
+        return [None if reference < 0 else label_of(reference) for reference in references]
 
     def prepared(self, form: str) -> Optional[PreparedArgs]:
         if self._follower is None or self._follower.form != form:

@@ -11,17 +11,15 @@ from array import array
 from bisect import bisect_left
 from collections import defaultdict
 from itertools import repeat
-from operator import attrgetter
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable
 
 import msgspec
 import numpy as np
 
-from ..model import Flow, Slice, Track
+from ..model import Flow, SliceTable, Track
 from ..model.columns import first_positions
 from ..model.nesting import nesting_order
 
-_TRACK = attrgetter("track")
 _CHUNK = 1 << 16  # indices made Python ints (or searched) at once
 START, STEP, END = range(3)
 PHASE_CODES = {"s": START, "t": STEP, "f": END}
@@ -81,36 +79,6 @@ class FlowEvents:
         self.ids.extend(ids)
 
 
-class SliceTimes:
-    """Each slice's start and duration and whether it is an instant, a column each. A reader
-    keeps them as it adds slices, and binding reads them instead of the slices: at 1 GB a
-    pass over millions of scattered slice objects costs more than binding itself."""
-
-    def __init__(self) -> None:
-        self.starts = array("q")
-        self.durations = array("q")
-        self.instant = bytearray()
-
-    def __len__(self) -> int:
-        return len(self.starts)
-
-    def add(self, slice_: Slice) -> None:
-        self.starts.append(slice_.ts)
-        self.durations.append(slice_.dur)
-        self.instant.append(slice_.is_instant)
-
-    def extend(self, starts: np.ndarray, durations: np.ndarray, instant: np.ndarray) -> None:
-        self.starts.frombytes(starts.astype(np.int64).tobytes())
-        self.durations.frombytes(durations.astype(np.int64).tobytes())
-        self.instant += instant.astype(np.uint8).tobytes()
-
-    def columns(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(starts, durations, instant) as arrays: views, so no slice may be added while they
-        are held (binding reads them once every slice is in)."""
-        return (np.frombuffer(self.starts, np.int64), np.frombuffer(self.durations, np.int64),
-                np.frombuffer(self.instant, np.uint8).view(bool))
-
-
 class BoundFlows(msgspec.Struct):
     """The arrows drawn, and the flow ends that gave none: `partnerless` ends belong to a chain
     with no start (`s`) or no end (`t`, `f`) in the input at all (a capture cut through it:
@@ -134,17 +102,17 @@ class _Chains(msgspec.Struct):
     is_step: np.ndarray
 
 
-def bind_flows(events: FlowEvents, slices: list[Slice], times: SliceTimes) -> BoundFlows:
+def bind_flows(events: FlowEvents, slices: SliceTable) -> BoundFlows:
     """Arrows for the given flow events, one per `s`/`t` -> `t`/`f` step of each chain, chains
-    in the order they begin in the input; `times`: the slices' times. Done on columns: an
-    event's source is the slice its chain's latest `s` or `t` before it bound to."""
+    in the order they begin in the input. Done on columns: an event's source is the slice its
+    chain's latest `s` or `t` before it bound to."""
     chains = _chains(events)
     result = BoundFlows([], partnerless=len(events) - len(chains.events))
     if not len(chains.events):
         return result
     bound = bind_to_slices(np.frombuffer(events.times, np.int64)[chains.events], _picked(events.tracks, chains.events),
-                           np.frombuffer(events.enclosing, np.uint8)[chains.events].astype(bool), slices, times)
-    starts, durations, _ = times.columns()
+                           np.frombuffer(events.enclosing, np.uint8)[chains.events].astype(bool), slices)
+    starts, durations = slices.ts, slices.dur
     # Columns of a million events at 1 GB: each dropped once used, as binding sets the read's peak.
     positions = np.arange(len(chains.events))
     lead = np.empty(len(positions), np.int64)  # the latest `s` or `t` before each event
@@ -161,7 +129,7 @@ def bind_flows(events: FlowEvents, slices: list[Slice], times: SliceTimes) -> Bo
     drawn[reaches] = _drawable(starts[sources], starts[targets], durations[targets])
     result.unbound = int(np.count_nonzero(chains.is_start & (bound < 0)) + np.count_nonzero(arrow_end & ~drawn))
     arrows = drawn & (source != bound)
-    result.flows = list(map(Flow, _picked(slices, source[arrows]), _picked(slices, bound[arrows]),
+    result.flows = list(map(Flow, source[arrows].tolist(), bound[arrows].tolist(),
                             _picked(events.categories, chains.events[arrows])))
     return result
 
@@ -226,29 +194,30 @@ def _drawable(source_start: np.ndarray, target_start: np.ndarray, target_duratio
     return (target_start >= source_start) | (target_start + target_duration > source_start)
 
 
-def bind_to_slices(times: np.ndarray, tracks: list[Track], enclosing: np.ndarray, slices: list[Slice],
-                   slice_times: SliceTimes) -> np.ndarray:
+def bind_to_slices(times: np.ndarray, tracks: list[Track], enclosing: np.ndarray, slices: SliceTable) -> np.ndarray:
     """Per flow event (its time, track, and whether it binds to the slice enclosing it), the
-    index of the slice it binds to, or -1.
+    row of the slice it binds to, or -1.
 
     Kineto stamps a flow event with the start of its slice, and the deepest slice running at
     a slice's start is the shortest one starting there (the last read, on a tie): those are
     found with sorted columns. The other events (and `f`s binding to the next slice) sweep."""
     track_codes, codes = first_positions(tracks, len(tracks))
+    # Per track id of the slices, the code of the events' track it is (-1: no event's).
+    code_of_track = np.fromiter(map(codes.get, slices.tracks, repeat(-1)), np.int64, len(slices.tracks))
     bound = np.full(len(times), -1, np.int64)
     if enclosing.any():
-        _bind_at_starts(times, track_codes, enclosing, codes, slices, slice_times, bound)
+        _bind_at_starts(times, track_codes, enclosing, code_of_track, slices, bound)
     rest = np.flatnonzero(bound < 0)
     if len(rest):
-        _bind_the_rest(times[rest].tolist(), _picked(tracks, rest), enclosing[rest].tolist(), slices, bound,
-                       rest.tolist())
+        _bind_the_rest(times[rest].tolist(), track_codes[rest], enclosing[rest].tolist(), code_of_track, slices,
+                       bound, rest.tolist())
     return bound
 
 
-def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.ndarray, codes: dict[Track, int],
-                    slices: list[Slice], slice_times: SliceTimes, bound: np.ndarray) -> None:
+def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.ndarray, code_of_track: np.ndarray,
+                    slices: SliceTable, bound: np.ndarray) -> None:
     """bound[i] for the enclosing events that some slice on their track starts at."""
-    starts, durations, instant = slice_times.columns()
+    starts, durations, instant = slices.ts, slices.dur, slices.instant
     stamps = _distinct(times[enclosing])
     pieces = [np.zeros(0, np.int64)]
     for offset in range(0, len(starts), _CHUNK):  # a chunk at a time: whole, two int64 temporaries per slice
@@ -257,7 +226,7 @@ def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.nd
     at_stamp = np.concatenate(pieces)
     del pieces
     at_stamp = at_stamp[~instant[at_stamp]]
-    on = np.fromiter(map(codes.get, map(_TRACK, _picked(slices, at_stamp)), repeat(-1)), np.int64, len(at_stamp))
+    on = code_of_track[slices.track[at_stamp]]
     keep = on >= 0
     candidates, on = at_stamp[keep], on[keep]
     del at_stamp, keep
@@ -287,50 +256,51 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
-def _bind_the_rest(times: list[int], tracks: list[Track], enclosing: list[bool], slices: list[Slice],
-                   bound: np.ndarray, positions: list[int]) -> None:
+def _bind_the_rest(times: list[int], track_codes: np.ndarray, enclosing: list[bool], code_of_track: np.ndarray,
+                   slices: SliceTable, bound: np.ndarray, positions: list[int]) -> None:
     """bound[positions[i]] for the events no slice's start gave, by a sweep per track over its
     slices in nesting order."""
-    by_track: dict[Track, list[int]] = defaultdict(list)  # track -> indices into times
-    for index, track in enumerate(tracks):
-        by_track[track].append(index)
-    candidates: dict[Track, list[Slice]] = {track: [] for track in by_track}
-    index_of: dict[int, int] = {}  # id(candidate) -> its index among the slices
-    for index, slice_ in enumerate(slices):
-        if not slice_.is_instant:
-            on_track = candidates.get(slice_.track)
-            if on_track is not None:
-                on_track.append(slice_)
-                index_of[id(slice_)] = index
-    for track, events in by_track.items():
-        ordered = nesting_order(candidates[track])
-        for binds_enclosing, bind in ((True, _sweep_enclosing), (False, _bind_next)):
+    on = code_of_track[slices.track]
+    candidates = np.flatnonzero(np.isin(on, track_codes) & ~slices.instant)
+    candidates = candidates[np.argsort(on[candidates], kind="stable")]  # per track, in row order
+    candidate_codes = on[candidates]
+    by_code: dict[int, list[int]] = defaultdict(list)  # track code -> indices into times
+    for index, code in enumerate(track_codes.tolist()):
+        by_code[code].append(index)
+    starts, ends = slices.ts, slices.end
+    for code, events in by_code.items():
+        first, last = np.searchsorted(candidate_codes, [code, code + 1]).tolist()
+        ordered = nesting_order(slices, candidates[first:last])
+        begins, finishes = starts[ordered].tolist(), ends[ordered].tolist()
+        for binds_enclosing in (True, False):
             chosen = [index for index in events if enclosing[index] is binds_enclosing]
-            for index, found in zip(chosen, bind([times[index] for index in chosen], ordered)):
-                if found is not None:
-                    bound[positions[index]] = index_of[id(found)]
+            at = [times[index] for index in chosen]
+            found_at = _sweep_enclosing(at, begins, finishes) if binds_enclosing else _bind_next(at, begins)
+            for index, found in zip(chosen, found_at):
+                if found >= 0:
+                    bound[positions[index]] = ordered[found]
 
 
-def _sweep_enclosing(times: list[int], ordered: list[Slice]) -> list[Optional[Slice]]:
-    """Sweep in time: a stack of started slices; the deepest one still running encloses ts."""
-    result: list[Optional[Slice]] = [None] * len(times)
-    stack: list[Slice] = []
+def _sweep_enclosing(times: list[int], starts: list[int], ends: list[int]) -> list[int]:
+    """Sweep in time over slices in nesting order (their `starts` and `ends`): a stack of
+    started slices; the deepest one still running encloses ts. Positions among them, -1: none."""
+    result = [-1] * len(times)
+    stack: list[int] = []
     position = 0
     for event in sorted(range(len(times)), key=times.__getitem__):
         ts = times[event]
-        while position < len(ordered) and ordered[position].ts <= ts:
-            stack.append(ordered[position])
+        while position < len(starts) and starts[position] <= ts:
+            stack.append(position)
             position += 1
         # Slices that ended before ts are dropped lazily; a partially overlapping one lower
         # down is checked again once everything above it has ended.
-        while stack and stack[-1].ts + stack[-1].dur < ts:
+        while stack and ends[stack[-1]] < ts:
             stack.pop()
         if stack:
             result[event] = stack[-1]
     return result
 
 
-def _bind_next(times: list[int], ordered: list[Slice]) -> list[Optional[Slice]]:
-    """The first slice in nesting order starting at or after each time."""
-    starts = [slice_.ts for slice_ in ordered]
-    return [ordered[index] if index < len(ordered) else None for index in (bisect_left(starts, ts) for ts in times)]
+def _bind_next(times: list[int], starts: list[int]) -> list[int]:
+    """The first slice in nesting order (their `starts`) starting at or after each time (-1: none)."""
+    return [index if index < len(starts) else -1 for index in (bisect_left(starts, ts) for ts in times)]

@@ -19,7 +19,7 @@ import codecs
 import functools
 import mmap
 from decimal import Decimal
-from itertools import count, repeat
+from itertools import compress, repeat
 from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Sequence, Union
@@ -30,12 +30,12 @@ import numpy as np
 from .. import kineto, progress
 from ..kineto import MAX_NS
 from ..errors import CgtraceError
-from ..model import ArgsStore, CounterSample, Slice, Trace, Track, decode_json, encode_json
+from ..model import NO_ARGS, ArgsStore, CounterSample, Trace, Track, decode_json, encode_json
 from ..model.builder import TraceBuilder
 from .decimal_times import FLOAT_EXACT_LIMIT_US, exact_ns, numbers_ns, to_ns
 from .event_pieces import (HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, iter_pieces,
                            locate_events, piece_events)
-from .flows import END, PHASE_CODES, FlowEvents, SliceTimes, bind_flows
+from .flows import END, PHASE_CODES, FlowEvents, bind_flows
 from .source import read_input_bytes
 
 _NO_ARGS = msgspec.Raw(b"")
@@ -293,7 +293,7 @@ def decode_event(raw: msgspec.Raw) -> Optional[_Event]:
 
 
 class _KinetoEvents(TraceBuilder):
-    """Turns decoded Kineto events into model objects, one handler per Chrome phase."""
+    """Turns decoded Kineto events into the trace model, one handler per Chrome phase."""
 
     def __init__(self, trace: Trace, base_ns: int):
         super().__init__(trace)
@@ -301,7 +301,6 @@ class _KinetoEvents(TraceBuilder):
         self.open_begins: dict[tuple[Any, Any], list[tuple[int, _Event]]] = {}
         self.open_async: dict[tuple[Any, ...], list[tuple[int, _Event]]] = {}
         self.flow_events = FlowEvents()
-        self.slice_times = SliceTimes()  # as the slices are added: flow binding reads them
         self.metadata_events: list[_Event] = []
         self.exact_times = False  # whether an event had to be decoded again for its exact times
         self._tracks_by_input_key: dict[tuple[Any, Any], Track] = {}  # (pid, tid) as written -> track
@@ -381,28 +380,20 @@ class _KinetoEvents(TraceBuilder):
             kept = np.flatnonzero(codes < _FLOW)
             pick = _picker(kept.tolist())
             run, on, starts, durations, instants = pick(run), pick(on), starts[kept], durations[kept], instants[kept]
-        strings = self.strings
-        names = list(map(_NAME, run))
-        cats = self._categories(run)
         texts = list(map(_ARGS, run))
         has_args = np.fromiter(map(len, texts), np.int64, len(texts)) > 2  # "{}" or absent: no args
-        references: Any
         if has_args.all():
-            first = self.args.add_many(texts)
-            references = range(first, first + len(texts))
+            references = np.arange(len(texts)) + self.args.add_many(texts)
         else:
-            flags = has_args.tolist()
-            numbers = count(self.args.add_many([text for text, has in zip(texts, flags) if has]))
-            references = [next(numbers) if has else None for has in flags]
-        self.slice_times.extend(starts, durations, instants)
-        self.trace.slices.extend(map(
-            Slice, starts.tolist(), durations.tolist(), map(strings.setdefault, names, names),
-            map(strings.setdefault, cats, cats), references, on,
-            instants.tolist() if instants.any() else [False] * len(run)))
+            references = np.full(len(texts), NO_ARGS, np.int64)
+            references[has_args] = np.arange(np.count_nonzero(has_args)) + self.args.add_many(
+                list(compress(texts, has_args.tolist())))
+        self.trace.slices.extend(starts, durations, list(map(_NAME, run)), self._categories(run), references, on,
+                                 instants)
 
     def _add_flow_events(self, flows: Sequence, phases: np.ndarray, starts: np.ndarray, on: Sequence[Track]) -> None:
         """Flow events of the bulk path (`phases`: flows.py's codes): an `f` binds to the slice
-        enclosing it only with `bp: "e"`. Categories are interned, as the slices' are: each
+        enclosing it only with `bp: "e"`. Categories are interned (the slices' are ids): each
         event's own copy of the text was held to the end of the read (and an arrow's to the
         end), 105 MB of "fwdbwd"s at 1 GB (hta_nccl_a100)."""
         enclosing = phases != END
@@ -417,10 +408,6 @@ class _KinetoEvents(TraceBuilder):
     def _categories(events: Sequence) -> list[str]:
         cats = list(map(_CAT, events))
         return [cat if cat is not None else "" for cat in cats] if None in cats else cats
-
-    def _add_slice(self, slice_: Slice) -> None:
-        self.trace.slices.append(slice_)
-        self.slice_times.add(slice_)
 
     def _instant_track(self, event: Any) -> Track:
         return self.global_track() if event.s == "g" else self.process_track(event.pid)
@@ -519,10 +506,10 @@ class _KinetoEvents(TraceBuilder):
             return None, None, "ts_out_of_range"
         return ts, dur, None
 
-    def _args(self, event: _Event):
-        """A reference to the raw JSON args text, or None when absent or empty ("{}")."""
+    def _args(self, event: _Event) -> int:
+        """A reference to the raw JSON args text, or NO_ARGS when absent or empty ("{}")."""
         raw = event.args
-        return self.args.add(raw) if len(raw) > 2 else None
+        return self.args.add(raw) if len(raw) > 2 else NO_ARGS
 
     def _complete(self, event: _Event):
         ts, dur = event.ts, event.dur
@@ -536,11 +523,9 @@ class _KinetoEvents(TraceBuilder):
                 return problem
         key = (event.pid, event.tid)
         track = self.thread_tracks.get(key) or self.thread_track(*key)
-        strings = self.strings
-        name, cat, args = event.name, event.cat, event.args
-        self._add_slice(Slice(
-            ts, dur, strings.get(name) or self.intern(name), strings.get(cat) or self.intern(cat),
-            self.args.add(args) if len(args) > 2 else None, track))  # _args, inline
+        args = event.args
+        self.trace.slices.append(ts, dur, event.name, event.cat, self.args.add(args) if len(args) > 2 else NO_ARGS,
+                                 track)  # _args, inline
         return None
 
     def _begin(self, event: _Event):
@@ -562,8 +547,7 @@ class _KinetoEvents(TraceBuilder):
             return "end_before_begin"
         args = self._merged_args(begin, event)
         track = self.thread_track(begin.pid, begin.tid)
-        self._add_slice(
-            Slice(begin_ts, ts - begin_ts, self.intern(begin.name), self.intern(begin.cat), args, track))
+        self.trace.slices.append(begin_ts, ts - begin_ts, begin.name, begin.cat, args, track)
         return None
 
     def _merged_args(self, begin: _Event, end: _Event):
@@ -585,9 +569,7 @@ class _KinetoEvents(TraceBuilder):
             track = self.process_track(event.pid)
         else:
             track = self.thread_track(event.pid, event.tid)
-        self._add_slice(
-            Slice(ts, 0, self.intern(event.name), self.intern(event.cat), self._args(event), track,
-                  is_instant=True))
+        self.trace.slices.append(ts, 0, event.name, event.cat, self._args(event), track, instant=True)
         return None
 
     def _counter(self, event: _Event):
@@ -652,9 +634,7 @@ class _KinetoEvents(TraceBuilder):
         if ts < begin_ts:
             return "end_before_begin"
         track = self.async_track(key, begin.name)
-        self._add_slice(Slice(
-            begin_ts, ts - begin_ts, self.intern(begin.name), self.intern(begin.cat),
-            self._merged_args(begin, event), track))
+        self.trace.slices.append(begin_ts, ts - begin_ts, begin.name, begin.cat, self._merged_args(begin, event), track)
         return None
 
     def _async_instant(self, event: _Event):
@@ -663,9 +643,7 @@ class _KinetoEvents(TraceBuilder):
         if problem or key is None:
             return problem or "async_without_id"
         track = self.async_track(key, event.name)
-        self._add_slice(Slice(
-            ts, 0, self.intern(event.name), self.intern(event.cat), self._args(event), track,
-            is_instant=True))
+        self.trace.slices.append(ts, 0, event.name, event.cat, self._args(event), track, instant=True)
         return None
 
     # -- after all events -----------------------------------------------------------------
@@ -683,8 +661,7 @@ class _KinetoEvents(TraceBuilder):
                 skipped[problem] += 1
         for process in self.trace.processes:
             process.row_group = process.source_pid in kineto.BOOKKEEPING_PIDS
-        assert len(self.slice_times) == len(self.trace.slices), "every slice is added through _add_slice"
-        bound = bind_flows(self.flow_events, self.trace.slices, self.slice_times)
+        bound = bind_flows(self.flow_events, self.trace.slices)
         self.trace.flows.extend(bound.flows)
         self.trace.unbound_flows += bound.unbound
         self.trace.partnerless_flow_ends += bound.partnerless

@@ -281,7 +281,7 @@ def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:
                                "fix the trace's header")
     base = kineto.base_time_ns(trace.metadata)  # the reader has checked it
     group = pp_group_of(info, file)
-    first_ts = min((s.ts for s in trace.slices), default=0)
+    first_ts = int(trace.slices.ts.min()) if len(trace.slices) else 0
     return RankInfo(
         file=file, global_rank=info["rank"], world_size=world_size,
         pp_group=tuple(group) if group else None,
@@ -352,7 +352,7 @@ def _write_rank_part(plan: RankPlan, path: str) -> RankPart:
     trace, summary, blocks = prepared.trace, prepared.summary, prepared.blocks
     summary.update(link_rank_local(trace, blocks))
     for key, anchor, flow_id, outgoing in plan.flow_ends:
-        trace.flow_ends.append(FlowEnd(blocks[key].slice_at(anchor), flow_id, outgoing))
+        trace.flow_ends.append(FlowEnd(blocks[key].slice_at(anchor).row, flow_id, outgoing))
     _place_rank(trace, plan)
     summary["overlaps_moved"] = separate_overlaps(trace)
     stride = plan.position + 1

@@ -115,18 +115,18 @@ class ArgsStore:
         """The texts of ascending `references`, in that order."""
         return (self._texts[reference] for reference in references)
 
-    def texts(self, references: list[Optional[int]]) -> list[Optional[bytes]]:
-        """The texts of `references` (None: no args) in their order, read in one sweep."""
+    def texts(self, references: list[int]) -> list[Optional[bytes]]:
+        """The texts of `references` (negative: no args, None) in their order, read in one sweep."""
         return self._in_order(references, lambda text: text)
 
-    def labels(self, references: list[Optional[int]], rule: LabelRule) -> list[Optional[str]]:
-        """rule.label(text) for `references` (None: no args, no label), in their order; only the
+    def labels(self, references: list[int], rule: LabelRule) -> list[Optional[str]]:
+        """rule.label(text) for `references` (negative: no args, no label), in their order; only the
         labels are kept, never all the texts at once."""
         return self._in_order(references, rule.label)
 
-    def _in_order(self, references: list[Optional[int]], apply: Callable[[bytes], Any]) -> list[Any]:
+    def _in_order(self, references: list[int], apply: Callable[[bytes], Any]) -> list[Any]:
         found: list[Any] = [None] * len(references)
-        order = sorted((reference, position) for position, reference in enumerate(references) if reference is not None)
+        order = sorted((reference, position) for position, reference in enumerate(references) if reference >= 0)
         for (_, position), text in zip(order, self.sweep([reference for reference, _ in order])):
             found[position] = apply(text)
         return found

@@ -19,3 +19,14 @@ def first_positions(values: Iterable[Any], length: int) -> tuple[np.ndarray, dic
     in the order they first occur. `length`: how many values there are."""
     first: dict[Any, int] = {}
     return np.fromiter(map(first.setdefault, values, count()), np.int64, length), first
+
+
+def grouped_in_order(keys: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(key, positions) for each distinct key of `keys`, in the order the keys first come; each
+    group's positions ascending (as a dict of lists filled in order would hold them)."""
+    if not len(keys):
+        return []
+    order = np.argsort(keys, kind="stable")
+    groups = np.split(order, np.flatnonzero(np.diff(keys[order])) + 1)
+    groups.sort(key=lambda positions: int(positions[0]))
+    return [(int(keys[positions[0]]), positions) for positions in groups]

@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import dataclass, field
-from itertools import compress
-from operator import attrgetter
-from typing import Any, Callable, Iterator, Optional
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
 
 import msgspec
+import numpy as np
 
 from .args import ArgsStore, LabelRule
+from .slices import SliceTable, renumbering
 
 
 @dataclass(eq=False)
@@ -140,25 +140,6 @@ class Track:
 # The per-event classes are msgspec Structs: built in C (three times faster than a Python
 # __init__), 16 bytes smaller than a __slots__ class without the cycle collector's header
 # (gc=False: they never form cycles), compared and hashed by identity like plain objects.
-class Slice(msgspec.Struct, gc=False, eq=False):
-    """A span (or, with `is_instant`, a point) on a track. Name, ts, dur, cat and args are measured
-    data and never change; only `track` may be reassigned for display.
-
-    `args` references the slice's raw JSON args in the trace's ArgsStore (None: no args)."""
-
-    ts: int
-    dur: int
-    name: str
-    cat: str
-    args: Optional[int]
-    track: Track
-    is_instant: bool = False
-
-    @property
-    def end(self) -> int:
-        return self.ts + self.dur
-
-
 class CounterSample(msgspec.Struct, gc=False, eq=False):
     ts: int
     value: float
@@ -166,10 +147,11 @@ class CounterSample(msgspec.Struct, gc=False, eq=False):
 
 
 class Flow(msgspec.Struct, gc=False, eq=False):
-    """An arrow from one slice to another; the writer gives every arrow its own id."""
+    """An arrow from one slice to another (rows of the trace's SliceTable); the writer gives
+    every arrow its own id."""
 
-    source: Slice
-    target: Slice
+    source: int
+    target: int
     category: str
 
 
@@ -177,7 +159,7 @@ class FlowEnd(msgspec.Struct, gc=False, eq=False):
     """One end of an arrow whose other end another writer emits (cross-rank arrows of a
     merge): the flow id is agreed beforehand, and the target starts after the source."""
 
-    slice: Slice
+    row: int  # the slice's, in the trace's SliceTable
     flow_id: int
     outgoing: bool
 
@@ -190,15 +172,12 @@ class RankIdentity:
     global_rank: int
 
 
-_NAME = attrgetter("name")
-
-
 @dataclass
 class Trace:
     processes: list[Process] = field(default_factory=list)
     threads: list[Thread] = field(default_factory=list)
     tracks: list[Track] = field(default_factory=list)
-    slices: list[Slice] = field(default_factory=list)
+    slices: SliceTable = field(default_factory=SliceTable)
     counters: list[CounterSample] = field(default_factory=list)
     flows: list[Flow] = field(default_factory=list)
     flow_ends: list[FlowEnd] = field(default_factory=list)
@@ -211,29 +190,35 @@ class Trace:
     args: ArgsStore = field(default_factory=ArgsStore)
     rank: Optional[RankIdentity] = None
 
-    def slices_named(self, wanted: Callable[[str], object]) -> Iterator[Slice]:
-        """The slices whose name is `wanted`, in order; each distinct name is tested once (a
-        trace has few), and the slices are sifted in C."""
-        names = list(map(_NAME, self.slices))
-        chosen = {name for name in set(names) if wanted(name)}
-        return compress(self.slices, map(chosen.__contains__, names))
-
     def instant_count(self) -> int:
-        """How many of the slices are instants (a plain loop: Python 3.11 specializes its
-        attribute read, faster than a map of attrgetter)."""
-        return sum(1 for slice_ in self.slices if slice_.is_instant)
+        return int(np.count_nonzero(self.slices.instant))
 
-    def args_text(self, slice_: Slice) -> Optional[bytes]:
-        """A slice's args as raw JSON object text, or None."""
-        return None if slice_.args is None else self.args.text(slice_.args)
-
-    def args_texts(self, slices: list[Slice]) -> list[Optional[bytes]]:
+    def args_texts(self, rows: np.ndarray) -> list[Optional[bytes]]:
         """The args of many slices, in their order, read in one pass over the store."""
-        return self.args.texts([s.args for s in slices])
+        return self.args.texts(self.slices.args[rows].tolist())
 
-    def args_labels(self, slices: list[Slice], rule: LabelRule) -> list[Optional[str]]:
+    def args_labels(self, rows: np.ndarray, rule: LabelRule) -> list[Optional[str]]:
         """rule.label(args text) for many slices, in their order (None for slices without args)."""
-        return self.args.labels([s.args for s in slices], rule)
+        return self.args.labels(self.slices.args[rows].tolist(), rule)
+
+    def keep_slices(self, kept: np.ndarray) -> None:
+        """Keep the slices where `kept` (a mask), and the arrows and arrow ends between them."""
+        self.slices.keep(kept)
+        self.flows, self.flow_ends = self._arrows_renumbered(renumbering(kept))
+
+    def subset(self, kept: np.ndarray) -> "Trace":
+        """A trace of the slices where `kept` (a mask), in order, with the arrows and arrow ends
+        between them; everything else shared with this one."""
+        flows, flow_ends = self._arrows_renumbered(renumbering(kept))
+        return replace(self, slices=self.slices.take(np.flatnonzero(kept)), flows=flows, flow_ends=flow_ends)
+
+    def _arrows_renumbered(self, new_rows: np.ndarray) -> tuple[list[Flow], list[FlowEnd]]:
+        """The arrows and arrow ends whose slices have a new row (-1: none), on those rows."""
+        new_row = new_rows.tolist()
+        flows = [Flow(new_row[flow.source], new_row[flow.target], flow.category) for flow in self.flows
+                 if new_row[flow.source] >= 0 and new_row[flow.target] >= 0]
+        return flows, [FlowEnd(new_row[end.row], end.flow_id, end.outgoing) for end in self.flow_ends
+                       if new_row[end.row] >= 0]
 
     def add_track(self, track: Track) -> Track:
         self.tracks.append(track)

@@ -10,8 +10,8 @@ duration) starts at its source's time, the source's track must be written first
 
 A dict from slice to its encoded ids cost about 100 bytes per arrow end for the whole write
 (10 MB for hta_nccl_a100's 56k arrows at 100 MB, ten times that at 1 GB). Here an end is its
-slice's identity and its 10 encoded bytes, sorted by slice, and a batch finds its slices'
-runs with two binary searches and copies them as one column, with no Python per slice.
+slice's row and its 10 encoded bytes, sorted by row, and a batch finds its rows' runs with
+two binary searches and copies them as one column, with no Python per slice.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from operator import attrgetter
 
 import numpy as np
 
-from ..model import Slice, Trace, Track
+from ..model import Trace, Track
 from .packets import Column, gather_runs
 from .wire import WIRE_FIXED64, tag
 
@@ -32,51 +32,46 @@ _TAGS = np.frombuffer(_FLOW_ID + _TERMINATING_FLOW_ID, np.uint8).reshape(2, -1) 
 _TAG_WIDTH = _TAGS.shape[1]
 _WIDTH = _TAG_WIDTH + 8  # a tag and a fixed64 id
 _SOURCE, _TARGET = attrgetter("source"), attrgetter("target")
-_TS, _DUR, _INSTANT = attrgetter("ts"), attrgetter("dur"), attrgetter("is_instant")
-_SLICE, _FLOW_ID_OF, _OUTGOING = attrgetter("slice"), attrgetter("flow_id"), attrgetter("outgoing")
+_ROW, _FLOW_ID_OF, _OUTGOING = attrgetter("row"), attrgetter("flow_id"), attrgetter("outgoing")
 
 
 class FlowFields:
-    """Every arrow end's encoded id, grouped by the slice and event (BEGIN or END) carrying it;
-    a slice's ids in the order their arrows were given ids."""
+    """Every arrow end's encoded id, grouped by the row and event (BEGIN or END) carrying it;
+    a row's ids in the order their arrows were given ids."""
 
     def __init__(self, trace: Trace, first_flow_id: int):
         """Ids `first_flow_id` onwards for `trace.flows`, in order, then the agreed ids of
         `trace.flow_ends` (cross-rank arrows of a merge)."""
-        flows = trace.flows
+        flows, table = trace.flows, trace.slices
         count = len(flows)
-        sources, targets = list(map(_SOURCE, flows)), list(map(_TARGET, flows))
-        source_ts = np.fromiter(map(_TS, sources), np.int64, count)
-        target_ts = np.fromiter(map(_TS, targets), np.int64, count)
-        target_dur = np.fromiter(map(_DUR, targets), np.int64, count)
-        target_instant = np.fromiter(map(_INSTANT, targets), bool, count)
+        holders = np.empty((count, 2), np.int64)  # per arrow: its source's row, then its target's
+        holders[:, 0] = np.fromiter(map(_SOURCE, flows), np.int64, count)
+        holders[:, 1] = np.fromiter(map(_TARGET, flows), np.int64, count)
+        sources, targets = holders[:, 0], holders[:, 1]
+        source_ts, target_ts = table.ts[sources], table.ts[targets]
         at_begin = np.ones((count, 2), bool)  # per arrow: its source's end, then its target's
-        momentary = target_instant | (target_dur == 0)
+        momentary = table.instant[targets] | (table.dur[targets] == 0)
         at_begin[:, 1] = (target_ts > source_ts) | momentary
         # (source track, target track) of the arrows whose ends share their time.
-        self.sources_first = [(sources[index].track, targets[index].track)
-                              for index in np.flatnonzero(momentary & (target_ts == source_ts)).tolist()]
-        holders = np.empty((count, 2), np.uint64)
-        holders[:, 0] = np.fromiter(map(id, sources), np.uint64, count)
-        holders[:, 1] = np.fromiter(map(id, targets), np.uint64, count)
+        shared = np.flatnonzero(momentary & (target_ts == source_ts))
+        self.sources_first = list(zip(table.tracks_of(sources[shared]), table.tracks_of(targets[shared])))
         ids = np.repeat(np.arange(first_flow_id, first_flow_id + count, dtype=np.uint64), 2)
         terminating = np.tile(np.array([False, True]), count)
         ends = trace.flow_ends
         self.next_flow_id = first_flow_id + count
         begin = at_begin.reshape(-1)
         self._begin_holders, begin_fields = _sorted_ends(
-            np.concatenate([holders.reshape(-1)[begin], np.fromiter(map(id, map(_SLICE, ends)), np.uint64, len(ends))]),
+            np.concatenate([holders.reshape(-1)[begin], np.fromiter(map(_ROW, ends), np.int64, len(ends))]),
             np.concatenate([ids[begin], np.fromiter(map(_FLOW_ID_OF, ends), np.uint64, len(ends))]),
             np.concatenate([terminating[begin], ~np.fromiter(map(_OUTGOING, ends), bool, len(ends))]))
         self._end_holders, end_fields = _sorted_ends(holders.reshape(-1)[~begin], ids[~begin], terminating[~begin])
         self._fields = np.concatenate([begin_fields, end_fields])
         self._end_offset = len(begin_fields)
 
-    def of(self, slices: list[Slice]) -> "SliceFlowFields":
-        """Each of `slices`' BEGIN and END fields (empty for most: no arrow), copied out."""
-        keys = np.fromiter(map(id, slices), np.uint64, len(slices))
-        begin_starts, begin_lengths = _runs(self._begin_holders, keys)
-        end_starts, end_lengths = _runs(self._end_holders, keys)
+    def of(self, rows: np.ndarray) -> "SliceFlowFields":
+        """Each of `rows`' BEGIN and END fields (empty for most: no arrow), copied out."""
+        begin_starts, begin_lengths = _runs(self._begin_holders, rows)
+        end_starts, end_lengths = _runs(self._end_holders, rows)
         begin_fields = gather_runs(self._fields, begin_starts, begin_lengths)
         end_fields = gather_runs(self._fields, end_starts + self._end_offset, end_lengths)
         return SliceFlowFields(np.concatenate([begin_fields, end_fields]), np.cumsum(begin_lengths) - begin_lengths,
@@ -84,8 +79,8 @@ class FlowFields:
 
 
 class SliceFlowFields:
-    """The flow id fields of a batch's slices: their bytes, and where each slice's BEGIN and
-    END fields lie in them."""
+    """The flow id fields of a batch's rows: their bytes, and where each one's BEGIN and END
+    fields lie in them."""
 
     def __init__(self, fields: np.ndarray, begin_starts: np.ndarray, begin_lengths: np.ndarray,
                  end_starts: np.ndarray, end_lengths: np.ndarray):
@@ -104,8 +99,8 @@ class SliceFlowFields:
 
 
 def _sorted_ends(holders: np.ndarray, ids: np.ndarray, terminating: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(the holding slices sorted, each end's encoded field in that order): sorted stably, so
-    a slice's ids keep the order their arrows were given them."""
+    """(the holding rows sorted, each end's encoded field in that order): sorted stably, so
+    a row's ids keep the order their arrows were given them."""
     order = np.argsort(holders, kind="stable")
     fields = np.empty((len(order), _WIDTH), np.uint8)
     fields[:, :_TAG_WIDTH] = _TAGS[terminating[order].astype(np.intp)]
@@ -113,10 +108,10 @@ def _sorted_ends(holders: np.ndarray, ids: np.ndarray, terminating: np.ndarray) 
     return holders[order], fields.reshape(-1)
 
 
-def _runs(holders: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(where each key's fields start, their length in bytes), by two binary searches."""
-    first = np.searchsorted(holders, keys, "left")
-    last = np.searchsorted(holders, keys, "right")
+def _runs(holders: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(where each row's fields start, their length in bytes), by two binary searches."""
+    first = np.searchsorted(holders, rows, "left")
+    last = np.searchsorted(holders, rows, "right")
     return first * _WIDTH, (last - first) * _WIDTH
 
 
@@ -125,16 +120,17 @@ def write_order(tracks: list[Track], sources_first: list[tuple[Track, Track]]) -
     for the tracks of the arrows it is the target of in `sources_first` (FlowFields). Where
     every track left waits (a cycle of such arrows), the first one left goes next:
     trace_processor then drops the arrows whose target is written first (--verify reports
-    them)."""
+    them). An arrow from or to a track not in `tracks` (whose slices are not written) orders
+    nothing."""
+    position = {track: index for index, track in enumerate(tracks)}
     waits_for: dict[Track, set[Track]] = defaultdict(set)
     followers: dict[Track, list[Track]] = defaultdict(list)
     for source, target in sources_first:
-        if source is not target and source not in waits_for[target]:
+        if source is not target and source in position and target in position and source not in waits_for[target]:
             waits_for[target].add(source)
             followers[source].append(target)
     if not waits_for:
         return tracks
-    position = {track: index for index, track in enumerate(tracks)}
     ready = [index for index, track in enumerate(tracks) if not waits_for.get(track)]
     heapq.heapify(ready)
     written = [False] * len(tracks)

@@ -55,9 +55,10 @@ from collections import defaultdict
 from typing import BinaryIO, Optional
 
 import msgspec
+import numpy as np
 
 from ..errors import CgtraceError
-from ..model import Process, Slice, Trace, Track, TrackRole
+from ..model import Process, Trace, Track, TrackRole
 from ..model.ids import IdSpace
 from ..model.nesting import fits_nested, nested_layers
 
@@ -65,6 +66,7 @@ GLOBAL_PROCESS_NAME = "Global tracks"
 EXACT_LIMIT_NS = 1 << 51       # trace_processor reads "<us>.<3 digits>" exactly below this
 V2_BIND_ID_BASE = 1 << 62      # above every v1 flow id trace_processor hands out
 _FLUSH_BYTES = 1 << 22
+_CHUNK_ROWS = 1 << 16          # slices turned into Python values at a time
 _SECOND_NS = 1_000_000_000
 _FRESH_ID_START = 1 << 24
 _HEADER_KEYS_WRITTEN = frozenset(("traceEvents", "baseTimeNanoseconds", "displayTimeUnit"))
@@ -81,22 +83,24 @@ class _Row:
 
     __slots__ = ("track", "layer", "name", "pid", "tid", "slices", "key", "companion")
 
-    def __init__(self, track: Track, layer: int, name: str, pid: int):
+    def __init__(self, track: Track, layer: int, name: str, pid: int, slices: np.ndarray):
         self.track, self.layer, self.name, self.pid = track, layer, name, pid
         self.tid = 0
         self.companion = 0   # > 0: a row of flow ends moved off the row of (track, layer)
-        self.slices: list[Slice] = []
+        self.slices = slices  # rows of the trace's SliceTable, in the order written
         self.key: tuple = ()
 
 
 class _Endpoint:
-    """Where a flow endpoint lands: its row, and the start of the slices begun just before
-    and just after it on that row (trace_processor's processing order)."""
+    """Where a flow endpoint lands: its row, its slice's start and kind, and the start of the
+    slices begun just before and just after it on that row (trace_processor's processing order)."""
 
-    __slots__ = ("row", "previous_ts", "next_ts", "order")
+    __slots__ = ("row", "ts", "is_instant", "previous_ts", "next_ts", "order")
 
-    def __init__(self, row: _Row, previous_ts: Optional[int], next_ts: Optional[int], order: tuple):
-        self.row, self.previous_ts, self.next_ts = row, previous_ts, next_ts
+    def __init__(self, row: _Row, ts: int, is_instant: bool, previous_ts: Optional[int], next_ts: Optional[int],
+                 order: tuple):
+        self.row, self.ts, self.is_instant = row, ts, is_instant
+        self.previous_ts, self.next_ts = previous_ts, next_ts
         self.order = order  # where trace_processor processes it: (ts, -dur), then file order
 
 
@@ -120,7 +124,7 @@ class ChromeJsonWriter:
         if stuck:
             # Arrows neither flow version can bind: their ends move to rows of their own,
             # where each is the last slice begun at its start, so v1 binds them all.
-            rows = _isolate(rows, stuck, ids)
+            rows = _isolate(trace, rows, stuck, ids)
             endpoints = _endpoints(trace, rows)
             v1_flows, v2_fields, flow_counts, stuck = _plan_flows(trace, endpoints)
             if stuck:
@@ -134,10 +138,9 @@ class ChromeJsonWriter:
 
         self._header(trace)
         self._metadata(rows, processes, pids)
-        for row in rows:
-            self._slices(row, v2_fields, trace.args_text)
+        self._slices(trace, rows, v2_fields)
         self._counters(trace, pids)
-        self._flows(v1_flows, endpoints)
+        self._flows(v1_flows)
         self.buffer += b"\n]}\n"
         self._flush()
         self.summary = {"json_base_time_ns": self.base_ns, "json_rows": len(rows), **flow_counts}
@@ -147,19 +150,14 @@ class ChromeJsonWriter:
     def _layout(self, trace: Trace, ids: "_OutputIds"):
         """Rows (one per track with slices, more where slices do not nest) with pids, tids and
         display keys; every process that gets a row or a counter gets its pid."""
-        by_track: dict[int, list[Slice]] = defaultdict(list)
-        tracks: dict[int, Track] = {id(t): t for t in trace.tracks}
-        position = {id(t): index for index, t in enumerate(trace.tracks)}
-        for slice_ in trace.slices:
-            key = id(slice_.track)
-            if key not in tracks:  # a track missing from trace.tracks still gets its row
-                tracks[key] = slice_.track
-                position[key] = len(position)
-            by_track[key].append(slice_)
+        by_track = _rows_by_track(trace)
+        position = {track: index for index, track in enumerate(trace.tracks)}
+        for track in by_track:  # a track missing from trace.tracks still gets its row
+            position.setdefault(track, len(position))
 
         processes: list[Optional[Process]] = list(trace.processes)
         known = {id(p) for p in processes}
-        for track in [tracks[key] for key in by_track] + [sample.track for sample in trace.counters]:
+        for track in [*by_track, *(sample.track for sample in trace.counters)]:
             process = _process_of(track)
             if id(process) not in known:   # None (the synthetic process) included
                 known.add(id(process))
@@ -170,13 +168,11 @@ class ChromeJsonWriter:
 
         threads_placed: set[int] = set()
         rows: list[_Row] = []
-        for key in sorted(by_track, key=position.__getitem__):
-            track = tracks[key]
+        for track in sorted(by_track, key=position.__getitem__):
             pid = pids[id(_process_of(track))]
             name = _row_name(track)
-            for layer, slices in enumerate(nested_layers(by_track[key])):
-                row = _Row(track, layer, name if layer == 0 else f"{name} (overlap {layer})", pid)
-                row.slices = slices
+            for layer, slices in enumerate(nested_layers(trace.slices, by_track[track])):
+                row = _Row(track, layer, name if layer == 0 else f"{name} (overlap {layer})", pid, slices)
                 thread = track.thread
                 if layer == 0 and thread is not None and id(thread) not in threads_placed:
                     threads_placed.add(id(thread))
@@ -221,32 +217,40 @@ class ChromeJsonWriter:
             self._event(b'{"ph":"M","name":"process_sort_index","pid":%d,"tid":%d,"args":{"sort_index":%d}}'
                         % (pid, pid, sort_index))
 
-    def _slices(self, row: _Row, v2_fields: dict, args_of) -> None:
-        # Every row's thread_name event came first, so each slice follows another event.
-        instant_head = b',\n{"pid":%d,"tid":%d,"ph":"i","s":"t","ts":%%d.%%03d,"name":' % (row.pid, row.tid)
-        complete_head = b',\n{"pid":%d,"tid":%d,"ph":"X","ts":%%d.%%03d,"dur":%%d.%%03d,"name":' % (row.pid, row.tid)
-        buffer, strings, string, base = self.buffer, self.strings, self._string, self.base_ns
-        for slice_ in row.slices:
-            name = slice_.name
-            if slice_.is_instant:
-                event = instant_head % divmod(slice_.ts - base, 1000)
-            else:
-                event = complete_head % (divmod(slice_.ts - base, 1000) + divmod(slice_.dur, 1000))
-            event += strings.get(name) or string(name)
-            cat = slice_.cat
-            if cat:
-                event += b',"cat":' + (strings.get(cat) or string(cat))
-            args = args_of(slice_)
-            if args is not None:
-                text = args.strip()
-                if text[:1] == b"{" and len(text) > 2:
-                    event += b',"args":' + text
-            extra = v2_fields.get(id(slice_))
-            if extra is not None:
-                event += extra
-            buffer += event + b"}"
-            if len(buffer) >= _FLUSH_BYTES:
-                self._flush()
+    def _slices(self, trace: Trace, rows: list[_Row], v2_fields: dict[int, bytes]) -> None:
+        """Every row's slices, in its order; a row's columns are read a chunk at a time."""
+        table = trace.slices
+        starts, durations, names, categories, args, instants = (
+            table.ts, table.dur, table.name, table.cat, table.args, table.instant)
+        # Per text id: its JSON string, and the category field it makes ("" writes none).
+        encoded = [_encode(text) for text in table.texts]
+        category_fields = [b',"cat":' + string if text else b"" for text, string in zip(table.texts, encoded)]
+        buffer, base, args_text = self.buffer, self.base_ns, trace.args.text
+        for row in rows:
+            # Every row's thread_name event came first, so each slice follows another event.
+            instant_head = b',\n{"pid":%d,"tid":%d,"ph":"i","s":"t","ts":%%d.%%03d,"name":' % (row.pid, row.tid)
+            complete_head = b',\n{"pid":%d,"tid":%d,"ph":"X","ts":%%d.%%03d,"dur":%%d.%%03d,"name":' % (
+                row.pid, row.tid)
+            for at in range(0, len(row.slices), _CHUNK_ROWS):
+                chunk = row.slices[at:at + _CHUNK_ROWS]
+                for slice_row, start, dur, name, category, reference, instant in zip(
+                        chunk.tolist(), starts[chunk].tolist(), durations[chunk].tolist(), names[chunk].tolist(),
+                        categories[chunk].tolist(), args[chunk].tolist(), instants[chunk].tolist()):
+                    if instant:
+                        event = instant_head % divmod(start - base, 1000)
+                    else:
+                        event = complete_head % (divmod(start - base, 1000) + divmod(dur, 1000))
+                    event += encoded[name] + category_fields[category]
+                    if reference >= 0:
+                        text = args_text(reference).strip()
+                        if text[:1] == b"{" and len(text) > 2:
+                            event += b',"args":' + text
+                    extra = v2_fields.get(slice_row)
+                    if extra is not None:
+                        event += extra
+                    buffer += event + b"}"
+                    if len(buffer) >= _FLUSH_BYTES:
+                        self._flush()
 
     def _counters(self, trace: Trace, pids: dict) -> None:
         prefixes: dict[int, bytes] = {}
@@ -260,7 +264,7 @@ class ChromeJsonWriter:
                     pid, pid, _encode(series), _encode(key or "value"))
             self._event(prefix + _number(sample.value) + b'},"ts":' + self._time(sample.ts) + b"}")
 
-    def _flows(self, v1_flows: list[tuple], endpoints: dict[int, _Endpoint]) -> None:
+    def _flows(self, v1_flows: list[tuple]) -> None:
         """One v1 id per arrow (a reused id would chain arrows); `s` right before its `f`, as
         at equal ts trace_processor takes flow events in file order."""
         if not v1_flows:
@@ -268,9 +272,9 @@ class ChromeJsonWriter:
         buffer, base, string = self.buffer, self.base_ns, self._string
         template = (b',\n{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":%s,"name":%s}'
                     b',\n{"ph":"f","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":%s,"name":%s%s}')
-        for flow_id, (flow, first, second, flow_ts, enclosing) in enumerate(v1_flows, 1):
-            cat = string(flow.category)
-            source, target = endpoints[id(first)].row, endpoints[id(second)].row
+        for flow_id, (category, first, second, flow_ts, enclosing) in enumerate(v1_flows, 1):
+            cat = string(category)
+            source, target = first.row, second.row
             start_us, start_ns = divmod(first.ts - base, 1000)
             end_us, end_ns = divmod(flow_ts - base, 1000)
             buffer += template % (flow_id, source.pid, source.tid, start_us, start_ns, cat, cat,
@@ -320,22 +324,20 @@ def _number(value: float) -> bytes:
 
 
 def _time_base(trace: Trace) -> int:
-    first, last = None, None
-    for slice_ in trace.slices:
-        ts = slice_.ts
-        end = ts + (0 if slice_.is_instant else slice_.dur)
-        if first is None or ts < first:
-            first = ts
-        if last is None or end > last:
-            last = end
-    for sample in trace.counters:
-        if first is None or sample.ts < first:
-            first = sample.ts
-        if last is None or sample.ts > last:
-            last = sample.ts
-    if first is None:
+    firsts: list[int] = []
+    lasts: list[int] = []
+    table = trace.slices
+    if len(table):
+        starts = table.ts
+        firsts.append(int(starts.min()))
+        lasts.append(int(np.where(table.instant, starts, starts + table.dur).max()))
+    if trace.counters:
+        stamps = [sample.ts for sample in trace.counters]
+        firsts.append(min(stamps))
+        lasts.append(max(stamps))
+    if not firsts:
         return 0
-    assert last is not None  # set with first
+    first, last = min(firsts), max(lasts)
     base = 0 if first >= 0 and last < EXACT_LIMIT_NS else first - first % _SECOND_NS
     if last - base >= EXACT_LIMIT_NS:
         days = (last - first) / 86_400e9
@@ -360,26 +362,45 @@ def _row_name(track: Track) -> str:
     return track.thread.display_name if track.thread is not None else track.name
 
 
+def _rows_by_track(trace: Trace) -> dict[Track, np.ndarray]:
+    """Each track's slices (rows, in row order), the tracks in the order of their first slice."""
+    table = trace.slices
+    track_ids = table.track
+    present, first_rows, counts = np.unique(track_ids, return_index=True, return_counts=True)
+    groups = np.split(np.argsort(track_ids, kind="stable"), np.cumsum(counts)[:-1])
+    ids = present.tolist()
+    return {table.tracks[ids[index]]: groups[index] for index in np.argsort(first_rows).tolist()}
+
+
 def _endpoints(trace: Trace, rows: list[_Row]) -> dict[int, _Endpoint]:
-    wanted = {id(f.source) for f in trace.flows} | {id(f.target) for f in trace.flows}
+    """The endpoint of every slice (by row) that an arrow starts or ends at."""
     endpoints: dict[int, _Endpoint] = {}
-    if not wanted:
+    if not trace.flows:
         return endpoints
+    table = trace.slices
+    starts, durations, instants = table.ts, table.dur, table.instant
+    wanted = np.zeros(len(table), np.bool_)
+    wanted[[flow.source for flow in trace.flows]] = True
+    wanted[[flow.target for flow in trace.flows]] = True
     for row_index, row in enumerate(rows):
         slices = row.slices
+        positions = np.flatnonzero(wanted[slices])
+        if not len(positions):
+            continue
+        row_starts = starts[slices]
         last = len(slices) - 1
-        for index, slice_ in enumerate(slices):
-            if id(slice_) in wanted:
-                endpoints[id(slice_)] = _Endpoint(
-                    row, slices[index - 1].ts if index else None,
-                    slices[index + 1].ts if index < last else None,
-                    (slice_.ts, -slice_.dur, row_index, index))
+        picked = slices[positions]
+        for index, slice_row, start, dur, instant in zip(positions.tolist(), picked.tolist(), starts[picked].tolist(),
+                                                          durations[picked].tolist(), instants[picked].tolist()):
+            endpoints[slice_row] = _Endpoint(
+                row, start, instant, int(row_starts[index - 1]) if index else None,
+                int(row_starts[index + 1]) if index < last else None, (start, -dur, row_index, index))
     return endpoints
 
 
 def _plan_flows(trace: Trace, endpoints: dict[int, _Endpoint]):
-    """How each arrow is written: (v1 arrows as (first, second, `f` ts, `f` binds the
-    enclosing slice), v2 fields per slice id, counts by binding, ids of the slices to isolate
+    """How each arrow is written: (v1 arrows as (category, first, second, `f` ts, `f` binds
+    the enclosing slice), v2 fields per row, counts by binding, rows of the slices to isolate
     for arrows that neither version can bind as they lie).
 
     trace_processor reports every arrow from the slice that starts first (at equal starts, from
@@ -387,19 +408,16 @@ def _plan_flows(trace: Trace, endpoints: dict[int, _Endpoint]):
     `second`: the result is the same, and `second` never begins before `first`.
     """
     v1: list[tuple] = []
-    v2_slot: dict[int, tuple] = {}  # id(slice) -> ("out", bind id) or ("in", bind id)
+    v2_slot: dict[int, tuple] = {}  # row -> ("out", bind id) or ("in", bind id)
     v2_out_ids: dict[int, int] = {}
-    counts = {"flows_v1": 0, "flows_v1_next_slice": 0, "flows_v2": 0, "flows_without_slice": 0}
+    counts = {"flows_v1": 0, "flows_v1_next_slice": 0, "flows_v2": 0}
     stuck: set[int] = set()
     for flow in trace.flows:
         first, second = flow.source, flow.target
-        if second.ts < first.ts:
+        if endpoints[second].ts < endpoints[first].ts:
             first, second = second, first
-        at_first, at_second = endpoints.get(id(first)), endpoints.get(id(second))
-        if at_first is None or at_second is None:   # an end not among trace.slices
-            counts["flows_without_slice"] += 1
-            continue
-        start, end = first.ts, second.ts
+        at_first, at_second = endpoints[first], endpoints[second]
+        start, end = at_first.ts, at_second.ts
         # An `s` at `first`'s start binds to it unless another slice begins with it later on
         # its row (a child starting at the same ts).
         first_bindable = at_first.next_ts is None or at_first.next_ts > start
@@ -416,82 +434,92 @@ def _plan_flows(trace: Trace, endpoints: dict[int, _Endpoint]):
         second_bindable = enclosing or flow_ts < end
         if first_bindable and second_bindable:
             counts["flows_v1" if enclosing else "flows_v1_next_slice"] += 1
-            v1.append((flow, first, second, flow_ts, enclosing))
+            v1.append((flow.category, at_first, at_second, flow_ts, enclosing))
             continue
         # v2: bound to the X events' own slices (not instants'); `first` must be processed
         # first, and an event carries one bind id: out to any number of arrows, or in.
-        first_slot, second_slot = v2_slot.get(id(first)), v2_slot.get(id(second))
+        first_slot, second_slot = v2_slot.get(first), v2_slot.get(second)
         if at_first.order < at_second.order and second_slot is None and \
                 (first_slot is None or first_slot[0] == "out") and \
-                not first.is_instant and not second.is_instant:
-            bind_id = v2_out_ids.get(id(first))
+                not at_first.is_instant and not at_second.is_instant:
+            bind_id = v2_out_ids.get(first)
             if bind_id is None:
-                bind_id = v2_out_ids[id(first)] = V2_BIND_ID_BASE + len(v2_out_ids)
-                v2_slot[id(first)] = ("out", bind_id)
-            v2_slot[id(second)] = ("in", bind_id)
+                bind_id = v2_out_ids[first] = V2_BIND_ID_BASE + len(v2_out_ids)
+                v2_slot[first] = ("out", bind_id)
+            v2_slot[second] = ("in", bind_id)
             counts["flows_v2"] += 1
             continue
         if not first_bindable:
-            stuck.add(id(first))
+            stuck.add(first)
         if not second_bindable:
-            stuck.add(id(second))
+            stuck.add(second)
     v2_fields = {key: b',"bind_id":%d,"flow_%s":true' % (bind_id, direction.encode())
                  for key, (direction, bind_id) in v2_slot.items()}
     return v1, v2_fields, counts, stuck
 
 
-def _isolate(rows: list[_Row], stuck: set[int], ids: "_OutputIds") -> list[_Row]:
-    """Move the given slices off their rows onto companion rows beside them, layered so that
-    each nests properly and begins alone: each is then the last slice begun at its start."""
+def _isolate(trace: Trace, rows: list[_Row], stuck: set[int], ids: "_OutputIds") -> list[_Row]:
+    """Move the given slices (rows) off their rows onto companion rows beside them, layered so
+    that each nests properly and begins alone: each is then the last slice begun at its start."""
+    table = trace.slices
+    starts, durations, instants = table.ts, table.dur, table.instant
+    is_stuck = np.zeros(len(table), np.bool_)
+    is_stuck[list(stuck)] = True
     result: list[_Row] = []
     for row in rows:
         result.append(row)
-        moved = [s for s in row.slices if id(s) in stuck]
-        if not moved:
+        moving = is_stuck[row.slices]
+        if not moving.any():
             continue
-        row.slices = [s for s in row.slices if id(s) not in stuck]
-        stacks: list[list[Slice]] = []
-        companions: list[_Row] = []
-        for slice_ in moved:   # already in nesting order
-            for layer, stack in enumerate(stacks):
-                members = companions[layer].slices
-                if members[-1].ts != slice_.ts and fits_nested(stack, slice_):
+        moved = row.slices[moving]   # already in nesting order
+        row.slices = row.slices[~moving]
+        members: list[list[int]] = []     # per companion row, its slices
+        open_ends: list[list[int]] = []   # per companion row, the ends of its open slices
+        last_starts: list[int] = []       # per companion row, its last slice's start
+        for slice_row, start, dur, instant in zip(moved.tolist(), starts[moved].tolist(), durations[moved].tolist(),
+                                                  instants[moved].tolist()):
+            for layer, ends in enumerate(open_ends):
+                if last_starts[layer] != start and fits_nested(ends, start, start + dur):
+                    last_starts[layer] = start
                     break
             else:
-                layer = len(stacks)
-                stacks.append([])
-                suffix = "" if layer == 0 else f" {layer + 1}"
-                companion = _Row(row.track, row.layer, f"{row.name} (flow ends{suffix})", row.pid)
-                companion.companion = layer + 1
-                companion.tid = ids.tid(None)
-                companions.append(companion)
-            if not slice_.is_instant:
-                stacks[layer].append(slice_)
-            companions[layer].slices.append(slice_)
-        result.extend(companions)
+                layer = len(members)
+                members.append([])
+                open_ends.append([])
+                last_starts.append(start)
+            if not instant:
+                open_ends[layer].append(start + dur)
+            members[layer].append(slice_row)
+        for layer, slices in enumerate(members):
+            suffix = "" if layer == 0 else f" {layer + 1}"
+            companion = _Row(row.track, row.layer, f"{row.name} (flow ends{suffix})", row.pid,
+                             np.array(slices, np.int64))
+            companion.companion = layer + 1
+            companion.tid = ids.tid(None)
+            result.append(companion)
     return result
 
 
-def _sort_keys(rows: list[_Row], position: dict[int, int]) -> None:
+def _sort_keys(rows: list[_Row], position: dict[Track, int]) -> None:
     """Display order within a process: real threads (by sort_index, then model order), then
     other tracks by their parent chain's orders; overlap tracks (layout's, by name, and this
     writer's) and rows of isolated flow ends right after their home."""
     def base_key(track: Track) -> tuple:
         thread = track.thread
         if thread is not None:
-            return (0, (thread.sort_index is None, thread.sort_index or 0), position.get(id(track), 0))
+            return (0, (thread.sort_index is None, thread.sort_index or 0), position.get(track, 0))
         chain = []
         node: Optional[Track] = track
         while node is not None:
             chain.append(node.order)
             node = node.parent
-        return (1, tuple(reversed(chain)), position.get(id(track), 0))
+        return (1, tuple(reversed(chain)), position.get(track, 0))
 
     for row in rows:
         track = row.track
         home = track.home if track.role is TrackRole.OVERLAP else None
         if home is not None:
-            row.key = base_key(home) + (track.layer, row.layer, row.companion, position.get(id(track), 0))
+            row.key = base_key(home) + (track.layer, row.layer, row.companion, position.get(track, 0))
         else:
             row.key = base_key(track) + (0, row.layer, row.companion, 0)
 

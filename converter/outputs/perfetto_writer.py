@@ -10,15 +10,15 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from functools import partial
+from itertools import repeat
 from operator import attrgetter
 from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional
 
 import msgspec
 import numpy as np
 
-from ..model import PreparedArgs, Process, Slice, Trace, Track, TrackRole
+from ..model import PreparedArgs, Process, SliceTable, Trace, Track, TrackRole
 from ..model.columns import first_positions
-from ..model.nesting import sort_by_start
 from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
@@ -53,8 +53,7 @@ _TRACK_UUID = 11
 _SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
 _ID = np.int32               # a piece's id
 
-_NAME, _CATEGORY, _START, _DURATION, _INSTANT, _TRACK, _VALUE = map(
-    attrgetter, ("name", "cat", "ts", "dur", "is_instant", "track", "value"))
+_START, _TRACK, _VALUE, _FLAT = map(attrgetter, ("ts", "track", "value", "flat"))
 _SIBLING_MERGE_NONE = varint_field(15, 2)
 _CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
 
@@ -155,15 +154,12 @@ class PerfettoWriter:
         its slice is over, a batch of tracks (or of a long track's stretches) at a time. Where
         the args helper is still there, it encodes the later parts of each batch's packets
         while this process makes the next batch and encodes the first parts (_HelperShare)."""
-        by_track: dict[Track, list[Slice]] = defaultdict(list)  # model objects hash by identity
-        for slice_ in trace.slices:
-            by_track[slice_.track].append(slice_)
         prepared: Optional[PreparedArgs] = None
         helper: Optional[PacketHelper] = None
         share = _HelperShare()
         waiting: Optional[tuple[PacketHelper, SliceBatch, ArgsRuns, range]] = None  # parts the helper encodes
         tracks = write_order(trace.tracks, flow_fields.sources_first)
-        for number, runs in enumerate(_batches(_runs(tracks, by_track, uuids))):
+        for number, runs in enumerate(_batches(trace.slices, _runs(trace.slices, tracks, uuids))):
             if number == 0:  # interns the annotation names first: only where a slice follows
                 prepared = self._prepared_args(trace)
                 helper = prepared.take_packet_helper() if isinstance(prepared, EncodedArgs) else None
@@ -200,50 +196,54 @@ class PerfettoWriter:
         for part in parts:
             self.stream.write(part.data)
 
-    def _slice_batch(self, trace: Trace, runs: list[tuple[bytes, list[Slice]]], prepared: Optional[PreparedArgs],
+    def _slice_batch(self, trace: Trace, runs: list[tuple[bytes, np.ndarray]], prepared: Optional[PreparedArgs],
                      flow_fields: FlowFields) -> tuple[SliceBatch, ArgsRuns]:
-        """Runs of slices (a track's, or a stretch of one that nothing open spans) as the
+        """Runs of rows (a track's, or a stretch of one that nothing open spans) as the
         columns their packets are encoded from (slice_packets.py), and where their args are."""
-        ordered = [slice_ for _, slices in runs for slice_ in slices]
-        count = len(ordered)
-        starts = np.fromiter(map(_START, ordered), np.int64, count)
-        ends = starts + np.fromiter(map(_DURATION, ordered), np.int64, count)
-        instant = np.fromiter(map(_INSTANT, ordered), bool, count)
-        events = _events_in_write_order(starts, ends, instant, [len(slices) for _, slices in runs])
+        table = trace.slices
+        rows = np.concatenate([run for _, run in runs])
+        run_lengths = [len(run) for _, run in runs]
+        starts = table.ts[rows]
+        ends = starts + table.dur[rows]
+        instant = table.instant[rows]
+        events = _events_in_write_order(starts, ends, instant, run_lengths)
 
         pieces = Pieces()
         interned: dict[int, list[bytes]] = defaultdict(list)  # slice index -> InternedData entries first met there
-        names = self._name_fields(ordered, pieces, interned)
+        names = self._name_fields(table, rows, pieces, interned)
+        args = table.args[rows]
         args_runs: ArgsRuns
         if prepared is None:
-            args_source, args_starts, args_lengths = self._encode_args(trace, ordered, interned)
+            args_source, args_starts, args_lengths = self._encode_args(trace, args, interned)
             args_runs = partial(Spliced, args_source)
         else:
-            args_source, args_starts, args_lengths = prepared.runs(
-                np.fromiter((-1 if s.args is None else s.args for s in ordered), np.int64, count))
+            args_source, args_starts, args_lengths = prepared.runs(args)
             args_runs = partial(Spliced, args_source, release=prepared.release_pages)
-        state = np.full(count, pieces.id(self.sequence + _NEEDS_STATE), _ID)
+        state = np.full(len(rows), pieces.id(self.sequence + _NEEDS_STATE), _ID)
         for first_use, entries in interned.items():
             state[first_use] = pieces.id(self.sequence + _NEEDS_STATE + _INTERNED_DATA + length_prefixed(b"".join(entries)))
         none = pieces.id(b"")
-        flows = flow_fields.of(ordered)
+        flows = flow_fields.of(rows)
         heads = [(pieces.id(_TYPE_BEGIN + field), pieces.id(_TYPE_INSTANT + field), pieces.id(_TYPE_END + field))
                  for field, _ in runs]
-        begin_head, instant_head, end_head = np.repeat(np.array(heads, _ID), [len(s) for _, s in runs], axis=0).T
+        begin_head, instant_head, end_head = np.repeat(np.array(heads, _ID), run_lengths, axis=0).T
         begin_head = np.where(instant, instant_head, begin_head)
         tags = PacketTags.of(pieces, self.sequence)
         return SliceBatch(pieces.table(), tags, none, events, starts, ends, state, names, begin_head, end_head,
                           args_starts, args_lengths, flows), args_runs
 
-    def _name_fields(self, ordered: list[Slice], pieces: Pieces, interned: dict[int, list[bytes]]) -> np.ndarray:
-        """Per slice, the piece of its interned name and category references; a name or
+    def _name_fields(self, table: SliceTable, rows: np.ndarray, pieces: Pieces,
+                     interned: dict[int, list[bytes]]) -> np.ndarray:
+        """Per row, the piece of its interned name and category references; a name or
         category met for the first time is defined in that slice's packet."""
         if self.pending_interned:  # defined in the first packet, before anything it needs itself
             interned[0] += self.pending_interned
             self.pending_interned.clear()
         heads, name_field, category_field = self._heads, self.names.field, self.categories.field
+        texts, name_ids, category_ids = table.texts, table.name[rows], table.cat[rows]
 
-        def piece_of(key: tuple[str, str], index: int) -> int:
+        def piece_of(index: int) -> int:
+            key = texts[name_ids[index]], texts[category_ids[index]]  # by text: heads outlive the table
             fields = heads.get(key)
             if fields is None:
                 name, cat = key
@@ -253,7 +253,8 @@ class PerfettoWriter:
                     self.pending_interned.clear()
             return pieces.id(fields)
 
-        return _pieces_by_first_use(zip(map(_NAME, ordered), map(_CATEGORY, ordered)), len(ordered), piece_of)
+        # A text has one id, so the pairs of ids first occur where the pairs of texts do.
+        return _pieces_by_first_use(name_ids.astype(np.int64) * len(texts) + category_ids, piece_of)
 
     def _prepared_args(self, trace: Trace) -> Optional[PreparedArgs]:
         """The store's entries prepared in this writer's form (by the args accelerator, or here,
@@ -271,13 +272,14 @@ class PerfettoWriter:
             self.annotation_names.field(name)
         return prepared
 
-    def _encode_args(self, trace: Trace, ordered: list[Slice],
+    def _encode_args(self, trace: Trace, args: np.ndarray,
                      interned: dict[int, list[bytes]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Each slice's args encoded here, in order: (their bytes, each one's start, length)."""
+        """Each slice's args (its args column, in order) encoded here: (their bytes, each one's
+        start, length)."""
         encode, text, pending = self.args.encode, trace.args.text, self.pending_interned
         encoded = []
-        for index, slice_ in enumerate(ordered):
-            encoded.append(b"" if slice_.args is None else encode(text(slice_.args)))
+        for index, reference in enumerate(args.tolist()):
+            encoded.append(b"" if reference < 0 else encode(text(reference)))
             if pending:
                 interned[index] += pending
                 pending.clear()
@@ -287,8 +289,8 @@ class PerfettoWriter:
     def _write_counters(self, trace: Trace, uuids: dict[int, int]) -> None:
         samples = trace.counters
         pieces = Pieces()
-        head = _pieces_by_first_use(map(_TRACK, samples), len(samples), lambda track, _: pieces.id(
-            _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(track)])))
+        head = _pieces_by_first_use(first_positions(map(_TRACK, samples), len(samples))[0], lambda index: pieces.id(
+            _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(samples[index].track)])))
         times = np.fromiter(map(_START, samples), np.int64, len(samples))
         values = np.fromiter(map(_VALUE, samples), "<f8", len(samples))
         tags = PacketTags.of(pieces, self.sequence)
@@ -309,14 +311,15 @@ class PerfettoWriter:
         self.buffer.clear()
 
 
-def _pieces_by_first_use(values: Iterable[Any], count: int, piece_of: Callable[[Any, int], int]) -> np.ndarray:
-    """Per value, its piece id: `piece_of(value, index)` is asked once per distinct value, at
-    its first occurrence and in their order, so the Python steps are per distinct value."""
-    first, first_at = first_positions(values, count)
-    piece_at = np.empty(count, _ID)
-    for value, index in first_at.items():
-        piece_at[index] = piece_of(value, index)
-    return piece_at[first]
+def _pieces_by_first_use(codes: np.ndarray, piece_of: Callable[[int], int]) -> np.ndarray:
+    """Per code (equal values, equal codes), its piece id: `piece_of(index)` is asked once per
+    distinct code, at the index of its first occurrence and in their order, so the Python
+    steps are per distinct value."""
+    distinct_first, inverse = np.unique(codes, return_index=True, return_inverse=True)[1:]
+    pieces = np.empty(len(distinct_first), _ID)
+    for code in np.argsort(distinct_first).tolist():
+        pieces[code] = piece_of(int(distinct_first[code]))
+    return pieces[inverse]
 
 
 class _HelperShare:
@@ -337,26 +340,35 @@ class _HelperShare:
         self.share = min(max(self.share + step, _HELPER_SHARE_STEP), 1 - _HELPER_SHARE_STEP)
 
 
-def _runs(tracks: list[Track], by_track: dict[Track, list[Slice]],
-          uuids: dict[int, int]) -> Iterator[tuple[bytes, list[Slice]]]:
-    """Each track's slices in write order, with its uuid field, a track at a time: its list
-    is sorted in place and leaves `by_track`, so no slice is listed twice for long."""
-    for track in tracks:
-        slices = by_track.pop(track, None)
-        if slices:
-            # Nesting order, but a flat track's zero-duration slice goes before another starting
-            # with it, which it would otherwise nest under.
-            sort_by_start(slices, longest_first=not track.flat)
-            yield varint_field(_TRACK_UUID, uuids[id(track)]), slices
+def _runs(table: SliceTable, tracks: list[Track], uuids: dict[int, int]) -> Iterator[tuple[bytes, np.ndarray]]:
+    """Each track's rows in write order, with its uuid field, a track at a time: one sort of
+    the whole table by (the track's place in `tracks`, start, duration), so a track's rows
+    are a piece of one array. Rows of a track not in `tracks` are not written."""
+    place: dict[Track, int] = {}  # a track listed twice is written at its first place
+    for index, track in enumerate(tracks):
+        place.setdefault(track, index)
+    unlisted = len(tracks)  # sorted after every listed track's rows
+    track_places = np.fromiter(map(place.get, table.tracks, repeat(unlisted)), np.int32, len(table.tracks))
+    track_ids, durations = table.track, table.dur
+    # Nesting order (longest first), but a flat track's zero-duration slice goes before another
+    # starting with it, which it would otherwise nest under; then by row (lexsort is stable).
+    order = np.lexsort((np.where(table.track_mask(_FLAT)[track_ids], durations, -durations), table.ts,
+                        track_places[track_ids]))
+    places = track_places[track_ids[order]]
+    written = int(np.searchsorted(places, unlisted))
+    ordered, places = order[:written], places[:written]
+    firsts = np.flatnonzero(np.diff(places, prepend=-1)).tolist()  # where each track's rows begin
+    for first, last in zip(firsts, [*firsts[1:], written]):
+        yield varint_field(_TRACK_UUID, uuids[id(tracks[places[first]])]), ordered[first:last]
 
 
-def _batches(runs: Iterator[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[bytes, list[Slice]]]]:
+def _batches(table: SliceTable, runs: Iterator[tuple[bytes, np.ndarray]]) -> Iterator[list[tuple[bytes, np.ndarray]]]:
     """Runs grouped into batches of about _SLICES_AT_ONCE slices; a longer run is cut where no
     slice is open (its stretches are written alike one by one), where it can be."""
-    batch: list[tuple[bytes, list[Slice]]] = []
+    batch: list[tuple[bytes, np.ndarray]] = []
     size = 0
-    for field, slices in runs:
-        for stretch in _stretches(slices) if len(slices) > _SLICES_AT_ONCE else [slices]:
+    for field, rows in runs:
+        for stretch in _stretches(table, rows) if len(rows) > _SLICES_AT_ONCE else [rows]:
             if batch and size + len(stretch) > _SLICES_AT_ONCE:
                 yield batch
                 batch, size = [], 0
@@ -366,16 +378,15 @@ def _batches(runs: Iterator[tuple[bytes, list[Slice]]]) -> Iterator[list[tuple[b
         yield batch
 
 
-def _stretches(ordered: list[Slice]) -> Iterator[list[Slice]]:
+def _stretches(table: SliceTable, ordered: np.ndarray) -> list[np.ndarray]:
     """A long run cut, about every _SLICES_AT_ONCE slices, before a slice that starts when every
     slice before it has ended (no END is pending across the cut)."""
-    starts = np.fromiter(map(_START, ordered), np.int64, len(ordered))
-    ended = np.maximum.accumulate(starts + np.fromiter(map(_DURATION, ordered), np.int64, len(ordered)))
+    starts = table.ts[ordered]
+    ended = np.maximum.accumulate(starts + table.dur[ordered])
     clear = np.flatnonzero(ended[:-1] <= starts[1:]) + 1  # nothing open before these
     cuts = np.unique(clear[np.minimum(np.searchsorted(clear, np.arange(_SLICES_AT_ONCE, len(ordered), _SLICES_AT_ONCE)),
                                       len(clear) - 1)]) if len(clear) else np.zeros(0, np.int64)
-    bounds = [0, *cuts.tolist(), len(ordered)]
-    return (ordered[first:last] for first, last in zip(bounds, bounds[1:]))  # one copy at a time
+    return np.split(ordered, cuts)
 
 
 def _events_in_write_order(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, run_lengths: list[int]) -> np.ndarray:

@@ -1,9 +1,9 @@
 """A batch of slices' packets as plain columns, and their encoding from those columns alone.
 
-The writer turns a batch of slice objects into columns: times, the pieces each packet
-takes (tags, track heads, interned names), the runs of encoded args and flow ids. All that
-follows is numpy on those columns, about half of writing, and it needs nothing from the
-model. So it can run where a core is free: in the args helper, which also holds the
+The writer turns a batch of the slice table's rows into columns: times, the pieces each
+packet takes (tags, track heads, interned names), the runs of encoded args and flow ids.
+All that follows is numpy on those columns, about half of writing, and it needs nothing
+from the model. So it can run where a core is free: in the args helper, which also holds the
 encoded args the packets copy (args_accelerator.py). Both places run `encode_batch`, so
 they write the same bytes.
 """
