@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import numpy as np
 
 from converter.model import NO_ARGS, SliceRow, SliceTable, Track
-from converter.model.nesting import nested_layers
+from converter.model import nesting
+from converter.model.nesting import nest_in_one_layer, nested_layers, nesting_order
 
 TRACK = Track(name="thread")
 # (start, duration, instant): few distinct times, so slices tie, touch, nest and partially overlap.
@@ -55,3 +57,19 @@ def test_a_partial_overlap_takes_a_second_layer_and_nesting_does_not():
     outer, inner, crossing = range(3)
     assert _layers(table, [outer, inner]) == [[outer, inner]]
     assert _layers(table, [crossing, inner, outer]) == [[outer, inner], [crossing]]
+
+
+@pytest.mark.parametrize("stretch", [2, 5, 1 << 16], ids=["stretches of 2", "of 5", "whole"])
+def test_the_test_on_columns_says_one_layer_exactly_when_first_fit_does(monkeypatch, stretch):
+    """The column test that spares most tracks first-fit's loop, checked a stretch at a time
+    (short stretches cut where nothing is open) as on a long track."""
+    monkeypatch.setattr(nesting, "_CHUNK", stretch)
+
+    @settings(derandomize=True, max_examples=400, deadline=None)
+    @given(SPANS)
+    def agrees(spans):
+        table = _table(spans)
+        ordered = nesting_order(table, np.arange(len(spans)))
+        assert nest_in_one_layer(table, ordered) == (len(_first_fit(table.rows())) == 1)
+
+    agrees()

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..model import PreparedArgs, Process, SliceTable, Trace, Track, TrackRole
 from ..model.columns import first_positions
+from ..model.nesting import clear_points
 from .annotations import ArgsEncoder
 from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
                         annotation_name_interner)
@@ -379,14 +380,10 @@ def _batches(table: SliceTable, runs: Iterator[tuple[bytes, np.ndarray]]) -> Ite
 
 
 def _stretches(table: SliceTable, ordered: np.ndarray) -> list[np.ndarray]:
-    """A long run cut, about every _SLICES_AT_ONCE slices, before a slice that starts when every
-    slice before it has ended (no END is pending across the cut)."""
+    """A long run cut, about every _SLICES_AT_ONCE slices, where nothing is open (no END is
+    pending across the cut)."""
     starts = table.ts[ordered]
-    ended = np.maximum.accumulate(starts + table.dur[ordered])
-    clear = np.flatnonzero(ended[:-1] <= starts[1:]) + 1  # nothing open before these
-    cuts = np.unique(clear[np.minimum(np.searchsorted(clear, np.arange(_SLICES_AT_ONCE, len(ordered), _SLICES_AT_ONCE)),
-                                      len(clear) - 1)]) if len(clear) else np.zeros(0, np.int64)
-    return np.split(ordered, cuts)
+    return np.split(ordered, clear_points(starts, starts + table.dur[ordered], _SLICES_AT_ONCE))
 
 
 def _events_in_write_order(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, run_lengths: list[int]) -> np.ndarray:
