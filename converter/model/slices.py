@@ -16,7 +16,8 @@ from __future__ import annotations
 from array import array
 from itertools import repeat
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable, Container, Hashable, Iterable, NamedTuple, Optional, Sequence, TypeVar
+from typing import (TYPE_CHECKING, Any, Callable, Container, Generic, Hashable, Iterable, NamedTuple, Optional, Sequence,
+                    TypeVar)
 
 import numpy as np
 
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 NO_ARGS = -1  # the args column's value for a slice without args
 Key = TypeVar("Key", bound=Hashable)
+Value = TypeVar("Value", bound=Hashable)
 
 _COLUMNS = ("ts", "dur", "name", "cat", "args", "track", "instant")
 _DTYPES = (np.int64, np.int64, np.int32, np.int32, np.int64, np.int32, np.bool_)
@@ -49,6 +51,42 @@ class SliceRow(NamedTuple):
         return self.ts + self.dur
 
 
+class _Numbered(Generic[Value]):
+    """Values numbered in the order first met: `values[id]`, and `id_of(value)`."""
+
+    def __init__(self, values: Iterable[Value] = ()):
+        self.values: list[Value] = list(values)
+        self._ids = {value: index for index, value in enumerate(self.values)}
+
+    def id_of(self, value: Value) -> int:
+        found = self._ids.get(value)
+        if found is None:
+            found = self._ids[value] = len(self.values)
+            self.values.append(value)
+        return found
+
+    def ids_of(self, values: Sequence[Value]) -> np.ndarray:
+        """The ids of many values (new ones numbered here), one dict look-up each in C."""
+        found = np.fromiter(map(self._ids.get, values, repeat(-1)), np.int32, len(values))
+        for at in np.flatnonzero(found < 0).tolist():
+            found[at] = self.id_of(values[at])
+        return found
+
+    def copy(self) -> "_Numbered[Value]":
+        return _Numbered(self.values)
+
+
+class _Column:
+    """One column of a SliceTable, read with every pending row joined first."""
+
+    def __init__(self, index: int, doc: Optional[str] = None):
+        self.index = index
+        self.__doc__ = doc
+
+    def __get__(self, table: "SliceTable", owner: type) -> np.ndarray:
+        return table._joined()[self.index]
+
+
 class SliceTable:
     """The columns, the texts their name and category ids stand for, and the tracks their
     track ids stand for (tracks hash by identity).
@@ -57,10 +95,8 @@ class SliceTable:
     kept aside and joined into the columns the next time a column is read."""
 
     def __init__(self) -> None:
-        self.texts: list[str] = []                 # name and category ids -> text
-        self._text_ids: dict[str, int] = {}
-        self.tracks: list[Track] = []              # track ids -> track
-        self._track_ids: dict[Track, int] = {}
+        self._texts: _Numbered[str] = _Numbered()      # name and category ids -> text
+        self._tracks: _Numbered[Track] = _Numbered()   # track ids -> track
         self._columns: list[np.ndarray] = [np.zeros(0, dtype) for dtype in _DTYPES]
         # Rows added since the columns were last read, a growing array per column: a large one
         # grows in place (realloc), where joining runs at the end held every column twice.
@@ -71,44 +107,28 @@ class SliceTable:
         return self._length
 
     # -- adding ---------------------------------------------------------------------------
-    def text_id(self, text: str) -> int:
-        found = self._text_ids.get(text)
-        if found is None:
-            found = self._text_ids[text] = len(self.texts)
-            self.texts.append(text)
-        return found
+    @property
+    def texts(self) -> list[str]:
+        """Name and category ids -> text."""
+        return self._texts.values
 
-    def text_ids(self, texts: Sequence[str]) -> np.ndarray:
-        """The ids of many texts (new ones numbered here), one dict look-up each in C."""
-        ids = self._text_ids
-        found = np.fromiter(map(ids.get, texts, repeat(-1)), np.int32, len(texts))
-        for at in np.flatnonzero(found < 0).tolist():
-            found[at] = self.text_id(texts[at])
-        return found
+    @property
+    def tracks(self) -> list[Track]:
+        """Track ids -> track."""
+        return self._tracks.values
 
     def track_id(self, track: Track) -> int:
-        found = self._track_ids.get(track)
-        if found is None:
-            found = self._track_ids[track] = len(self.tracks)
-            self.tracks.append(track)
-        return found
-
-    def track_ids(self, tracks: Sequence[Track]) -> np.ndarray:
-        ids = self._track_ids
-        found = np.fromiter(map(ids.get, tracks, repeat(-1)), np.int32, len(tracks))
-        for at in np.flatnonzero(found < 0).tolist():
-            found[at] = self.track_id(tracks[at])
-        return found
+        return self._tracks.id_of(track)
 
     def append(self, ts: int, dur: int, name: str, cat: str, args: int, track: Track, instant: bool = False) -> int:
         """Add one slice; returns its row."""
         starts, durations, names, cats, references, tracks, instants = self._pending
         starts.append(ts)
         durations.append(dur)
-        names.append(self.text_id(name))
-        cats.append(self.text_id(cat))
+        names.append(self._texts.id_of(name))
+        cats.append(self._texts.id_of(cat))
         references.append(args)
-        tracks.append(self.track_id(track))
+        tracks.append(self._tracks.id_of(track))
         instants.append(instant)
         self._length += 1
         return self._length - 1
@@ -119,44 +139,20 @@ class SliceTable:
         count = len(ts)
         if not count:
             return
-        run = (ts, dur, self.text_ids(names), self.text_ids(cats), args, self.track_ids(tracks),
+        run = (ts, dur, self._texts.ids_of(names), self._texts.ids_of(cats), args, self._tracks.ids_of(tracks),
                np.zeros(count, np.bool_) if instant is None else instant)
         for pending, column, dtype in zip(self._pending, run, _DTYPES):
             pending.frombytes(np.ascontiguousarray(column, dtype).view(np.uint8).data)
         self._length += count
 
     # -- columns --------------------------------------------------------------------------
-    @property
-    def ts(self) -> np.ndarray:
-        return self._joined()[0]
-
-    @property
-    def dur(self) -> np.ndarray:
-        return self._joined()[1]
-
-    @property
-    def name(self) -> np.ndarray:
-        """Name ids (texts[id])."""
-        return self._joined()[2]
-
-    @property
-    def cat(self) -> np.ndarray:
-        """Category ids (texts[id])."""
-        return self._joined()[3]
-
-    @property
-    def args(self) -> np.ndarray:
-        """References into the trace's ArgsStore, NO_ARGS for none."""
-        return self._joined()[4]
-
-    @property
-    def track(self) -> np.ndarray:
-        """Track ids (tracks[id])."""
-        return self._joined()[5]
-
-    @property
-    def instant(self) -> np.ndarray:
-        return self._joined()[6]
+    ts = _Column(0)
+    dur = _Column(1)
+    name = _Column(2, "Name ids (texts[id]).")
+    cat = _Column(3, "Category ids (texts[id]).")
+    args = _Column(4, "References into the trace's ArgsStore, NO_ARGS for none.")
+    track = _Column(5, "Track ids (tracks[id]).")
+    instant = _Column(6)
 
     @property
     def end(self) -> np.ndarray:
@@ -234,8 +230,7 @@ class SliceTable:
     def take(self, rows: np.ndarray) -> "SliceTable":
         """A table of `rows`, in that order, sharing this one's texts and tracks (a copy of each list)."""
         taken = SliceTable()
-        taken.texts, taken._text_ids = list(self.texts), dict(self._text_ids)
-        taken.tracks, taken._track_ids = list(self.tracks), dict(self._track_ids)
+        taken._texts, taken._tracks = self._texts.copy(), self._tracks.copy()
         taken._columns = [column[rows] for column in self._joined()]
         taken._length = len(taken._columns[0])
         return taken
@@ -243,14 +238,12 @@ class SliceTable:
     def __getstate__(self) -> dict[str, Any]:
         self._joined()
         state = dict(self.__dict__)
-        del state["_pending"], state["_text_ids"], state["_track_ids"]
+        del state["_pending"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._pending = [array(code) for code in _ARRAY_CODES]
-        self._text_ids = {text: index for index, text in enumerate(self.texts)}
-        self._track_ids = {track: index for index, track in enumerate(self.tracks)}
 
 
 def renumbering(kept: np.ndarray) -> np.ndarray:
