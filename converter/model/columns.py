@@ -1,8 +1,9 @@
 """Model objects as int columns, for the stages that work on numpy arrays.
 
-Tracks, (name, category) pairs, flow categories and ids are Python objects; a stage that
-sorts or groups on arrays first numbers them. One pass in C does it: a dict's setdefault with
-a running count gives each value the position where it first occurs.
+Counter tracks, flow categories and ids are Python objects; a stage that sorts or groups on
+arrays first numbers them. One pass in C does it: a dict's setdefault with a running count
+gives each value the position where it first occurs. Rows grouped by such codes come out in
+the order a dict of lists filled row by row would hold them (grouped_in_order).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ NO_ARGS = -1  # the args column's value for a slice without args
 Key = TypeVar("Key", bound=Hashable)
 Value = TypeVar("Value", bound=Hashable)
 
-_COLUMNS = ("ts", "dur", "name", "cat", "args", "track", "instant")
+_TS, _DUR, _NAME, _CAT, _ARGS, _TRACK, _INSTANT = range(7)  # the columns, in this order
 _DTYPES = (np.int64, np.int64, np.int32, np.int32, np.int64, np.int32, np.bool_)
 _ARRAY_CODES = ("q", "q", "i", "i", "q", "i", "b")  # array.array codes of the same widths
 
@@ -106,7 +106,7 @@ class SliceTable:
     def __len__(self) -> int:
         return self._length
 
-    # -- adding ---------------------------------------------------------------------------
+    # -- what ids stand for, and adding ------------------------------------------------------
     @property
     def texts(self) -> list[str]:
         """Name and category ids -> text."""
@@ -146,13 +146,13 @@ class SliceTable:
         self._length += count
 
     # -- columns --------------------------------------------------------------------------
-    ts = _Column(0)
-    dur = _Column(1)
-    name = _Column(2, "Name ids (texts[id]).")
-    cat = _Column(3, "Category ids (texts[id]).")
-    args = _Column(4, "References into the trace's ArgsStore, NO_ARGS for none.")
-    track = _Column(5, "Track ids (tracks[id]).")
-    instant = _Column(6)
+    ts = _Column(_TS)
+    dur = _Column(_DUR)
+    name = _Column(_NAME, "Name ids (texts[id]).")
+    cat = _Column(_CAT, "Category ids (texts[id]).")
+    args = _Column(_ARGS, "References into the trace's ArgsStore, NO_ARGS for none.")
+    track = _Column(_TRACK, "Track ids (tracks[id]).")
+    instant = _Column(_INSTANT)
 
     @property
     def end(self) -> np.ndarray:
@@ -178,9 +178,10 @@ class SliceTable:
         columns = self._joined()
         texts, tracks = self.texts, self.tracks
         return list(map(SliceRow._make, zip(
-            picked.tolist(), columns[0][picked].tolist(), columns[1][picked].tolist(),
-            _pick(texts, columns[2][picked]), _pick(texts, columns[3][picked]), columns[4][picked].tolist(),
-            _pick(tracks, columns[5][picked]), columns[6][picked].tolist())))
+            picked.tolist(), columns[_TS][picked].tolist(), columns[_DUR][picked].tolist(),
+            _pick(texts, columns[_NAME][picked]), _pick(texts, columns[_CAT][picked]),
+            columns[_ARGS][picked].tolist(), _pick(tracks, columns[_TRACK][picked]),
+            columns[_INSTANT][picked].tolist())))
 
     def row(self, row: int) -> SliceRow:
         return self.rows([row])[0]
@@ -216,11 +217,11 @@ class SliceTable:
     def move(self, rows: Any, track: Track) -> None:
         """Show `rows` on `track`: the one change a stage makes to measured slices."""
         track_id = self.track_id(track)
-        self._joined()[5][rows] = track_id
+        self._joined()[_TRACK][rows] = track_id
 
     def set_duration(self, row: int, dur: int) -> None:
         """A coalesced annotation's duration: the union of those it stands for."""
-        self._joined()[1][row] = dur
+        self._joined()[_DUR][row] = dur
 
     def keep(self, kept: np.ndarray) -> None:
         """Keep the rows where `kept` (a mask) is true, in order (`renumbering` says where each goes)."""
