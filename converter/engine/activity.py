@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from collections import defaultdict
 from itertools import repeat
-from typing import Iterable
+from typing import Iterable, Optional
 
 import numpy as np
 
 from ..model import CounterSample, Trace, Track, TrackRole
-from ..model.columns import first_positions
+
+
+def _container(track: Track) -> Optional[Track]:
+    """A lane's container row (its parent); None for any other track."""
+    return track.parent if track.role is TrackRole.LANE else None
+
 
 def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """(ts, total) wherever the sum of the (ts, change) pairs so far changes, one per time;
@@ -38,13 +43,15 @@ def add_busy_lanes(trace: Trace) -> None:
     kernels is a lane container all the same). Containers come in the order of their first
     slice. Counted on columns: a million kernels made two edge tuples each to sort."""
     table = trace.slices
-    container_of = [track.parent if track.role is TrackRole.LANE else None for track in table.tracks]
-    on_lanes = np.flatnonzero(np.fromiter((container is not None for container in container_of), bool,
-                                          len(container_of))[table.track])
-    # Per slice its container's code, rising with each container's first slice.
-    slice_owner, codes = first_positions(map(container_of.__getitem__, table.track[on_lanes].tolist()), len(on_lanes))
-    starts = table.ts[on_lanes]
-    ends = starts + table.dur[on_lanes]
+    container_of_track, containers = table.track_keys(_container)
+    container_of = container_of_track[table.track]
+    on_lanes = np.flatnonzero(container_of >= 0)
+    # Per slice its container's code, the row position of the container's first slice, so
+    # codes rise with each container's first slice.
+    keys, first, inverse = np.unique(container_of[on_lanes], return_index=True, return_inverse=True)
+    slice_owner = first[inverse]
+    codes = {containers[key]: code for code, key in sorted(zip(first.tolist(), keys.tolist()))}
+    starts, ends = table.spans(on_lanes)
     lasting = ends > starts
     # Edges (container, ts, +1 at a start, -1 at an end), ends first at one time.
     owner = np.concatenate((slice_owner[lasting], slice_owner[lasting]))

@@ -29,7 +29,6 @@ from .window import step_ranges
 
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
 _THREAD = attrgetter("thread")
-_SOURCE, _TARGET = attrgetter("source"), attrgetter("target")
 _NO_ROWS = np.zeros(0, np.int64)
 _CHECKSUM_ROWS = 1 << 20  # rows hashed at a time: the self-check's memory stays a few MB
 
@@ -151,12 +150,12 @@ def partition_intervals(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]
     if not len(rows):
         return []
     ordered = sort_by_start(table, rows, longest_first=False)  # by (ts, dur), then as given
-    starts = table.ts[ordered]
+    starts, ends = table.spans(ordered)
     lane_of: list[int] = []
     lane_count = 0
     busy: list[tuple[int, int]] = []   # (end, lane) of lanes still running a slice
     free: list[int] = []               # lanes idle now, lowest first
-    for start, end in zip(starts.tolist(), (starts + table.dur[ordered]).tolist()):
+    for start, end in zip(starts.tolist(), ends.tolist()):
         while busy and busy[0][0] <= start:
             heapq.heappush(free, heapq.heappop(busy)[1])
         if free:
@@ -293,8 +292,8 @@ def _add_label_span(trace: Trace, gpu: GpuLanes, lane: Track, label: str, start:
 
 def _starts_ends(table: SliceTable, rows: np.ndarray) -> tuple[list[int], list[int]]:
     """The start and end of each of `rows`, as lists for a loop over them."""
-    starts = table.ts[rows]
-    return starts.tolist(), (starts + table.dur[rows]).tolist()
+    starts, ends = table.spans(rows)
+    return starts.tolist(), ends.tolist()
 
 
 def _split(items: list[Optional[str]], like: list[np.ndarray]) -> Iterator[list[Optional[str]]]:
@@ -331,11 +330,10 @@ def _order_children(gpu: GpuLanes) -> None:
 
 
 def _flow_endpoints_on_lanes(trace: Trace, per_gpu: list[GpuLanes]) -> int:
-    table, flows = trace.slices, trace.flows
+    table = trace.slices
     lanes = {lane for gpu in per_gpu for group in gpu.lanes.values() for lane in group}
     on_lane = table.track_mask(lanes.__contains__)[table.track]
-    return sum(int(np.count_nonzero(on_lane[np.fromiter(map(end, flows), np.int64, len(flows))]))
-               for end in (_SOURCE, _TARGET))
+    return sum(int(np.count_nonzero(on_lane[ends])) for ends in trace.flow_rows())
 
 
 def _fingerprint(table: SliceTable, excluded_categories: Container[str]) -> tuple[int, int]:

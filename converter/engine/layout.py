@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..model import Trace, Track, TrackRole
+from ..model.columns import grouped_in_order
 from ..model.nesting import nested_layers
 
 
@@ -19,11 +20,8 @@ def separate_overlaps(trace: Trace) -> int:
     table = trace.slices
     on = table.track
     rows = np.flatnonzero(~table.track_mask(lambda track: track.flat)[on])
-    rows = rows[np.argsort(on[rows], kind="stable")]  # per track, in row order
-    bounds = np.flatnonzero(np.diff(on[rows], prepend=-1, append=-1)).tolist()
     # Tracks in the order of their first slice, as the overlap tracks are made.
-    runs = sorted(zip(bounds, bounds[1:]), key=lambda run: rows[run[0]])
-    return sum(_split_track(trace, rows[first:last]) for first, last in runs)
+    return sum(_split_track(trace, rows[at]) for _, at in grouped_in_order(on[rows]))
 
 
 def _split_track(trace: Trace, rows: np.ndarray) -> int:

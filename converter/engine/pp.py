@@ -25,6 +25,7 @@ from ..errors import CgtraceError
 from ..kineto import is_rank, profiler_step
 from ..lane_rules import LaneRules
 from ..model import Flow, LaneKind, SliceRow, Trace
+from ..model.columns import grouped_in_order
 from ..model.nesting import sort_by_start
 
 PP_FLOW_CATEGORY = "pp_dependency"
@@ -218,14 +219,13 @@ def _nest_inner(trace: Trace, compute: list[Block]) -> None:
     if not compute:
         return  # no second pass over the slices of a trace without PP compute
     table = trace.slices
-    track_column, ts, dur = table.track, table.ts, table.dur
+    track_column = table.track
     firsts = [(block, block.first_fragment()) for block in compute]
-    track_ids = list(dict.fromkeys(int(track_column[first.row]) for _, first in firsts))
-    candidates = np.flatnonzero(np.isin(track_column, track_ids))
+    candidates = np.flatnonzero(np.isin(track_column, [track_column[first.row] for _, first in firsts]))
     on_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # track id -> rows, starts, ends
-    for track_id in track_ids:
-        rows = sort_by_start(table, candidates[track_column[candidates] == track_id], longest_first=True)
-        on_track[track_id] = rows, ts[rows], ts[rows] + dur[rows]
+    for track_id, at in grouped_in_order(track_column[candidates]):
+        rows = sort_by_start(table, candidates[at], longest_first=True)
+        on_track[track_id] = rows, *table.spans(rows)
     for block, first in firsts:
         rows, starts, ends = on_track[int(track_column[first.row])]
         begin, stop = int(np.searchsorted(starts, first.ts, "left")), int(np.searchsorted(starts, first.end, "right"))

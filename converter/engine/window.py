@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, replace
-from operator import attrgetter
 from typing import Optional
 
 import numpy as np
@@ -21,7 +20,6 @@ from ..kineto import GPU_ANNOTATION_CATEGORIES, GPU_CATEGORIES, MAX_NS, profiler
 from ..model import Trace
 
 _MAX_MS = MAX_NS / 1e6
-_SOURCE, _TARGET = attrgetter("source"), attrgetter("target")
 _RANGE = re.compile(r"^\s*(\d+(?:\.\d*)?)?\s*:\s*(\d+(?:\.\d*)?)?\s*$")
 
 
@@ -120,9 +118,8 @@ def cut_to_steps(trace: Trace, start: int, end: int) -> tuple[Trace, dict]:
 def _launch_times(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     """Per row, when its work was launched, and whether an arrow says so: a GPU slice's is its
     launch's start (the last arrow into it wins), any other's its own start."""
-    table, flows = trace.slices, trace.flows
-    sources = np.fromiter(map(_SOURCE, flows), np.int64, len(flows))
-    targets = np.fromiter(map(_TARGET, flows), np.int64, len(flows))
+    table = trace.slices
+    sources, targets = trace.flow_rows()
     to_gpu = table.in_categories(GPU_CATEGORIES)[targets]
     sources, targets = sources[to_gpu], targets[to_gpu]
     last = len(targets) - 1 - np.unique(targets[::-1], return_index=True)[1]  # each target's last arrow

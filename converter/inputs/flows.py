@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_left
-from collections import defaultdict
 from itertools import repeat
 from typing import Any, Iterable
 
@@ -17,7 +16,7 @@ import msgspec
 import numpy as np
 
 from ..model import Flow, SliceTable, Track
-from ..model.columns import first_positions
+from ..model.columns import first_positions, grouped_in_order
 from ..model.nesting import nesting_order
 
 _CHUNK = 1 << 16  # indices made Python ints (or searched) at once
@@ -45,8 +44,8 @@ class FlowEvents:
         return len(self.phases)
 
     def append(self, category: Any, flow_id: Any, phase: str, ts: int, track: Track, enclosing: bool) -> None:
-        """One event (the reader's event-by-event path): field by field, as `extend`'s array
-        conversions would cost more than the event."""
+        """One event (the reader's event-by-event path): field by field, but for its id, which
+        goes the one way ids go in (`_add_ids`)."""
         self.categories.append(category)
         self._add_ids([flow_id])
         self.phases.append(PHASE_CODES[phase])
@@ -264,14 +263,11 @@ def _bind_the_rest(times: list[int], track_codes: np.ndarray, enclosing: list[bo
     candidates = np.flatnonzero(np.isin(on, track_codes) & ~slices.instant)
     candidates = candidates[np.argsort(on[candidates], kind="stable")]  # per track, in row order
     candidate_codes = on[candidates]
-    by_code: dict[int, list[int]] = defaultdict(list)  # track code -> indices into times
-    for index, code in enumerate(track_codes.tolist()):
-        by_code[code].append(index)
-    starts, ends = slices.ts, slices.end
-    for code, events in by_code.items():
+    for code, on_track in grouped_in_order(track_codes):  # the events on each track
         first, last = np.searchsorted(candidate_codes, [code, code + 1]).tolist()
         ordered = nesting_order(slices, candidates[first:last])
-        begins, finishes = starts[ordered].tolist(), ends[ordered].tolist()
+        begins, finishes = (part.tolist() for part in slices.spans(ordered))
+        events = on_track.tolist()
         for binds_enclosing in (True, False):
             chosen = [index for index in events if enclosing[index] is binds_enclosing]
             at = [times[index] for index in chosen]

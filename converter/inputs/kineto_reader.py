@@ -603,7 +603,7 @@ class _KinetoEvents(TraceBuilder):
             flow_id = _hashable(flow_id)
         ph = event.ph
         key = (event.pid, event.tid)
-        category = self.intern(event.cat) if type(event.cat) is str else event.cat
+        category = self.intern(event.cat)  # a str by now: the identity checks made it one
         self.flow_events.append(category, flow_id, ph, ts, self.thread_tracks.get(key) or self.thread_track(*key),
                                 ph != "f" or event.bp == "e")
         return None

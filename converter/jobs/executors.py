@@ -118,8 +118,8 @@ def run_tasks(workers: Workers, function: Callable[..., Any], tasks: Sequence[tu
 
 def _without_gc(function: Callable[..., Any], *task: Any) -> Any:
     """A task on a cluster worker, with cyclic GC off as the command line has it (cli.main): the
-    trace model is millions of small acyclic objects, and GC passes over them cost a quarter
-    of a run and free nothing. Local workers are forked from the command line, GC off already."""
+    trace model's objects are acyclic, so GC passes over them free nothing. Local workers are
+    forked from the command line, GC off already."""
     enabled = gc.isenabled()
     gc.disable()
     try:

@@ -44,13 +44,12 @@ def nested_layers(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]:
     open_ends: list[list[int]] = [[]]
     for first in range(0, len(ordered), _CHUNK):
         part = ordered[first:first + _CHUNK]
-        starts = table.ts[part]
-        for start, end, instant in zip(starts.tolist(), (starts + table.dur[part]).tolist(),
-                                       table.instant[part].tolist()):
-            for layer, ends in enumerate(open_ends):
-                while ends and ends[-1] <= start:
-                    ends.pop()
-                if not ends or ends[-1] >= end:
+        starts, ends = table.spans(part)
+        for start, end, instant in zip(starts.tolist(), ends.tolist(), table.instant[part].tolist()):
+            for layer, layer_ends in enumerate(open_ends):
+                while layer_ends and layer_ends[-1] <= start:
+                    layer_ends.pop()
+                if not layer_ends or layer_ends[-1] >= end:
                     break
             else:
                 layer = len(open_ends)
@@ -58,8 +57,6 @@ def nested_layers(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]:
             if not instant:
                 open_ends[layer].append(end)
             layer_of.append(layer)
-    if len(open_ends) == 1:
-        return [ordered]
     layers = np.array(layer_of, np.int64)
     return [ordered[layers == layer] for layer in range(len(open_ends))]
 
@@ -82,8 +79,7 @@ def nest_in_one_layer(table: SliceTable, ordered: np.ndarray) -> bool:
     (nothing still open ends inside them) and are gone by the next start, so only spans
     longer than 0 are tested, a stretch between clear points at a time (first-fit starts
     afresh there), which bounds the arrays to a few MB."""
-    starts = table.ts[ordered]
-    ends = starts + table.dur[ordered]
+    starts, ends = table.spans(ordered)
     spans = (ends > starts) & ~table.instant[ordered]
     bounds = [0, *clear_points(starts, ends, _CHUNK).tolist(), len(ordered)]
     return all(_nest_properly(starts[first:last][spans[first:last]], ends[first:last][spans[first:last]])

@@ -158,6 +158,11 @@ class SliceTable:
     def end(self) -> np.ndarray:
         return self.ts + self.dur
 
+    def spans(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The starts and ends of `rows`, in their order."""
+        starts = self.ts[rows]
+        return starts, starts + self.dur[rows]
+
     def _joined(self) -> list[np.ndarray]:
         """The columns, with the pending rows joined (taken over as they are where there were
         no columns yet: a reader's whole table)."""
@@ -229,7 +234,8 @@ class SliceTable:
         self._length = len(self._columns[0])
 
     def take(self, rows: np.ndarray) -> "SliceTable":
-        """A table of `rows`, in that order, sharing this one's texts and tracks (a copy of each list)."""
+        """A table of `rows`, in that order, with copies of this one's lists of texts and tracks
+        (the same Track objects)."""
         taken = SliceTable()
         taken._texts, taken._tracks = self._texts.copy(), self._tracks.copy()
         taken._columns = [column[rows] for column in self._joined()]

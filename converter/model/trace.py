@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from dataclasses import dataclass, field, replace
+from operator import attrgetter
 from typing import Any, Optional
 
 import msgspec
@@ -172,6 +173,9 @@ class RankIdentity:
     global_rank: int
 
 
+_SOURCE, _TARGET = attrgetter("source"), attrgetter("target")
+
+
 @dataclass
 class Trace:
     processes: list[Process] = field(default_factory=list)
@@ -192,6 +196,12 @@ class Trace:
 
     def instant_count(self) -> int:
         return int(np.count_nonzero(self.slices.instant))
+
+    def flow_rows(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every arrow's source row and target row, as two columns in the arrows' order."""
+        count = len(self.flows)
+        return (np.fromiter(map(_SOURCE, self.flows), np.int64, count),
+                np.fromiter(map(_TARGET, self.flows), np.int64, count))
 
     def args_texts(self, rows: np.ndarray) -> list[Optional[bytes]]:
         """The args of many slices, in their order, read in one pass over the store."""

@@ -31,7 +31,6 @@ _TERMINATING_FLOW_ID = tag(48, WIRE_FIXED64)
 _TAGS = np.frombuffer(_FLOW_ID + _TERMINATING_FLOW_ID, np.uint8).reshape(2, -1)  # both tags are 2 bytes
 _TAG_WIDTH = _TAGS.shape[1]
 _WIDTH = _TAG_WIDTH + 8  # a tag and a fixed64 id
-_SOURCE, _TARGET = attrgetter("source"), attrgetter("target")
 _ROW, _FLOW_ID_OF, _OUTGOING = attrgetter("row"), attrgetter("flow_id"), attrgetter("outgoing")
 
 
@@ -44,10 +43,8 @@ class FlowFields:
         `trace.flow_ends` (cross-rank arrows of a merge)."""
         flows, table = trace.flows, trace.slices
         count = len(flows)
-        holders = np.empty((count, 2), np.int64)  # per arrow: its source's row, then its target's
-        holders[:, 0] = np.fromiter(map(_SOURCE, flows), np.int64, count)
-        holders[:, 1] = np.fromiter(map(_TARGET, flows), np.int64, count)
-        sources, targets = holders[:, 0], holders[:, 1]
+        sources, targets = trace.flow_rows()
+        holders = np.stack((sources, targets), axis=1)  # per arrow: its source's row, then its target's
         source_ts, target_ts = table.ts[sources], table.ts[targets]
         at_begin = np.ones((count, 2), bool)  # per arrow: its source's end, then its target's
         momentary = table.instant[targets] | (table.dur[targets] == 0)

@@ -59,6 +59,7 @@ import numpy as np
 
 from ..errors import CgtraceError
 from ..model import Process, Trace, Track, TrackRole
+from ..model.columns import grouped_in_order
 from ..model.ids import IdSpace
 from ..model.nesting import fits_nested, nested_layers
 
@@ -365,11 +366,7 @@ def _row_name(track: Track) -> str:
 def _rows_by_track(trace: Trace) -> dict[Track, np.ndarray]:
     """Each track's slices (rows, in row order), the tracks in the order of their first slice."""
     table = trace.slices
-    track_ids = table.track
-    present, first_rows, counts = np.unique(track_ids, return_index=True, return_counts=True)
-    groups = np.split(np.argsort(track_ids, kind="stable"), np.cumsum(counts)[:-1])
-    ids = present.tolist()
-    return {table.tracks[ids[index]]: groups[index] for index in np.argsort(first_rows).tolist()}
+    return {table.tracks[track_id]: rows for track_id, rows in grouped_in_order(table.track)}
 
 
 def _endpoints(trace: Trace, rows: list[_Row]) -> dict[int, _Endpoint]:
@@ -387,14 +384,16 @@ def _endpoints(trace: Trace, rows: list[_Row]) -> dict[int, _Endpoint]:
         positions = np.flatnonzero(wanted[slices])
         if not len(positions):
             continue
-        row_starts = starts[slices]
         last = len(slices) - 1
         picked = slices[positions]
-        for index, slice_row, start, dur, instant in zip(positions.tolist(), picked.tolist(), starts[picked].tolist(),
-                                                          durations[picked].tolist(), instants[picked].tolist()):
-            endpoints[slice_row] = _Endpoint(
-                row, start, instant, int(row_starts[index - 1]) if index else None,
-                int(row_starts[index + 1]) if index < last else None, (start, -dur, row_index, index))
+        # The starts of the slices just before and after each endpoint's on its row.
+        before = starts[slices[np.maximum(positions - 1, 0)]].tolist()
+        after = starts[slices[np.minimum(positions + 1, last)]].tolist()
+        for index, slice_row, start, dur, instant, previous, following in zip(
+                positions.tolist(), picked.tolist(), starts[picked].tolist(), durations[picked].tolist(),
+                instants[picked].tolist(), before, after):
+            endpoints[slice_row] = _Endpoint(row, start, instant, previous if index else None,
+                                             following if index < last else None, (start, -dur, row_index, index))
     return endpoints
 
 
