@@ -8,8 +8,12 @@ objects must still encode exactly as a fresh encoder, with nothing cached, encod
 from __future__ import annotations
 
 import json
+import re
+from contextlib import contextmanager
+from typing import Iterator
 
-from hypothesis import given, settings
+import numpy as np
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from converter.outputs import annotations
@@ -69,3 +73,63 @@ def test_keys_whose_values_never_repeat_leave_the_cache(monkeypatch):
     others = [f'{{"External id": {number}, "grid": [1, 2], "x": 0.5}}'.encode()
               for number in (-5, 10 ** 17, 10 ** 18 - 1, 10 ** 18, 2 ** 63 - 1, 2 ** 63, 2 ** 64, "1.5", '"7"', "[]")]
     assert [encoder.encode(text) for text in others] == [ArgsEncoder(_inline_name).encode(text) for text in others]
+
+
+def _typed_by_hand(text: bytes) -> bool:
+    """The typed path's rule, one entry at a time, as plainly as it can be said."""
+    return any(mark in text for mark in (b".", b"\\", b"[]", b"{}", b"null")) or \
+        re.search(rb"[0-9][eE]|[0-9]{19}", text) is not None
+
+
+# Bytes that make up the marks, and the near misses around them ("nul", "e" after a letter).
+_MARK_BYTES = st.lists(st.sampled_from([b".", b"\\", b"[", b"]", b"{", b"}", b"n", b"u", b"l", b"e", b"E", b"1",
+                                        b"0" * 9, b"9" * 10, b"a", b'"', b"\xc3\xa9"]), max_size=6).map(b"".join)
+
+
+@contextmanager
+def _pieces_of(piece_bytes: int) -> Iterator[None]:
+    """Runs cut into pieces of `piece_bytes` (hypothesis runs many examples per test, so no
+    function-scoped monkeypatch)."""
+    saved = annotations._PIECE_BYTES
+    annotations._PIECE_BYTES = piece_bytes
+    try:
+        yield
+    finally:
+        annotations._PIECE_BYTES = saved
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_MARK_BYTES, min_size=1, max_size=10), st.integers(1, 40))
+@example([b"{", b"}", b"[", b"]", b"nu", b"ll", b"1", b"e", b"0" * 9, b"9" * 10], 40)  # marks across entries
+@example([b"a" + b"0" * 9 + b"9" * 9, b"{" + b"0" * 9 + b"9" * 10], 40)  # 18 digits, then 19
+def test_a_run_finds_the_typed_entries_the_plain_rule_finds(texts, piece_bytes):
+    """Entries are sorted into the two paths all at once, in pieces of the run's text: each
+    takes the typed path exactly where the rule says so for its own text (a mark across two
+    entries is neither's), however the run is cut."""
+    text = np.frombuffer(b"".join(texts), np.uint8)
+    bounds = np.cumsum([0, *map(len, texts)])
+    with _pieces_of(piece_bytes):
+        pieces = list(annotations._pieces(bounds))
+    assert [first for first, _ in pieces] == [0, *(last for _, last in pieces[:-1])] and pieces[-1][1] == len(texts)
+    for first, last in pieces:
+        typed = annotations._typed(text[bounds[first]:bounds[last]], bounds[first:last + 1] - bounds[first])
+        assert typed.tolist() == [_typed_by_hand(entry) for entry in texts[first:last]]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(_ARGS, st.sampled_from([b"null", b"[1]", b"", b'"x"'])), min_size=1, max_size=12),
+       st.integers(1, 300))
+def test_a_run_encodes_as_its_entries_one_by_one(texts, piece_bytes):
+    """A run encoded at once, in pieces of any size, is each entry's encoding back to back, and
+    its lengths say where each one is; the annotation names come in the same order."""
+    names_alone: list[str] = []
+    alone = ArgsEncoder(lambda name: names_alone.append(name) or _inline_name(name))
+    one_by_one = [alone.encode(text) for text in texts]
+    names_at_once: list[str] = []
+    at_once = ArgsEncoder(lambda name: names_at_once.append(name) or _inline_name(name))
+    encoded = bytearray()
+    with _pieces_of(piece_bytes):
+        lengths = at_once.encode_run(b"".join(texts), np.cumsum([0, *map(len, texts)]), encoded)
+    assert bytes(encoded) == b"".join(one_by_one)
+    assert lengths.tolist() == [len(part) for part in one_by_one]
+    assert names_at_once == names_alone

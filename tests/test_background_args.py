@@ -325,7 +325,7 @@ def test_labels_are_the_rules_whether_or_not_a_run_holds_its_marker():
     runs = [texts[:2], texts[2:4], texts[4:5], texts[5:], [b'{"i":3}', b'{"j":4}']]
     labels = background_args.EntryLabels()
     for run in runs:
-        labels.add(run, KERNEL_LABEL)
+        labels.add(*next(prepared_args.runs(run)), KERNEL_LABEL)
     expected = [KERNEL_LABEL.label(text) for run in runs for text in run]
     assert [labels.label_of(index) for index in range(len(expected))] == expected
     assert b'"name"' in b"".join(runs[1]) and expected[2:4] == [None, None]

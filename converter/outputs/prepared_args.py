@@ -12,7 +12,7 @@ import mmap
 import os
 import tempfile
 from array import array
-from typing import Any, BinaryIO, Iterable, Optional
+from typing import Any, BinaryIO, Iterable, Iterator, Optional
 
 import numpy as np
 
@@ -75,24 +75,24 @@ class EncodedArgs:
 
 
 class EntryEncoder:
-    """Encodes entries one after another into `output_fd`, numbering annotation names as met."""
+    """Encodes runs of entries one after another into `output_fd`, numbering annotation names
+    as met."""
 
     def __init__(self, output_fd: int):
         self._output_fd = output_fd
         self._interner = annotation_name_interner([])
-        self._encode = ArgsEncoder(self._interner.field).encode
+        self._encode_run = ArgsEncoder(self._interner.field).encode_run
         self.bounds = array("Q", [0])  # in the output, entry i is bytes bounds[i]:bounds[i + 1]
         self._buffer = bytearray()
         self._written = 0
 
-    def add(self, entries: Iterable[bytes]) -> None:
-        buffer, bounds, encode = self._buffer, self.bounds, self._encode
-        for entry in entries:
-            buffer += encode(entry)
-            bounds.append(self._written + len(buffer))
-            if len(buffer) >= _WRITE_BYTES:  # a whole store may come in one call
-                self._written += len(buffer)
-                write_all(self._output_fd, buffer)
+    def add(self, text: bytes, bounds: np.ndarray) -> None:
+        """Entries back to back in `text`: entry i is text[bounds[i]:bounds[i + 1]]."""
+        ends = self._written + len(self._buffer) + np.cumsum(self._encode_run(text, bounds, self._buffer))
+        self.bounds.frombytes(ends.astype(np.uint64).tobytes())
+        if len(self._buffer) >= _WRITE_BYTES:
+            self._written += len(self._buffer)
+            write_all(self._output_fd, self._buffer)
 
     def finish(self) -> list[str]:
         """Write what is buffered; the annotation names in iid order."""
@@ -105,9 +105,30 @@ def prepare_in_process(store: ArgsStore, directory: Optional[str] = None) -> Enc
     through the page cache as the accelerator's is."""
     output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
     encoder = EntryEncoder(output.fileno())
-    encoder.add(store.sweep(range(len(store))))
+    for text, bounds in runs(store.sweep(range(len(store)))):
+        encoder.add(text, bounds)
     names = encoder.finish()
     return EncodedArgs(names, mapped(output.fileno(), encoder.bounds[-1]), encoder.bounds)
+
+
+def runs(entries: Iterable[bytes]) -> Iterator[tuple[bytes, np.ndarray]]:
+    """Entries joined into runs of about _WRITE_BYTES, each with the entries' bounds in it."""
+    run: list[bytes] = []
+    size = 0
+    for entry in entries:
+        run.append(entry)
+        size += len(entry)
+        if size >= _WRITE_BYTES:
+            yield _joined(run)
+            run, size = [], 0
+    if run:
+        yield _joined(run)
+
+
+def _joined(run: list[bytes]) -> tuple[bytes, np.ndarray]:
+    bounds = np.zeros(len(run) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, run), np.int64, len(run)), out=bounds[1:])
+    return b"".join(run), bounds
 
 
 def mapped(fd: int, size: int) -> Any:
