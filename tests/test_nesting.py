@@ -10,7 +10,7 @@ import numpy as np
 
 from converter.model import NO_ARGS, SliceRow, SliceTable, Track
 from converter.model import nesting
-from converter.model.nesting import nest_in_one_layer, nested_layers, nesting_order
+from converter.model.nesting import nested_layers, nesting_order
 
 TRACK = Track(name="thread")
 # (start, duration, instant): few distinct times, so slices tie, touch, nest and partially overlap.
@@ -52,6 +52,35 @@ def test_layers_are_first_fit_in_nesting_order(spans):
     assert _layers(table, list(range(len(spans)))) == [[s.row for s in layer] for layer in _first_fit(table.rows())]
 
 
+def _enclosing(parts: tuple[int, list[list[tuple[int, int, bool]]], int]) -> list[tuple[int, int, bool]]:
+    """A slice over its children laid one after another (gap apart), its end moved by
+    `overrun` (past the last child's end: crossing it)."""
+    gap, children, overrun = parts
+    spans, offset = [], 0
+    for child in children:
+        spans += [(offset + ts, dur, instant) for ts, dur, instant in child]
+        offset = max(ts + dur for ts, dur, _ in spans) + gap
+    start = min(ts for ts, _, _ in spans)
+    return [(start, max(0, offset - gap - start + overrun), False), *spans]
+
+
+# Slices inside slices, some crossing a sibling or their parent's end: crossings deep inside
+# enclosing slices, as on real threads (a long step, its ops, their kernels' launches).
+_TREE = st.recursive(
+    st.tuples(st.integers(0, 3), st.integers(0, 3), st.booleans()).map(lambda leaf: [(leaf[0], leaf[1], leaf[2])]),
+    lambda children: st.tuples(st.integers(0, 2), st.lists(children, min_size=1, max_size=4),
+                               st.integers(-2, 2)).map(_enclosing),
+    max_leaves=30)
+
+
+
+@settings(derandomize=True, max_examples=400, deadline=None)
+@given(_TREE)
+def test_layers_are_first_fit_inside_enclosing_slices(spans):
+    table = _table(spans)
+    assert _layers(table, list(range(len(spans)))) == [[s.row for s in layer] for layer in _first_fit(table.rows())]
+
+
 def test_a_partial_overlap_takes_a_second_layer_and_nesting_does_not():
     table = _table([(0, 10, False), (2, 3, False), (8, 5, False)])
     outer, inner, crossing = range(3)
@@ -70,6 +99,8 @@ def test_the_test_on_columns_says_one_layer_exactly_when_first_fit_does(monkeypa
     def agrees(spans):
         table = _table(spans)
         ordered = nesting_order(table, np.arange(len(spans)))
-        assert nest_in_one_layer(table, ordered) == (len(_first_fit(table.rows())) == 1)
+        starts, ends = table.spans(ordered)
+        crossing = nesting._crossing(starts, ends, table.instant[ordered])
+        assert (len(crossing) == 0) == (len(_first_fit(table.rows())) == 1)
 
     agrees()
