@@ -75,10 +75,17 @@ _TREE = st.recursive(
 
 
 @settings(derandomize=True, max_examples=400, deadline=None)
-@given(_TREE)
-def test_layers_are_first_fit_inside_enclosing_slices(spans):
+@given(_TREE, st.sampled_from([2, 5, 1 << 16]))
+def test_layers_are_first_fit_inside_enclosing_slices(spans, chunk):
+    """Also where the columns are tested, and the loop's times made Python ints, a few
+    slices at a time."""
     table = _table(spans)
-    assert _layers(table, list(range(len(spans)))) == [[s.row for s in layer] for layer in _first_fit(table.rows())]
+    saved, nesting._CHUNK = nesting._CHUNK, chunk
+    try:
+        layers = _layers(table, list(range(len(spans))))
+    finally:
+        nesting._CHUNK = saved
+    assert layers == [[s.row for s in layer] for layer in _first_fit(table.rows())]
 
 
 def test_a_partial_overlap_takes_a_second_layer_and_nesting_does_not():

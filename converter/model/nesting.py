@@ -51,8 +51,7 @@ def nested_layers(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]:
         if enclosing:
             stretches += _stretches_holding(crossing, starts, ends, first + enclosing, last)
         else:
-            layers[first:last] = _first_fit(starts[first:last].tolist(), ends[first:last].tolist(),
-                                            table.instant[ordered[first:last]].tolist())
+            layers[first:last] = _first_fit(starts[first:last], ends[first:last], table.instant[ordered[first:last]])
     return [ordered[layers == layer] for layer in range(int(layers.max(initial=0)) + 1)]
 
 
@@ -75,30 +74,32 @@ def _enclosing(ends: np.ndarray) -> int:
     return int(not_enclosing[0]) if len(not_enclosing) else len(ends)
 
 
-def _first_fit(starts: list[int], ends: list[int], instant: list[bool]) -> list[int]:
+def _first_fit(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray) -> np.ndarray:
     """Each slice's layer: the first whose stack of open ends it nests in (fits_nested,
     inline: it runs once per slice)."""
     layer_of: list[int] = []
     first_ends: list[int] = []  # the first layer's, where nearly every slice goes: tested apart
     open_ends: list[list[int]] = [first_ends]
-    for start, end, is_instant in zip(starts, ends, instant):
-        while first_ends and first_ends[-1] <= start:
-            first_ends.pop()
-        if not first_ends or first_ends[-1] >= end:
-            layer = 0
-        else:
-            for layer, layer_ends in enumerate(open_ends[1:], start=1):
-                while layer_ends and layer_ends[-1] <= start:
-                    layer_ends.pop()
-                if not layer_ends or layer_ends[-1] >= end:
-                    break
+    for first in range(0, len(starts), _CHUNK):
+        part = slice(first, first + _CHUNK)
+        for start, end, is_instant in zip(starts[part].tolist(), ends[part].tolist(), instant[part].tolist()):
+            while first_ends and first_ends[-1] <= start:
+                first_ends.pop()
+            if not first_ends or first_ends[-1] >= end:
+                layer = 0
             else:
-                layer = len(open_ends)
-                open_ends.append([])
-        if not is_instant:
-            open_ends[layer].append(end)
-        layer_of.append(layer)
-    return layer_of
+                for layer, layer_ends in enumerate(open_ends[1:], start=1):
+                    while layer_ends and layer_ends[-1] <= start:
+                        layer_ends.pop()
+                    if not layer_ends or layer_ends[-1] >= end:
+                        break
+                else:
+                    layer = len(open_ends)
+                    open_ends.append([])
+            if not is_instant:
+                open_ends[layer].append(end)
+            layer_of.append(layer)
+    return np.array(layer_of, np.int64)
 
 
 def clear_points(starts: np.ndarray, ends: np.ndarray, every: int) -> np.ndarray:
