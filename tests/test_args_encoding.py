@@ -81,9 +81,11 @@ def _typed_by_hand(text: bytes) -> bool:
         re.search(rb"[0-9][eE]|[0-9]{19}", text) is not None
 
 
-# Bytes that make up the marks, and the near misses around them ("nul", "e" after a letter).
+# Bytes that make up the marks, and the near misses around them ("nul", "e" after a letter, the
+# bytes either side of the digits, a Latin-1 superscript two before an "e").
 _MARK_BYTES = st.lists(st.sampled_from([b".", b"\\", b"[", b"]", b"{", b"}", b"n", b"u", b"l", b"e", b"E", b"1",
-                                        b"0" * 9, b"9" * 10, b"a", b'"', b"\xc3\xa9"]), max_size=6).map(b"".join)
+                                        b"0" * 9, b"9" * 10, b"a", b'"', b"\xc3\xa9", b"/", b":", b"\xb2e"]),
+                       max_size=6).map(b"".join)
 
 
 @contextmanager

@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from converter.fileio import args_file as args_store
@@ -21,6 +22,8 @@ from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
 from converter.kineto import KERNEL_LABEL
 from converter.outputs import perfetto_writer, prepared_args, slice_packets
+from converter.outputs.annotations import ArgsEncoder
+from converter.outputs.interning import annotation_name_interner
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.inputs.kineto_reader import read_trace
 
@@ -316,6 +319,25 @@ def test_no_helper_is_forked_beside_other_threads(monkeypatch):
         worker.join()
 
 
+def test_encoded_entries_keep_their_bounds_across_flushes(monkeypatch, tmp_path):
+    """The encoded file is written whenever a few hundred bytes wait, runs of entries coming
+    one to five at a time: each entry's bounds still give exactly its own encoding."""
+    monkeypatch.setattr(prepared_args, "_WRITE_BYTES", 200)
+    texts = [json.dumps({"i": i, "dims": [[i], []] if i % 3 else [i], "x": "y" * (i % 7)}).encode()
+             for i in range(300)] + [b"null", b"[1]"]
+    cuts = [0, *sorted(random.Random(7).sample(range(1, len(texts)), 80)), len(texts)]
+    with open(tmp_path / "encoded", "w+b") as output:
+        encoder = prepared_args.EntryEncoder(output.fileno())
+        for first, last in zip(cuts, cuts[1:]):
+            text = b"".join(texts[first:last])
+            encoder.add(text, np.cumsum([0, *map(len, texts[first:last])]))
+        encoder.finish()
+        output.seek(0)
+        blob, bounds = output.read(), encoder.bounds
+    alone = ArgsEncoder(annotation_name_interner([]).field)
+    assert [blob[bounds[i]:bounds[i + 1]] for i in range(len(texts))] == [alone.encode(text) for text in texts]
+
+
 def test_labels_are_the_rules_whether_or_not_a_run_holds_its_marker():
     """EntryLabels asks the rule only about runs whose joined text holds its marker: a run
     without one gets no labels, one with it gets each entry's own, and a marker split across
@@ -325,7 +347,7 @@ def test_labels_are_the_rules_whether_or_not_a_run_holds_its_marker():
     runs = [texts[:2], texts[2:4], texts[4:5], texts[5:], [b'{"i":3}', b'{"j":4}']]
     labels = background_args.EntryLabels()
     for run in runs:
-        labels.add(*next(prepared_args.runs(run)), KERNEL_LABEL)
+        labels.add(*next(prepared_args.entry_runs(run)), KERNEL_LABEL)
     expected = [KERNEL_LABEL.label(text) for run in runs for text in run]
     assert [labels.label_of(index) for index in range(len(expected))] == expected
     assert b'"name"' in b"".join(runs[1]) and expected[2:4] == [None, None]

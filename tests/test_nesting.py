@@ -24,8 +24,17 @@ def _table(spans: list[tuple[int, int, bool]]) -> SliceTable:
     return table
 
 
-def _layers(table: SliceTable, rows: list[int]) -> list[list[int]]:
-    return [layer.tolist() for layer in nested_layers(table, np.array(rows, np.int64))]
+def _layers(table: SliceTable, rows: list[int], chunk: int = nesting._CHUNK,
+            looped_whole: int = nesting._LOOPED_WHOLE) -> list[list[int]]:
+    """nested_layers' layers (row numbers), its columns tested and its loop's times made
+    Python ints `chunk` slices at a time, and stretches of `looped_whole` slices or fewer
+    looped whole (hypothesis runs many examples per test, so no function-scoped monkeypatch)."""
+    saved = nesting._CHUNK, nesting._LOOPED_WHOLE
+    nesting._CHUNK, nesting._LOOPED_WHOLE = chunk, looped_whole
+    try:
+        return [layer.tolist() for layer in nested_layers(table, np.array(rows, np.int64))]
+    finally:
+        nesting._CHUNK, nesting._LOOPED_WHOLE = saved
 
 
 def _first_fit(slices: list[SliceRow]) -> list[list[SliceRow]]:
@@ -46,46 +55,44 @@ def _first_fit(slices: list[SliceRow]) -> list[list[SliceRow]]:
 
 
 @settings(derandomize=True, max_examples=400, deadline=None)
-@given(SPANS)
-def test_layers_are_first_fit_in_nesting_order(spans):
+@given(SPANS, st.sampled_from([0, 3, 1 << 16]))
+def test_layers_are_first_fit_in_nesting_order(spans, looped_whole):
     table = _table(spans)
-    assert _layers(table, list(range(len(spans)))) == [[s.row for s in layer] for layer in _first_fit(table.rows())]
+    assert _layers(table, list(range(len(spans))), looped_whole=looped_whole) == \
+        [[s.row for s in layer] for layer in _first_fit(table.rows())]
 
 
-def _enclosing(parts: tuple[int, list[list[tuple[int, int, bool]]], int]) -> list[tuple[int, int, bool]]:
-    """A slice over its children laid one after another (gap apart), its end moved by
-    `overrun` (past the last child's end: crossing it)."""
+def _over_children(parts: tuple[int, list[list[tuple[int, int, bool]]], int]) -> list[tuple[int, int, bool]]:
+    """A slice over its children laid one after another, `gap` apart (a negative gap: each
+    starts before the one before it ends, crossing it), its end moved by `overrun` (past the
+    last child's end: crossing it)."""
     gap, children, overrun = parts
     spans, offset = [], 0
     for child in children:
         spans += [(offset + ts, dur, instant) for ts, dur, instant in child]
-        offset = max(ts + dur for ts, dur, _ in spans) + gap
+        offset = max(0, max(ts + dur for ts, dur, _ in spans) + gap)
     start = min(ts for ts, _, _ in spans)
-    return [(start, max(0, offset - gap - start + overrun), False), *spans]
+    end = max(ts + dur for ts, dur, _ in spans)
+    return [(start, max(0, end - start + overrun), False), *spans]
 
 
 # Slices inside slices, some crossing a sibling or their parent's end: crossings deep inside
 # enclosing slices, as on real threads (a long step, its ops, their kernels' launches).
 _TREE = st.recursive(
     st.tuples(st.integers(0, 3), st.integers(0, 3), st.booleans()).map(lambda leaf: [(leaf[0], leaf[1], leaf[2])]),
-    lambda children: st.tuples(st.integers(0, 2), st.lists(children, min_size=1, max_size=4),
-                               st.integers(-2, 2)).map(_enclosing),
+    lambda children: st.tuples(st.integers(-2, 2), st.lists(children, min_size=1, max_size=4),
+                               st.integers(-2, 2)).map(_over_children),
     max_leaves=30)
 
 
-
 @settings(derandomize=True, max_examples=400, deadline=None)
-@given(_TREE, st.sampled_from([2, 5, 1 << 16]))
-def test_layers_are_first_fit_inside_enclosing_slices(spans, chunk):
+@given(_TREE, st.sampled_from([2, 5, 1 << 16]), st.sampled_from([0, 1, 3, 1 << 16]))
+def test_layers_are_first_fit_inside_enclosing_slices(spans, chunk, looped_whole):
     """Also where the columns are tested, and the loop's times made Python ints, a few
-    slices at a time."""
+    slices at a time, and whatever the stretches looped whole."""
     table = _table(spans)
-    saved, nesting._CHUNK = nesting._CHUNK, chunk
-    try:
-        layers = _layers(table, list(range(len(spans))))
-    finally:
-        nesting._CHUNK = saved
-    assert layers == [[s.row for s in layer] for layer in _first_fit(table.rows())]
+    assert _layers(table, list(range(len(spans))), chunk, looped_whole) == \
+        [[s.row for s in layer] for layer in _first_fit(table.rows())]
 
 
 def test_a_partial_overlap_takes_a_second_layer_and_nesting_does_not():

@@ -11,6 +11,9 @@ import numpy as np
 from .slices import SliceTable
 
 _CHUNK = 1 << 16  # slices whose times are Python ints at once: a whole track's were 24 MB at 100 MB
+# A stretch this short goes to the loop whole: looking inside it costs numpy's fixed costs,
+# tens of us, and the loop about 0.4 us a slice.
+_LOOPED_WHOLE = 256
 
 
 def sort_by_start(table: SliceTable, rows: np.ndarray, longest_first: bool) -> np.ndarray:
@@ -42,27 +45,34 @@ def nested_layers(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]:
     when any crossing sent the whole track to the loop."""
     ordered = nesting_order(table, rows)
     starts, ends = table.spans(ordered)
-    layers = np.zeros(len(ordered), np.int64)
     crossing = _crossing(starts, ends, table.instant[ordered])
+    if not len(crossing):
+        return [ordered]
+    looped: list[np.ndarray] = []  # the stretches the loop takes
     stretches = _stretches_holding(crossing, starts, ends, 0, len(ordered))
     while stretches:
         first, last = stretches.pop()
-        enclosing = _enclosing(ends[first:last])
+        enclosing = _enclosing(ends[first:last]) if last - first > _LOOPED_WHOLE else 0
         if enclosing:
             stretches += _stretches_holding(crossing, starts, ends, first + enclosing, last)
         else:
-            layers[first:last] = _first_fit(starts[first:last], ends[first:last], table.instant[ordered[first:last]])
-    return [ordered[layers == layer] for layer in range(int(layers.max(initial=0)) + 1)]
+            looped.append(np.arange(first, last))
+    # One loop over them all, in order: everything in one has ended before the next begins.
+    positions = np.sort(np.concatenate(looped))
+    layers = np.zeros(len(ordered), np.int64)
+    layers[positions] = _first_fit(starts[positions], ends[positions], table.instant[ordered[positions]])
+    return [ordered[layers == layer] for layer in range(int(layers.max()) + 1)]
 
 
 def _stretches_holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray, first: int,
                        last: int) -> list[tuple[int, int]]:
     """Of slices first .. last - 1 (in nesting order), the stretches between points where none
-    of them is open that hold any of `positions`, each as (first, last)."""
+    of them is open that hold any of `positions` (ascending), each as (first, last)."""
     clear = first + 1 + np.flatnonzero(np.maximum.accumulate(ends[first:last - 1]) <= starts[first + 1:last])
-    cuts = [first, *clear.tolist(), last]
-    inside = positions[(positions >= first) & (positions < last)]
-    return [(cuts[number], cuts[number + 1]) for number in np.unique(np.searchsorted(clear, inside, "right")).tolist()]
+    inside = positions[np.searchsorted(positions, first):np.searchsorted(positions, last)]
+    numbers = np.unique(np.searchsorted(clear, inside, "right"))
+    cuts = np.concatenate(([first], clear, [last]))
+    return list(zip(cuts[numbers].tolist(), cuts[numbers + 1].tolist()))
 
 
 def _enclosing(ends: np.ndarray) -> int:
@@ -115,12 +125,12 @@ def clear_points(starts: np.ndarray, ends: np.ndarray, every: int) -> np.ndarray
 
 
 def _crossing(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray) -> np.ndarray:
-    """Of slices in nesting order, where the spans lie that end inside a later one or have one
-    end inside them (ascending positions); none exactly when first-fit keeps them in one
-    layer. Instants and empty spans always fit the first layer (nothing still open ends
-    inside them) and are gone by the next start, so only spans longer than 0 are tested,
-    between points where nothing is open about _CHUNK slices apart, which bounds the arrays
-    to a few MB."""
+    """Of slices in nesting order, the positions (ascending) of spans in bracket pairs that do
+    not match (_misplaced): none exactly when first-fit keeps the slices in one layer, and some
+    in every innermost stretch that needs another. Instants and empty spans always fit the
+    first layer (nothing still open ends inside them) and are gone by the next start, so only
+    spans longer than 0 are tested, between points where nothing is open about _CHUNK slices
+    apart, which bounds the arrays to a few MB."""
     spans = np.flatnonzero((ends > starts) & ~instant)
     bounds = [0, *np.searchsorted(spans, clear_points(starts, ends, _CHUNK)).tolist(), len(spans)]
     return np.unique(np.concatenate([np.zeros(0, np.int64), *(

@@ -211,6 +211,7 @@ class EntryLabels:
         return self.distinct[number - 1] if number else None
 
 
+_END = np.dtype(np.uint64)  # an entry's end in the ends file (the store's bounds are array("Q"))
 _COPY_BYTES = 1 << 20  # the helper's packets are copied to the output this much at a time
 # The helper stays on for the write only for a trace of this many args entries or more (about
 # 500 MB of Kineto JSON): its 40-50 MB beside the writer's peak is then a few percent of it,
@@ -330,7 +331,7 @@ def _run_entries(store_fd: int, ends_fd: int, first: int, count: int) -> tuple[b
     before = min(first, 1)  # the end of the entry before, where there is one
     bounds = np.zeros(count + 1, np.int64)
     bounds[1 - before:] = np.frombuffer(
-        read_all(ends_fd, (count + before) * 8, (first - before) * 8), np.uint64)
+        read_all(ends_fd, (count + before) * _END.itemsize, (first - before) * _END.itemsize), _END)
     start = int(bounds[0])
     bounds -= start
     return read_all(store_fd, int(bounds[-1]), start), bounds

@@ -88,7 +88,8 @@ class EntryEncoder:
 
     def add(self, text: bytes, bounds: np.ndarray) -> None:
         """Entries back to back in `text`: entry i is text[bounds[i]:bounds[i + 1]]."""
-        ends = self._written + len(self._buffer) + np.cumsum(self._encode_run(text, bounds, self._buffer))
+        before = self._written + len(self._buffer)  # where this run's bytes start in the output
+        ends = before + np.cumsum(self._encode_run(text, bounds, self._buffer))
         self.bounds.frombytes(ends.astype(np.uint64).tobytes())
         if len(self._buffer) >= _WRITE_BYTES:
             self._written += len(self._buffer)
@@ -105,13 +106,13 @@ def prepare_in_process(store: ArgsStore, directory: Optional[str] = None) -> Enc
     through the page cache as the accelerator's is."""
     output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
     encoder = EntryEncoder(output.fileno())
-    for text, bounds in runs(store.sweep(range(len(store)))):
+    for text, bounds in entry_runs(store.sweep(range(len(store)))):
         encoder.add(text, bounds)
     names = encoder.finish()
     return EncodedArgs(names, mapped(output.fileno(), encoder.bounds[-1]), encoder.bounds)
 
 
-def runs(entries: Iterable[bytes]) -> Iterator[tuple[bytes, np.ndarray]]:
+def entry_runs(entries: Iterable[bytes]) -> Iterator[tuple[bytes, np.ndarray]]:
     """Entries joined into runs of about _WRITE_BYTES, each with the entries' bounds in it."""
     run: list[bytes] = []
     size = 0
@@ -126,6 +127,7 @@ def runs(entries: Iterable[bytes]) -> Iterator[tuple[bytes, np.ndarray]]:
 
 
 def _joined(run: list[bytes]) -> tuple[bytes, np.ndarray]:
+    """The entries back to back, and each one's bounds in them."""
     bounds = np.zeros(len(run) + 1, np.int64)
     np.cumsum(np.fromiter(map(len, run), np.int64, len(run)), out=bounds[1:])
     return b"".join(run), bounds
