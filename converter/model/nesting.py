@@ -68,7 +68,7 @@ def _stretches_holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarr
                        last: int) -> list[tuple[int, int]]:
     """Of slices first .. last - 1 (in nesting order), the stretches between points where none
     of them is open that hold any of `positions` (ascending), each as (first, last)."""
-    clear = first + 1 + np.flatnonzero(np.maximum.accumulate(ends[first:last - 1]) <= starts[first + 1:last])
+    clear = first + _all_clear(starts[first:last], ends[first:last])
     inside = positions[np.searchsorted(positions, first):np.searchsorted(positions, last)]
     numbers = np.unique(np.searchsorted(clear, inside, "right"))
     cuts = np.concatenate(([first], clear, [last]))
@@ -116,12 +116,17 @@ def clear_points(starts: np.ndarray, ends: np.ndarray, every: int) -> np.ndarray
     """Where to cut slices in nesting order (their `starts` and `ends`), about every `every`
     slices, where one can: before a slice that starts when every slice before it has ended,
     so nothing is open across a cut."""
-    ended = np.maximum.accumulate(ends)
-    clear = np.flatnonzero(ended[:-1] <= starts[1:]) + 1
+    clear = _all_clear(starts, ends)
     if not len(clear):
         return clear
     wanted = np.searchsorted(clear, np.arange(every, len(starts), every))
     return np.unique(clear[np.minimum(wanted, len(clear) - 1)])
+
+
+def _all_clear(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Of slices in nesting order, the positions of those that start when every slice before
+    them has ended: first-fit starts afresh there."""
+    return np.flatnonzero(np.maximum.accumulate(ends)[:-1] <= starts[1:]) + 1
 
 
 def _crossing(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray) -> np.ndarray:
