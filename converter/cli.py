@@ -27,7 +27,7 @@ from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E4
 from .jobs.merge import default_merge_output, merge_ranks  # noqa: E402
 from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
 from .jobs.stopping import exit_status, signals_unwind  # noqa: E402
-from .lane_rules import DEFAULT_LANES_TOML  # noqa: E402
+from .lane_rules import DEFAULT_LANES_TOML, load_lane_rules  # noqa: E402
 from .outputs.args_accelerator import available_cores  # noqa: E402
 
 EXIT_USAGE = 2
@@ -278,7 +278,7 @@ def _add_lane_options(command: argparse.ArgumentParser) -> None:
 
 
 def _job_options(args: argparse.Namespace, compact: bool, ends_command: bool = False) -> JobOptions:
-    return JobOptions(compact=compact, lanes_file=getattr(args, "lanes", None), strict=args.strict,
+    return JobOptions(compact=compact, lanes=load_lane_rules(getattr(args, "lanes", None)), strict=args.strict,
                       window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
                       relane=getattr(args, "relane", False),
                       output_format=getattr(args, "format", "perfetto"), args_strategy="auto",
@@ -390,16 +390,17 @@ def _run_report(args) -> int:
 
     if args.output is not None:
         check_output_path(args.output, args.overwrite)
+    lanes = load_lane_rules(args.lanes)
     if args.trace.is_dir():
         from .jobs.across import render_across, report_across
 
         if args.format == "html":
             raise CgtraceError(f"{args.trace}: --format html is for one trace; use text or json for a directory")
         with _workers(args) as workers:
-            text = render_across(report_across(args.trace, workers, args.tp_bin, args.lanes), args.format)
+            text = render_across(report_across(args.trace, workers, args.tp_bin, lanes), args.format)
     else:
-        with as_perfetto(args.trace, compact=True, lanes_file=args.lanes) as trace:
-            report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes_file=args.lanes, shown_as=args.trace)
+        with as_perfetto(args.trace, compact=True, lanes=lanes) as trace:
+            report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes=lanes, shown_as=args.trace)
         text = render(report, args.format)
     progress.finish()
     if args.output is None:

@@ -7,6 +7,7 @@ ProfilerStep is, where a CUDA-graph kernel carries its label) is written once.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
 
 import msgspec
@@ -53,6 +54,72 @@ def base_time_ns(metadata: dict) -> Optional[int]:
 def is_rank(value: Any) -> bool:
     """A torch.distributed rank: a non-negative int (JSON's `true` is no rank, though Python's bool is an int)."""
     return type(value) is int and value >= 0
+
+
+@dataclass(frozen=True)
+class RankHeader:
+    """The header's `distributedInfo` as the engine and jobs need it, read once per trace.
+
+    `rank` is None when the header names no usable rank; `problem` then says why and what to
+    do, for a merge, which needs one. A trace without a rank still converts and compacts."""
+
+    rank: Optional[int]
+    world_size: Optional[int]
+    pp_group: Optional[tuple[int, ...]]   # the ranks of this rank's PP group, in pipeline order
+    has_distributed_info: bool
+    problem: Optional[str] = None
+
+    @property
+    def pp_rank(self) -> int:
+        """Its place in the PP group (0 without one)."""
+        return self.pp_group.index(self.rank) if self.pp_group and self.rank is not None else 0
+
+    @property
+    def pp_rank_source(self) -> str:
+        """Where `pp_rank` came from, as the summary says it."""
+        if self.pp_group:
+            return "distributedInfo.pg_config"
+        if not self.has_distributed_info:
+            return "default: no distributedInfo"
+        return "default: no PP group in distributedInfo.pg_config"
+
+
+_NO_RANK = "no distributedInfo.rank; a merge needs traces from torch.distributed runs (or pass only such files)"
+
+
+def rank_header(metadata: dict, source: str) -> RankHeader:
+    """`distributedInfo` read once: rank, world size and PP group. A PP group whose ranks are not
+    distinct rank numbers cannot order a pipeline: CgtraceError naming `source`."""
+    info = metadata.get("distributedInfo")
+    if not isinstance(info, dict) or "rank" not in info:
+        return RankHeader(None, None, None, has_distributed_info=isinstance(info, dict), problem=_NO_RANK)
+    rank, world_size = info["rank"], info.get("world_size")
+    invalid = [(name, value) for name, value in (("rank", rank), ("world_size", world_size))
+               if not (is_rank(value) or (name == "world_size" and value is None))]
+    problem = next((f"distributedInfo.{name} is {value!r:.40}, not a non-negative integer; fix the trace's header"
+                    for name, value in invalid), None)
+    usable_rank = rank if is_rank(rank) else None
+    return RankHeader(usable_rank, world_size if is_rank(world_size) else None,
+                      _pp_group(info.get("pg_config"), usable_rank, source), True, problem)
+
+
+def _pp_group(config: Any, rank: Optional[int], source: str) -> Optional[tuple[int, ...]]:
+    """The ranks of the PP group containing `rank`: pg_desc "mesh_pp" or pg_name
+    "torchtitan_real_pp"; pg_config may be a list of groups or a single one."""
+    if rank is None:
+        return None
+    groups = config if isinstance(config, list) else [config] if isinstance(config, dict) else []
+    for group in groups:
+        if not isinstance(group, dict):
+            continue
+        if group.get("pg_desc") == "mesh_pp" or group.get("pg_name") == "torchtitan_real_pp":
+            ranks = group.get("ranks")
+            if not (isinstance(ranks, list) and all(map(is_rank, ranks)) and len(set(ranks)) == len(ranks)):
+                raise CgtraceError(f"{source}: distributedInfo.pg_config PP group ranks {ranks!r:.60} are not "
+                                   "distinct rank numbers; fix the trace's header")
+            if rank in ranks:
+                return tuple(ranks)
+    return None
 
 
 def inline_laned(metadata: dict) -> bool:

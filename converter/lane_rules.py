@@ -6,6 +6,7 @@ grouping without editing code and `cgtrace lanes --print-default` prints a start
 
 from __future__ import annotations
 
+import functools
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,6 +143,11 @@ class LaneRules:
         self._cache: dict[tuple[str, str], str] = {}
         self._pp_cache: dict[str, Optional[regex.Match]] = {}
 
+    def __getstate__(self) -> dict:
+        """Rules travel to worker processes and Dask workers as they are; their caches (which
+        hold unpicklable matches) start afresh there."""
+        return {**self.__dict__, "_cache": {}, "_pp_cache": {}}
+
     def group_of(self, name: str, category: str) -> str:
         key = (name, category)
         group = self._cache.get(key)
@@ -175,16 +181,23 @@ class LaneRules:
 
 
 def load_lane_rules(path: Optional[Path] = None) -> LaneRules:
-    """The built-in rules, or those in a TOML file; a bad file raises CgtraceError."""
-    source = str(path) if path else "built-in lane rules"
-    text = DEFAULT_LANES_TOML if path is None else \
-        read_small_text(path, LANES_FILE_LIMIT, "a lane rules TOML file (--lanes)")
+    """The built-in rules, or those in a TOML file; a bad file raises CgtraceError. Read once
+    per command: jobs carry the parsed rules (JobOptions.lanes); the built-in ones once per process."""
+    if path is None:
+        return _built_in()
+    source = str(path)
+    text = read_small_text(path, LANES_FILE_LIMIT, "a lane rules TOML file (--lanes)")
     try:
         data = tomllib.loads(text)
         return _parse(source, data)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, regex.error) as error:
         raise CgtraceError(f"{source}: invalid lane rules ({error}); start from "
                            "`cgtrace lanes --print-default`") from None
+
+
+@functools.cache
+def _built_in() -> LaneRules:
+    return _parse("built-in lane rules", tomllib.loads(DEFAULT_LANES_TOML))
 
 
 def _parse(source: str, data: dict) -> LaneRules:

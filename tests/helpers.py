@@ -16,7 +16,8 @@ SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 def shared_trace_paths() -> list[Path]:
     if not SHARED_TRACES.is_dir():
         return []
-    return sorted(p for p in SHARED_TRACES.rglob("*.json*") if p.is_file())
+    # Profiler traces only: a set's notes beside its traces (layouts_torch215.json) are no trace.
+    return sorted(p for p in SHARED_TRACES.rglob("*.json*") if p.is_file() and not p.name.startswith("layouts"))
 
 
 def shared_trace_param(path: Path):

@@ -16,7 +16,7 @@ from converter.engine.window import parse_steps, parse_window
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
 from converter.jobs import runner
-from converter.lane_rules import DEFAULT_LANES_TOML
+from converter.lane_rules import DEFAULT_LANES_TOML, load_lane_rules
 
 from .helpers import compact_file, convert_file, merge_files, rows, shared_trace_param, shared_trace_paths
 
@@ -111,7 +111,7 @@ def test_relabelled_lanes_give_the_same_report(tmp_path, name):
         pytest.skip("../shared/traces is absent")
     default, relabelled = tmp_path / "default.perfetto-trace", tmp_path / "relabelled.perfetto-trace"
     compact_file(source, default)
-    summary = compact_file(source, relabelled, lanes_file=_relabelled_rules(tmp_path))
+    summary = compact_file(source, relabelled, lanes=load_lane_rules(_relabelled_rules(tmp_path)))
     assert "Math" in summary["lanes_by_group"] and "Compute" not in summary["lanes_by_group"]
     expected, found = build_report(default).figures, build_report(relabelled).figures
     assert found["input"]["lanes_from"] == "track roles"
@@ -133,6 +133,6 @@ def test_report_applies_lanes_to_a_raw_trace(tmp_path):
         assert main(["report", str(source), "--lanes", str(lanes), "--format", "json"]) == 0
     raw = json.loads(out.getvalue())
     compacted = tmp_path / "c.perfetto-trace"
-    compact_file(source, compacted, lanes_file=lanes)
+    compact_file(source, compacted, lanes=load_lane_rules(lanes))
     assert raw["gpus"] == build_report(compacted).figures["gpus"]
     assert json.dumps(raw).count("Point to point") > 0

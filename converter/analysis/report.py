@@ -293,11 +293,11 @@ class Report:
     timelines: list[Timeline] = field(default_factory=list)
 
 
-def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes_file: Optional[Path] = None,
+def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes: Optional[LaneRules] = None,
                  shown_as: Optional[Path] = None) -> Report:
     """All figures of the trace at `path` (named `shown_as` where it was made from another file).
-    `lanes_file`: lane rules for traces cgtrace did not compact (default: the built-in rules)."""
-    rules = load_lane_rules(lanes_file)
+    `lanes`: lane rules for traces cgtrace did not compact (default: the built-in rules)."""
+    rules = lanes or load_lane_rules()
     with open_checked(path, tp_bin, shown_as) as tp:
         trace = _Trace(tp, path, rules)
         by_roles = trace.prepare()

@@ -22,7 +22,7 @@ from typing import Callable, Optional, Protocol
 import numpy as np
 
 from ..errors import CgtraceError
-from ..kineto import is_rank, profiler_step
+from ..kineto import profiler_step
 from ..lane_rules import LaneRules
 from ..model import Flow, LaneKind, SliceRow, Trace
 from ..model.columns import grouped_in_order
@@ -321,39 +321,6 @@ def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
     return {"pp_compute_dependency_pairs": pairs, "pp_compute_dependency_unmatched": unmatched,
             "pp_unshard_compute_pairs": unshard_pairs, "pp_unshard_compute_unmatched": unshard_unmatched,
             "pp_unmatched_examples": unmatched_names[:20]}
-
-
-def pp_rank_of(metadata: dict, source: str) -> tuple[int, str, Optional[list[int]]]:
-    """(PP rank, where it came from, the PP group's ranks) from distributedInfo.pg_config."""
-    info = metadata.get("distributedInfo")
-    if not isinstance(info, dict):
-        return 0, "default: no distributedInfo", None
-    group = pp_group_of(info, source)
-    if group is None:
-        return 0, "default: no PP group in distributedInfo.pg_config", None
-    return group.index(info["rank"]), "distributedInfo.pg_config", group
-
-
-def pp_group_of(info: dict, source: str) -> Optional[list[int]]:
-    """The ranks of the PP group containing this rank: pg_desc "mesh_pp" or pg_name
-    "torchtitan_real_pp"; pg_config may be a list of groups or a single one. A PP group whose
-    ranks are not distinct rank numbers cannot order a pipeline: CgtraceError naming `source`."""
-    config = info.get("pg_config")
-    groups = config if isinstance(config, list) else [config] if isinstance(config, dict) else []
-    rank = info.get("rank")
-    if not is_rank(rank):
-        return None
-    for group in groups:
-        if not isinstance(group, dict):
-            continue
-        if group.get("pg_desc") == "mesh_pp" or group.get("pg_name") == "torchtitan_real_pp":
-            ranks = group.get("ranks")
-            if not (isinstance(ranks, list) and all(map(is_rank, ranks)) and len(set(ranks)) == len(ranks)):
-                raise CgtraceError(f"{source}: distributedInfo.pg_config PP group ranks {ranks!r:.60} are not "
-                                   "distinct rank numbers; fix the trace's header")
-            if rank in ranks:
-                return ranks
-    return None
 
 
 @dataclass(frozen=True)

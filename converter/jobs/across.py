@@ -18,6 +18,7 @@ import orjson
 from ..analysis.query import Result, format_table, open_checked, run_sql
 from ..analysis.report import DEFINITIONS, TRACK_ROLES_SQL, build_report
 from ..errors import CgtraceError
+from ..lane_rules import LaneRules, load_lane_rules
 from .executors import Workers, for_cluster, run_tasks
 from .merge import MERGED_OUTPUT_NAME, find_rank_files
 from .readable import as_perfetto
@@ -80,11 +81,11 @@ def recorded_rank(tp: Any, path: Path) -> Optional[int]:
 
 
 def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = None,
-                  lanes_file: Optional[Path] = None) -> dict[str, Any]:
+                  lanes: Optional[LaneRules] = None) -> dict[str, Any]:
     """Per GPU of every trace: step time, busy, exposed communication and bubble, and the
     stragglers: the GPUs furthest from the median step time."""
     files = traces_in(directory)
-    lanes = lanes_file and for_cluster(lanes_file, workers.remote)
+    lanes = lanes or load_lane_rules()
     outcomes = run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes) for path in files],
                          list(map(str, files)), "reporting", stop_at_failure=True)
     rows = [_rank_row(path, gpu) for path, outcome in zip(files, outcomes) for gpu in outcome.value["gpus"]]
@@ -100,10 +101,10 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
             "median_step_ns": median, "ranks": rows, "stragglers": stragglers}
 
 
-def report_one(path: Path, tp_bin: Optional[str], lanes_file: Optional[Path]) -> dict[str, Any]:
+def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> dict[str, Any]:
     """One trace's report figures, as `cgtrace report` computes them (no kernel list)."""
-    with as_perfetto(path, compact=True, lanes_file=lanes_file) as trace:
-        return build_report(trace, tp_bin=tp_bin, top=0, lanes_file=lanes_file, shown_as=path).figures
+    with as_perfetto(path, compact=True, lanes=lanes) as trace:
+        return build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path).figures
 
 
 def _rank_row(path: Path, gpu: dict[str, Any]) -> dict[str, Any]:

@@ -17,8 +17,7 @@ from typing import Any, Optional
 from ..errors import CgtraceError
 from ..fileio.atomic import check_output_path, remove_leftovers
 from ..inputs.source import json_size
-from ..lane_rules import load_lane_rules
-from .executors import for_cluster, open_workers, options_for_cluster, run_tasks
+from .executors import for_cluster, open_workers, run_tasks
 from .merge import default_jobs, find_rank_files, helper_fits
 from .runner import JobOptions, default_output_path, run_job
 
@@ -38,8 +37,6 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
     if output_dir is not None and not output_dir.is_dir():
         raise CgtraceError(f"{output_dir}: with a directory of traces, -o names a directory for the outputs, and "
                            "this is not one; create it or choose another")
-    if options.compact:
-        load_lane_rules(options.lanes_file)  # bad rules fail before any work
     files = find_rank_files([directory])
     targets = [batch_output(path, output_dir, options) for path in files]
     todo = [k for k, target in enumerate(targets) if options.overwrite or not target.exists()]
@@ -50,7 +47,7 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
     remote = scheduler is not None
     # A worker gets an args helper only where cores and memory allow (a Dask worker never forks one).
     helpers = not remote and options.args_strategy == "auto" and helper_fits(sizes, jobs)
-    task_options = replace(options_for_cluster(options, remote), args_strategy="helper" if helpers else "in-process")
+    task_options = replace(options, args_strategy="helper" if helpers else "in-process")
     tasks = [(for_cluster(files[k], remote), for_cluster(targets[k], remote), task_options) for k in todo]
     entries: list[dict[str, Any]] = [{"input": str(path), "output": str(target), "status": "skipped",
                                       "reason": "the output exists; pass --overwrite to replace it"}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import gc
 import os
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
@@ -53,13 +53,6 @@ class Outcome:
 def for_cluster(path: Path, on_cluster: bool) -> Path:
     """A path as tasks must get it: on a cluster absolute, for workers run in other directories."""
     return path.absolute() if on_cluster else path
-
-
-def options_for_cluster(options: JobOptions, on_cluster: bool) -> JobOptions:
-    """Job options whose paths (the lane rules) the workers can open (see for_cluster)."""
-    if options.lanes_file is None:
-        return options
-    return replace(options, lanes_file=for_cluster(options.lanes_file, on_cluster))
 
 
 def scheduler_address(option: Optional[str]) -> Optional[str]:

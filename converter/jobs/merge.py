@@ -24,16 +24,14 @@ from typing import Any, BinaryIO, Callable, Container, Optional, cast
 from .. import kineto
 from ..engine.activity import busy_gpu_changes, running_totals
 from ..engine.layout import separate_overlaps
-from ..engine.pp import (STAGELESS, Anchor, BlockKey, Extent, link_rank_local, pair_sends_and_receives,
-                         pair_stages, pp_group_of)
+from ..engine.pp import STAGELESS, Anchor, BlockKey, Extent, link_rank_local, pair_sends_and_receives, pair_stages
 from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
 from ..inputs.source import json_size
-from ..lane_rules import load_lane_rules
 from ..model import CounterSample, FlowEnd, RankIdentity, Trace, Track, TrackRole
 from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
-from .executors import Workers, for_cluster, open_workers, options_for_cluster, run_tasks
+from .executors import Workers, for_cluster, open_workers, run_tasks
 from .runner import PROFILER_OUTPUT, JobOptions, Prepared, prepare
 from .snapshot import load_snapshot, save_snapshot
 from .verify import Expected, verify_output
@@ -125,14 +123,12 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     its cluster: only block summaries and busy-GPU changes travel back; snapshots and part
     files stay on the output's file system."""
     files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
-    options = options_for_cluster(options, scheduler is not None)
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
     if options.output_format != "perfetto":
         raise CgtraceError(f"{files[0]}: --format json is not available for merged traces (one JSON document "
                            "cannot carry the arrows between ranks' parts); leave out --format")
-    load_lane_rules(options.lanes_file)  # fail on bad rules before any work
-    # and on an output that cannot be written: a single pipeline's (several pipelines' files
+    # Fail on an output that cannot be written: a single pipeline's (several pipelines' files
     # are named, and checked, once pass one has found them)
     check_output_path(output_for_group(0, 1), options.overwrite)
     sizes = sorted((json_size(path) for path in files), reverse=True)
@@ -267,24 +263,14 @@ def _in_workers(workers: Optional[Workers], function: Callable[..., Any], tasks:
 
 
 def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:
-    prepared = prepare(Path(file), options, load_lane_rules(options.lanes_file))
-    trace = prepared.trace
-    info = trace.metadata.get("distributedInfo")
-    if not isinstance(info, dict) or "rank" not in info:
-        raise CgtraceError(f"{file}: no distributedInfo.rank; a merge needs traces from "
-                           "torch.distributed runs (or pass only such files)")
-    world_size = info.get("world_size")
-    for field_name, value, valid in (("rank", info["rank"], kineto.is_rank(info["rank"])),
-                                     ("world_size", world_size, world_size is None or kineto.is_rank(world_size))):
-        if not valid:
-            raise CgtraceError(f"{file}: distributedInfo.{field_name} is {value!r:.40}, not a non-negative integer; "
-                               "fix the trace's header")
+    prepared = prepare(Path(file), options, options.lanes)
+    trace, header = prepared.trace, prepared.header
+    if header.problem is not None or header.rank is None:
+        raise CgtraceError(f"{file}: {header.problem}")
     base = kineto.base_time_ns(trace.metadata)  # the reader has checked it
-    group = pp_group_of(info, file)
     first_ts = int(trace.slices.ts.min()) if len(trace.slices) else 0
     return RankInfo(
-        file=file, global_rank=info["rank"], world_size=world_size,
-        pp_group=tuple(group) if group else None,
+        file=file, global_rank=header.rank, world_size=header.world_size, pp_group=header.pp_group,
         base_time_ns=base,
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=base is None and first_ts > 10**15,

@@ -12,17 +12,19 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
+from ..lane_rules import LaneRules, load_lane_rules
+
 from .runner import PROFILER_OUTPUT, JobOptions, default_output_path, run_job
 
 
 @contextmanager
-def as_perfetto(path: Path, compact: bool, lanes_file: Optional[Path] = None) -> Iterator[Path]:
+def as_perfetto(path: Path, compact: bool, lanes: Optional[LaneRules] = None) -> Iterator[Path]:
     """`path` itself, or for profiler output a temporary Perfetto trace of it, converted (or,
-    with `compact`, compacted by `lanes_file` or the built-in rules), removed afterwards."""
+    with `compact`, compacted by `lanes`), removed afterwards."""
     if not path.name.endswith(PROFILER_OUTPUT):
         yield path
         return
     with tempfile.TemporaryDirectory(prefix="cgtrace-") as folder:
         output = Path(folder) / default_output_path(path).name
-        run_job(path, output, JobOptions(compact=compact, lanes_file=lanes_file, args_strategy="auto"))
+        run_job(path, output, JobOptions(compact=compact, lanes=lanes or load_lane_rules(), args_strategy="auto"))
         yield output

@@ -16,7 +16,7 @@ from ..engine.activity import add_busy_lanes
 from ..engine.compaction import compact
 from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
-from ..engine.pp import NO_PP, Block, BlockKey, find_blocks, link_rank_local, pp_rank_of
+from ..engine.pp import NO_PP, Block, BlockKey, find_blocks, link_rank_local
 from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bounds
 from ..errors import CgtraceError
 from ..fileio.args_file import FileArgsStore
@@ -42,7 +42,7 @@ ARGS_STRATEGIES = ("in-process", "helper", "auto")
 @dataclass(frozen=True)
 class JobOptions:
     compact: bool = False
-    lanes_file: Optional[Path] = None
+    lanes: LaneRules = field(default_factory=load_lane_rules)  # parsed once, by whoever makes the options
     relane: bool = False  # lane by the rules also where the exporter already laned (kineto.INLINE_LANED)
     strict: bool = False
     window: Optional[Window] = None
@@ -63,6 +63,7 @@ class Prepared:
 
     trace: Trace
     summary: dict[str, Any]
+    header: kineto.RankHeader
     blocks: dict[BlockKey, Block] = field(default_factory=dict)
     pp_annotations: str = NO_PP  # which annotations the blocks came from (engine.pp's schemes)
 
@@ -91,7 +92,7 @@ def args_store(strategy: str, output_format: str = "perfetto", written_here: boo
 
 def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[str, Any]:
     """convert (or, with `options.compact`, compact) one trace; returns the summary."""
-    rules = load_lane_rules(options.lanes_file) if options.compact else None
+    rules = options.lanes if options.compact else None
     check_output_path(output_path, options.overwrite)
     if output_path.exists() and input_path.exists() and output_path.samefile(input_path):
         raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
@@ -124,6 +125,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     trace = read_trace(input_path, strict=options.strict, args=args_store(
         options.args_strategy, options.output_format, written_here, compacts=rules is not None))
     input_read()
+    header = kineto.rank_header(trace.metadata, str(input_path))
     summary = trace_summary(trace)
     if options.window is not None:
         cut_to = cut_to_steps if options.window.by_steps else cut
@@ -131,21 +133,19 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
         summary.update(cut_summary)
         summary.update(trace_summary(trace))
     if rules is None:
-        return Prepared(trace, summary)
+        return Prepared(trace, summary, header)
     exported = kineto.inline_laned(trace.metadata) and not options.relane
     summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules)))
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
     if options.output_format == "perfetto":  # a summary row for each GPU's lanes, where v52 draws it
         add_busy_lanes(trace)
-    pp_rank, pp_rank_source, group = pp_rank_of(trace.metadata, str(input_path))
-    info = trace.metadata.get("distributedInfo")
-    if isinstance(info, dict) and kineto.is_rank(info.get("rank")):
+    if header.rank is not None:
         # Written with the track roles, so answers across many ranks' outputs can name each rank.
-        trace.rank = RankIdentity(pp_rank if group else info["rank"], info["rank"])
-    blocks, scheme = find_blocks(trace, rules, pp_rank)
+        trace.rank = RankIdentity(header.pp_rank if header.pp_group else header.rank, header.rank)
+    blocks, scheme = find_blocks(trace, rules, header.pp_rank)
     if scheme != NO_PP:  # a summary leaves out what does not apply
-        summary.update(pp_rank=pp_rank, pp_rank_source=pp_rank_source, pp_annotations=scheme)
-    return Prepared(trace, summary, blocks, scheme)
+        summary.update(pp_rank=header.pp_rank, pp_rank_source=header.pp_rank_source, pp_annotations=scheme)
+    return Prepared(trace, summary, header, blocks, scheme)
 
 
 def write_trace(trace: Trace, stream: BinaryIO, output_format: str = "perfetto") -> dict[str, Any]:
