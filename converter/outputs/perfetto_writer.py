@@ -21,8 +21,7 @@ from ..model import PreparedArgs, Process, SliceTable, Trace, Track, TrackRole
 from ..model.columns import first_positions
 from ..model.nesting import clear_points
 from .annotations import ArgsEncoder
-from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
-                        annotation_name_interner)
+from .interning import EVENT_CATEGORIES, EVENT_NAMES, Interner, annotation_name_interner
 from .flow_fields import FlowFields, write_order
 from .packets import Column, Pieces, Rows, Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, prepare_in_process
@@ -70,8 +69,8 @@ class PerfettoWriter:
         self.sequence = varint_field(10, sequence_id)
         self.buffer = bytearray()
         self.pending_interned: list[bytes] = []
-        self.names = Interner(INTERNED_NAMES, NAME_IID, self.pending_interned)
-        self.categories = Interner(INTERNED_CATEGORIES, CATEGORY_IIDS, self.pending_interned)
+        self.names = Interner(EVENT_NAMES, self.pending_interned)
+        self.categories = Interner(EVENT_CATEGORIES, self.pending_interned)
         self.annotation_names = annotation_name_interner(self.pending_interned)
         self.args = ArgsEncoder(self.annotation_names.field)
         self._heads: dict[tuple, bytes] = {}
