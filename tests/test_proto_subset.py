@@ -136,6 +136,14 @@ def test_fields_module_names_exactly_the_subset():
     assert named_in(fields, "perfetto.protos") == declared
 
 
+def test_writer_names_every_field_number():
+    """Field numbers are written only in fields.py: the writer's encoders never get a bare one."""
+    bare = re.compile(r"\b(?:tag|[a-z_]*_field)\(\s*\d")
+    found = [f"{path.name}:{number}" for path in sorted((ROOT / "converter" / "outputs").glob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), 1) if bare.search(line)]
+    assert not found, f"bare field numbers (name them in fields.py): {found}"
+
+
 SAMPLE_EVENTS = [
     {"name": "process_name", "ph": "M", "pid": 1, "args": {"name": "worker"}},
     {"name": "process_labels", "ph": "M", "pid": 1, "args": {"labels": "rank0,gpu"}},

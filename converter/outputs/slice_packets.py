@@ -21,7 +21,7 @@ from .flow_fields import SliceFlowFields
 from .packets import Column, PieceTable, Pieces, Rows, Spliced
 from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, tag
 
-_TRACE_PACKET = tag(Trace.PACKET, WIRE_BYTES)
+TRACE_PACKET = tag(Trace.PACKET, WIRE_BYTES)
 _TIMESTAMP = tag(TracePacket.TIMESTAMP, WIRE_VARINT)
 _TRACK_EVENT = tag(TracePacket.TRACK_EVENT, WIRE_BYTES)
 _DOUBLE_COUNTER_TAG = tag(TrackEvent.DOUBLE_COUNTER_VALUE, WIRE_FIXED64)
@@ -41,7 +41,7 @@ class PacketTags(msgspec.Struct, frozen=True):
 
     @classmethod
     def of(cls, pieces: Pieces, sequence: bytes) -> "PacketTags":
-        return cls(*(pieces.id(piece) for piece in (_TRACE_PACKET, _TIMESTAMP, _TRACK_EVENT, _DOUBLE_COUNTER_TAG,
+        return cls(*(pieces.id(piece) for piece in (TRACE_PACKET, _TIMESTAMP, _TRACK_EVENT, _DOUBLE_COUNTER_TAG,
                                                      sequence)))
 
 
