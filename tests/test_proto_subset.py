@@ -11,10 +11,12 @@ from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from converter.engine.layout import separate_overlaps
 from converter.model import Track
+from converter.outputs import fields
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.inputs.kineto_reader import parse_trace_text
 
-SUBSET_PATH = Path(__file__).resolve().parent.parent / "proto" / "cgtrace_subset.proto"
+ROOT = Path(__file__).resolve().parent.parent
+SUBSET_PATH = ROOT / "proto" / "cgtrace_subset.proto"
 SCALARS = {
     "double": FD.TYPE_DOUBLE, "float": FD.TYPE_FLOAT, "int64": FD.TYPE_INT64, "uint64": FD.TYPE_UINT64,
     "int32": FD.TYPE_INT32, "uint32": FD.TYPE_UINT32, "sint32": FD.TYPE_SINT32, "sint64": FD.TYPE_SINT64,
@@ -108,6 +110,38 @@ def test_enum_matches_upstream(full_name):
     upstream = {value.name: value.number for value in POOL.FindEnumTypeByName(full_name).values}
     for name, number in ENUMS[full_name].items():
         assert upstream.get(name) == number, f"{full_name}.{name}"
+
+
+def named_in(owner: type, full_name: str) -> dict[str, dict[str, int]]:
+    """fields.py's classes under `owner`, by the full name of the message or enum each stands
+    for: {full name: {attribute: number}}."""
+    named = {}
+    for name, value in vars(owner).items():
+        if isinstance(value, type) and value.__module__ == fields.__name__:
+            full = f"{full_name}.{name}"
+            named[full] = {key: number for key, number in vars(value).items()
+                           if not key.startswith("_") and not isinstance(number, type)}
+            named.update(named_in(value, full))
+    return named
+
+
+def test_fields_module_names_exactly_the_subset():
+    """converter/outputs/fields.py is the .proto's numbers by name: each message's fields
+    upper-cased, each enum's nonzero values; nothing more, nothing less, nothing renumbered."""
+    assert all(name.islower() for fields_ in MESSAGES.values() for name in fields_)
+    declared = {message: {name.upper(): number for name, (_, _, number) in fields_.items()}
+                for message, fields_ in MESSAGES.items() if fields_}
+    declared.update({enum: {name: number for name, number in values.items() if number}
+                     for enum, values in ENUMS.items()})
+    assert named_in(fields, "perfetto.protos") == declared
+
+
+def test_writer_names_every_field_number():
+    """Field numbers are written only in fields.py: the writer's encoders never get a bare one."""
+    bare = re.compile(r"\b(?:tag|[a-z_]*_field)\(\s*\d")
+    found = [f"{path.name}:{number}" for path in sorted((ROOT / "converter" / "outputs").glob("*.py"))
+             for number, line in enumerate(path.read_text().splitlines(), 1) if bare.search(line)]
+    assert not found, f"bare field numbers (name them in fields.py): {found}"
 
 
 SAMPLE_EVENTS = [

@@ -20,26 +20,25 @@ from __future__ import annotations
 
 from collections import Counter
 from itertools import chain
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator
 
 import msgspec
 import numpy as np
 
 from ..model import decode_json
+from .fields import DebugAnnotation, TrackEvent
 from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, length_prefixed, pack_double, string_field, tag, varint
 
 ARGS_ANNOTATION_NAME = "args"
-_DEBUG_ANNOTATIONS = tag(4, WIRE_BYTES)   # TrackEvent.debug_annotations
-# DebugAnnotation fields.
-_BOOL = tag(2, WIRE_VARINT)
-_UINT = tag(3, WIRE_VARINT)
-_INT = tag(4, WIRE_VARINT)
-_DOUBLE = tag(5, WIRE_FIXED64)
-_STRING = 6
-_LEGACY_JSON_VALUE = tag(9, WIRE_BYTES)
-_NAME = 10
-_DICT_ENTRIES = tag(11, WIRE_BYTES)
-_ARRAY_VALUES = tag(12, WIRE_BYTES)
+_DEBUG_ANNOTATIONS = tag(TrackEvent.DEBUG_ANNOTATIONS, WIRE_BYTES)
+_BOOL = tag(DebugAnnotation.BOOL_VALUE, WIRE_VARINT)
+_UINT = tag(DebugAnnotation.UINT_VALUE, WIRE_VARINT)
+_INT = tag(DebugAnnotation.INT_VALUE, WIRE_VARINT)
+_DOUBLE = tag(DebugAnnotation.DOUBLE_VALUE, WIRE_FIXED64)
+_STRING = DebugAnnotation.STRING_VALUE
+_LEGACY_JSON_VALUE = tag(DebugAnnotation.LEGACY_JSON_VALUE, WIRE_BYTES)
+_DICT_ENTRIES = tag(DebugAnnotation.DICT_ENTRIES, WIRE_BYTES)
+_ARRAY_VALUES = tag(DebugAnnotation.ARRAY_VALUES, WIRE_BYTES)
 
 _INT64_MIN, _INT64_MAX, _UINT64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 _DOT, _BACKSLASH, _BRACKET, _BRACE, _ZERO, _LOWER_E, _NULL_N, _NULL_U, _NULL_L = b".\\[{0enul"
@@ -59,9 +58,9 @@ _LONG_NUMBER_STEPS = (1, 2, 4, 8, 2)
 _PLAIN_INT_DIGITS = 18  # digits alone, so below 10**18: an int64, written as `int_value`
 
 
-def encode_value(value, name_ref: Optional[Callable[[str], bytes]] = None) -> bytes:
+def encode_value(value, name_ref: Callable[[str], bytes]) -> bytes:
     """The value fields of a DebugAnnotation; None gives no value (trace_processor skips it).
-    `name_ref` interns dict keys (name_iid) instead of writing them inline."""
+    `name_ref` interns dict keys: their encoded name_iid field."""
     kind = type(value)
     if kind is int:
         if _INT64_MIN <= value <= _INT64_MAX:
@@ -89,9 +88,8 @@ def _placeholder(item) -> bytes:
     return string_field(_STRING, "null" if item is None else "[]" if type(item) is list else "{}")
 
 
-def _entry(key: str, value, name_ref: Optional[Callable[[str], bytes]] = None) -> bytes:
-    name = string_field(_NAME, key) if name_ref is None else name_ref(key)
-    return _DICT_ENTRIES + length_prefixed(name + encode_value(value, name_ref))
+def _entry(key: str, value, name_ref: Callable[[str], bytes]) -> bytes:
+    return _DICT_ENTRIES + length_prefixed(name_ref(key) + encode_value(value, name_ref))
 
 
 class ArgsEncoder:

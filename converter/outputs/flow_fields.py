@@ -23,11 +23,12 @@ from operator import attrgetter
 import numpy as np
 
 from ..model import Trace, Track
+from .fields import TrackEvent
 from .packets import Column, gather_runs
 from .wire import WIRE_FIXED64, tag
 
-_FLOW_ID = tag(47, WIRE_FIXED64)
-_TERMINATING_FLOW_ID = tag(48, WIRE_FIXED64)
+_FLOW_ID = tag(TrackEvent.FLOW_IDS, WIRE_FIXED64)
+_TERMINATING_FLOW_ID = tag(TrackEvent.TERMINATING_FLOW_IDS, WIRE_FIXED64)
 _TAGS = np.frombuffer(_FLOW_ID + _TERMINATING_FLOW_ID, np.uint8).reshape(2, -1)  # both tags are 2 bytes
 _TAG_WIDTH = _TAGS.shape[1]
 _WIDTH = _TAG_WIDTH + 8  # a tag and a fixed64 id

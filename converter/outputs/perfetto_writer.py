@@ -21,12 +21,14 @@ from ..model import PreparedArgs, Process, SliceTable, Trace, Track, TrackRole
 from ..model.columns import first_positions
 from ..model.nesting import clear_points
 from .annotations import ArgsEncoder
-from .interning import (CATEGORY_IIDS, INTERNED_CATEGORIES, INTERNED_NAMES, NAME_IID, Interner,
-                        annotation_name_interner)
+from .interning import EVENT_CATEGORIES, EVENT_NAMES, Interner, annotation_name_interner
+from .fields import (ChromeEventBundle, ChromeMetadata, ProcessDescriptor, ThreadDescriptor, TrackDescriptor,
+                     TracePacket, TrackEvent)
 from .flow_fields import FlowFields, write_order
 from .packets import Column, Pieces, Rows, Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, prepare_in_process
-from .slice_packets import PACKETS_AT_ONCE, ArgsRuns, PacketHelper, PacketTags, SliceBatch, encode_batch, packets
+from .slice_packets import (PACKETS_AT_ONCE, TRACE_PACKET, ArgsRuns, PacketHelper, PacketTags, SliceBatch, encode_batch,
+                            packets)
 from .wire import WIRE_BYTES, bytes_field, length_prefixed, string_field, tag, varint_field
 
 _FLUSH_BYTES = 1 << 22
@@ -36,27 +38,22 @@ _HELPER_WAIT_TOLERATED = 1e-3  # seconds
 # trace_processor keeps it in `metadata` as "cr-cgtrace_track_roles" (or "cr-<k>-cgtrace_track_roles").
 TRACK_ROLES_NAME = "cgtrace_track_roles"
 
-# perfetto.protos field numbers (see proto/cgtrace_subset.proto).
-_TRACE_PACKET = tag(1, WIRE_BYTES)
-_INTERNED_DATA = tag(12, WIRE_BYTES)
-_NEEDS_STATE = varint_field(13, 2)       # SEQ_NEEDS_INCREMENTAL_STATE
-_STATE_CLEARED = varint_field(13, 1)     # SEQ_INCREMENTAL_STATE_CLEARED
-_FIRST_ON_SEQUENCE = varint_field(87, 1)
-_TRACK_DESCRIPTOR = 60
-_CHROME_EVENTS = 5
-_CHROME_METADATA = 2
+_INTERNED_DATA = tag(TracePacket.INTERNED_DATA, WIRE_BYTES)
+_NEEDS_STATE = varint_field(TracePacket.SEQUENCE_FLAGS, TracePacket.SequenceFlags.SEQ_NEEDS_INCREMENTAL_STATE)
+_STATE_CLEARED = varint_field(TracePacket.SEQUENCE_FLAGS, TracePacket.SequenceFlags.SEQ_INCREMENTAL_STATE_CLEARED)
+_FIRST_ON_SEQUENCE = varint_field(TracePacket.FIRST_PACKET_ON_SEQUENCE, True)
 
-_TYPE_BEGIN = varint_field(9, 1)
-_TYPE_END = varint_field(9, 2)
-_TYPE_INSTANT = varint_field(9, 3)
-_TYPE_COUNTER = varint_field(9, 4)
-_TRACK_UUID = 11
+_TYPE_BEGIN = varint_field(TrackEvent.TYPE, TrackEvent.Type.TYPE_SLICE_BEGIN)
+_TYPE_END = varint_field(TrackEvent.TYPE, TrackEvent.Type.TYPE_SLICE_END)
+_TYPE_INSTANT = varint_field(TrackEvent.TYPE, TrackEvent.Type.TYPE_INSTANT)
+_TYPE_COUNTER = varint_field(TrackEvent.TYPE, TrackEvent.Type.TYPE_COUNTER)
 _SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
 _ID = np.int32               # a piece's id
 
 _START, _TRACK, _VALUE, _FLAT = map(attrgetter, ("ts", "track", "value", "flat"))
-_SIBLING_MERGE_NONE = varint_field(15, 2)
-_CHILD_ORDERING_EXPLICIT = varint_field(11, 3)
+_SIBLING_MERGE_NONE = varint_field(TrackDescriptor.SIBLING_MERGE_BEHAVIOR,
+                                   TrackDescriptor.SiblingMergeBehavior.SIBLING_MERGE_BEHAVIOR_NONE)
+_CHILD_ORDERING_EXPLICIT = varint_field(TrackDescriptor.CHILD_ORDERING, TrackDescriptor.ChildTracksOrdering.EXPLICIT)
 
 
 class PerfettoWriter:
@@ -67,11 +64,11 @@ class PerfettoWriter:
         """Several writers may fill one file (a merge writes one part per rank): each needs its
         own sequence id (interning is per sequence) and disjoint uuid and flow-id ranges."""
         self.stream = stream
-        self.sequence = varint_field(10, sequence_id)
+        self.sequence = varint_field(TracePacket.TRUSTED_PACKET_SEQUENCE_ID, sequence_id)
         self.buffer = bytearray()
         self.pending_interned: list[bytes] = []
-        self.names = Interner(INTERNED_NAMES, NAME_IID, self.pending_interned)
-        self.categories = Interner(INTERNED_CATEGORIES, CATEGORY_IIDS, self.pending_interned)
+        self.names = Interner(EVENT_NAMES, self.pending_interned)
+        self.categories = Interner(EVENT_CATEGORIES, self.pending_interned)
         self.annotation_names = annotation_name_interner(self.pending_interned)
         self.args = ArgsEncoder(self.annotation_names.field)
         self._heads: dict[tuple, bytes] = {}
@@ -104,26 +101,27 @@ class PerfettoWriter:
         return uuids, process_uuids
 
     def _track_descriptor(self, track: Track, uuids: dict, process_uuids: dict) -> bytes:
-        body = varint_field(1, uuids[id(track)])
+        body = varint_field(TrackDescriptor.UUID, uuids[id(track)])
         thread = track.thread
         if thread is not None and thread.process.row_group:
-            return body + varint_field(5, process_uuids[id(thread.process)]) + \
-                string_field(2, thread.row_title) + _SIBLING_MERGE_NONE
+            return body + varint_field(TrackDescriptor.PARENT_UUID, process_uuids[id(thread.process)]) + \
+                string_field(TrackDescriptor.NAME, thread.row_title) + _SIBLING_MERGE_NONE
         if thread is not None:
-            descriptor = varint_field(1, thread.process.pid) + varint_field(2, thread.tid) + \
-                string_field(5, thread.display_name)
-            return body + bytes_field(4, descriptor)
+            descriptor = varint_field(ThreadDescriptor.PID, thread.process.pid) + \
+                varint_field(ThreadDescriptor.TID, thread.tid) + \
+                string_field(ThreadDescriptor.THREAD_NAME, thread.display_name)
+            return body + bytes_field(TrackDescriptor.THREAD, descriptor)
         if track.parent is not None:
-            body += varint_field(5, _parent_uuid(track.parent, uuids))
+            body += varint_field(TrackDescriptor.PARENT_UUID, _parent_uuid(track.parent, uuids))
         elif track.process is not None:
-            body += varint_field(5, process_uuids[id(track.process)])
-        body += string_field(2, track.name) + _SIBLING_MERGE_NONE
+            body += varint_field(TrackDescriptor.PARENT_UUID, process_uuids[id(track.process)])
+        body += string_field(TrackDescriptor.NAME, track.name) + _SIBLING_MERGE_NONE
         if track.order:
-            body += varint_field(12, track.order)
+            body += varint_field(TrackDescriptor.SIBLING_ORDER_RANK, track.order)
         if track.orders_children:
             body += _CHILD_ORDERING_EXPLICIT
         if track.is_counter:
-            body += bytes_field(8, b"")
+            body += bytes_field(TrackDescriptor.COUNTER, b"")
         return body
 
     def _write_track_roles(self, trace: Trace, uuids: dict[int, int], process_uuids: dict[int, int]) -> None:
@@ -138,11 +136,13 @@ class PerfettoWriter:
         if trace.rank is not None:
             document["rank"] = {"pp_rank": trace.rank.pp_rank, "global_rank": trace.rank.global_rank,
                                 "groups": [process_uuids[id(p)] for p in trace.processes if p.row_group]}
-        entry = string_field(1, TRACK_ROLES_NAME) + string_field(2, msgspec.json.encode(document).decode())
-        self._emit(self.sequence + bytes_field(_CHROME_EVENTS, bytes_field(_CHROME_METADATA, entry)))
+        entry = string_field(ChromeMetadata.NAME, TRACK_ROLES_NAME) + \
+            string_field(ChromeMetadata.STRING_VALUE, msgspec.json.encode(document).decode())
+        bundle = bytes_field(ChromeEventBundle.METADATA, entry)
+        self._emit(self.sequence + bytes_field(TracePacket.CHROME_EVENTS, bundle))
 
     def _emit_descriptor(self, descriptor: bytes) -> None:
-        self._emit(self.sequence + bytes_field(_TRACK_DESCRIPTOR, descriptor))
+        self._emit(self.sequence + bytes_field(TracePacket.TRACK_DESCRIPTOR, descriptor))
 
     def _take_uuid(self) -> int:
         uuid = self.next_uuid
@@ -291,7 +291,7 @@ class PerfettoWriter:
         samples = trace.counters
         pieces = Pieces()
         head = _pieces_by_first_use(first_positions(map(_TRACK, samples), len(samples))[0], lambda index: pieces.id(
-            _TYPE_COUNTER + varint_field(_TRACK_UUID, uuids[id(samples[index].track)])))
+            _TYPE_COUNTER + varint_field(TrackEvent.TRACK_UUID, uuids[id(samples[index].track)])))
         times = np.fromiter(map(_START, samples), np.int64, len(samples))
         values = np.fromiter(map(_VALUE, samples), "<f8", len(samples))
         tags = PacketTags.of(pieces, self.sequence)
@@ -303,7 +303,7 @@ class PerfettoWriter:
             self._write_encoded([packets(table, tags, times[part], tags.sequence, event)])
 
     def _emit(self, packet: bytes) -> None:
-        self.buffer += _TRACE_PACKET + length_prefixed(packet)
+        self.buffer += TRACE_PACKET + length_prefixed(packet)
         if len(self.buffer) >= _FLUSH_BYTES:
             self._flush()
 
@@ -360,7 +360,7 @@ def _runs(table: SliceTable, tracks: list[Track], uuids: dict[int, int]) -> Iter
     ordered, places = order[:written], places[:written]
     firsts = np.flatnonzero(np.diff(places, prepend=-1)).tolist()  # where each track's rows begin
     for first, last in zip(firsts, [*firsts[1:], written]):
-        yield varint_field(_TRACK_UUID, uuids[id(tracks[places[first]])]), ordered[first:last]
+        yield varint_field(TrackEvent.TRACK_UUID, uuids[id(tracks[places[first]])]), ordered[first:last]
 
 
 def _batches(table: SliceTable, runs: Iterator[tuple[bytes, np.ndarray]]) -> Iterator[list[tuple[bytes, np.ndarray]]]:
@@ -452,13 +452,17 @@ def _process_descriptor(process: Process, uuid: int, uuids: dict[int, int]) -> b
     """A process's descriptor, or for a row group a plain track (under its parent, if any,
     ranked among its siblings by its sort index)."""
     if process.row_group:
-        parent = b"" if process.parent is None else varint_field(5, _parent_uuid(process.parent, uuids))
-        order = b"" if process.sort_index is None else varint_field(12, process.sort_index)
-        return varint_field(1, uuid) + parent + string_field(2, process.display_name) + _SIBLING_MERGE_NONE + order
-    descriptor = varint_field(1, process.pid) + string_field(6, process.display_name)
+        parent = b"" if process.parent is None else \
+            varint_field(TrackDescriptor.PARENT_UUID, _parent_uuid(process.parent, uuids))
+        order = b"" if process.sort_index is None else \
+            varint_field(TrackDescriptor.SIBLING_ORDER_RANK, process.sort_index)
+        return varint_field(TrackDescriptor.UUID, uuid) + parent + \
+            string_field(TrackDescriptor.NAME, process.display_name) + _SIBLING_MERGE_NONE + order
+    descriptor = varint_field(ProcessDescriptor.PID, process.pid) + \
+        string_field(ProcessDescriptor.PROCESS_NAME, process.display_name)
     for label in process.labels:
-        descriptor += string_field(8, label)
-    return varint_field(1, uuid) + bytes_field(3, descriptor)
+        descriptor += string_field(ProcessDescriptor.PROCESS_LABELS, label)
+    return varint_field(TrackDescriptor.UUID, uuid) + bytes_field(TrackDescriptor.PROCESS, descriptor)
 
 
 def _parent_uuid(parent: Track, uuids: dict[int, int]) -> int:

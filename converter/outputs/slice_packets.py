@@ -16,14 +16,15 @@ from typing import Any, BinaryIO, Callable, Iterator, Protocol
 import msgspec
 import numpy as np
 
+from .fields import Trace, TracePacket, TrackEvent
 from .flow_fields import SliceFlowFields
 from .packets import Column, PieceTable, Pieces, Rows, Spliced
 from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, tag
 
-_TRACE_PACKET = tag(1, WIRE_BYTES)
-_TIMESTAMP = tag(8, WIRE_VARINT)
-_TRACK_EVENT = tag(11, WIRE_BYTES)
-_DOUBLE_COUNTER_TAG = tag(44, WIRE_FIXED64)
+TRACE_PACKET = tag(Trace.PACKET, WIRE_BYTES)
+_TIMESTAMP = tag(TracePacket.TIMESTAMP, WIRE_VARINT)
+_TRACK_EVENT = tag(TracePacket.TRACK_EVENT, WIRE_BYTES)
+_DOUBLE_COUNTER_TAG = tag(TrackEvent.DOUBLE_COUNTER_VALUE, WIRE_FIXED64)
 PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time
 
 ArgsRuns = Callable[[np.ndarray, np.ndarray], Spliced]  # (starts, lengths) -> those runs of the encoded args
@@ -40,7 +41,7 @@ class PacketTags(msgspec.Struct, frozen=True):
 
     @classmethod
     def of(cls, pieces: Pieces, sequence: bytes) -> "PacketTags":
-        return cls(*(pieces.id(piece) for piece in (_TRACE_PACKET, _TIMESTAMP, _TRACK_EVENT, _DOUBLE_COUNTER_TAG,
+        return cls(*(pieces.id(piece) for piece in (TRACE_PACKET, _TIMESTAMP, _TRACK_EVENT, _DOUBLE_COUNTER_TAG,
                                                      sequence)))
 
 
