@@ -24,7 +24,8 @@ from .errors import CgtraceError  # noqa: E402
 from .fileio.regular import read_small_text  # noqa: E402
 from .heap import end_process, keep_models_to_the_end, reuse_freed_memory_after_reads  # noqa: E402
 from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E402
-from .jobs.merge import default_merge_output, merge_ranks  # noqa: E402
+from .jobs.merge import merge_ranks  # noqa: E402
+from .jobs.rank_files import default_merge_output  # noqa: E402
 from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
 from .jobs.stopping import exit_status, signals_unwind  # noqa: E402
 from .lane_rules import DEFAULT_LANES_TOML, load_lane_rules  # noqa: E402

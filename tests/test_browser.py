@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional
 import pytest
 
 from converter.analysis.view import TraceServer, find_web_dist
-from converter.jobs.merge import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
+from converter.engine.placement import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
 from converter.generator import write_pp_run
 
 from converter.analysis.report import TRACK_ROLES_SQL

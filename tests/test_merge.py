@@ -14,7 +14,7 @@ import pytest
 
 from converter.outputs.args_accelerator import BackgroundArgsEncoder, EncodedArgs
 from converter.generator import pipeline_schedule, write_pp_run
-from converter.jobs.merge import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
+from converter.engine.placement import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
 
 from .helpers import merge_files as merge_ranks
 from converter.inputs.source import json_size

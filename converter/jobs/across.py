@@ -20,7 +20,7 @@ from ..analysis.report import DEFINITIONS, TRACK_ROLES_SQL, build_report
 from ..errors import CgtraceError
 from ..lane_rules import LaneRules, load_lane_rules
 from .executors import Workers, for_cluster, run_tasks
-from .merge import MERGED_OUTPUT_NAME, find_rank_files
+from .rank_files import MERGED_OUTPUT_NAME, find_rank_files
 from .readable import as_perfetto
 from .runner import PERFETTO_SUFFIX
 

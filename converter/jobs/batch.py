@@ -18,7 +18,8 @@ from ..errors import CgtraceError
 from ..fileio.atomic import check_output_path, remove_leftovers
 from ..inputs.source import json_size
 from .executors import for_cluster, open_workers, run_tasks
-from .merge import default_jobs, find_rank_files, helper_fits
+from .merge import default_jobs, helper_fits
+from .rank_files import find_rank_files
 from .runner import JobOptions, default_output_path, run_job
 
 

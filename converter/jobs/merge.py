@@ -12,7 +12,6 @@ so they concatenate into one valid trace.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import tempfile
 from collections import Counter
@@ -24,33 +23,25 @@ from typing import Any, BinaryIO, Callable, Container, Optional, cast
 from .. import kineto
 from ..engine.activity import busy_gpu_changes, running_totals
 from ..engine.layout import separate_overlaps
+from ..engine.placement import place_rank, root_name, root_trace
 from ..engine.pp import STAGELESS, Anchor, BlockKey, Extent, link_rank_local, pair_sends_and_receives, pair_stages
 from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
 from ..inputs.source import json_size
-from ..model import CounterSample, FlowEnd, RankIdentity, Trace, Track, TrackRole
+from ..model import FlowEnd, RankIdentity
 from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
 from .executors import Workers, for_cluster, open_workers, run_tasks
-from .runner import PROFILER_OUTPUT, JobOptions, Prepared, prepare
+from .rank_files import find_rank_files
+from .runner import JobOptions, Prepared, prepare
 from .snapshot import load_snapshot, save_snapshot
 from .verify import Expected, verify_output
 
-PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
-RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orders the ranks
-_ROOT_UUID = 1 << 62
-_GLOBAL_INSTANTS_UUID = _ROOT_UUID + 1  # every rank's global instants on one shared row
-_BOOKKEEPING_UUID = _ROOT_UUID + 2      # where the profiler's bookkeeping rows of every rank hang
-# v52 orders top-level tracks by name: this one must sort after both ranks' roots.
-BOOKKEEPING_ROOT_NAME = "Spans and markers (profiler)"  # short: the UI cuts longer titles
-# Sibling ranks under the root given to each rank: its GPU lane containers, then its processes.
-_ROWS_PER_RANK = 64
 # For choosing how many ranks to hold at once (measured: see the README's merge table):
 # a rank's model per byte of its JSON, and a process's own interpreter and modules.
 _RANK_BYTES_PER_JSON_BYTE = 1.5
 _PROCESS_BYTES = 24 << 20
 _ENCODED_ARGS_PER_JSON_BYTE = 0.25
-_RANK_TRACE_NAME = re.compile(r"^(rank.*_trace|.*\.pt\.trace)\.json(\.gz)?$")
 
 
 @dataclass
@@ -80,37 +71,6 @@ class RankPlan:
     in_pp_group: bool
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
-
-
-def default_merge_output(inputs: list[Path], group: int, groups: int) -> Path:
-    """Where a merge writes pipeline `group` of `groups` without -o: beside the rank traces,
-    `pp_traces_merged.perfetto-trace`, or `pp_group<k>_merged.perfetto-trace` for several."""
-    first = inputs[0]
-    directory = first if first.is_dir() else first.parent
-    return directory / ("pp_traces_merged.perfetto-trace" if groups == 1 else f"pp_group{group}_merged.perfetto-trace")
-
-
-# The names default_merge_output gives: files that hold many ranks, not one rank's trace.
-MERGED_OUTPUT_NAME = re.compile(r"^(pp_traces|pp_group\d+)_merged\.perfetto-trace$")
-
-
-def find_rank_files(inputs: list[Path]) -> list[Path]:
-    """Explicit files, or the trace files of one directory: those named like rank traces
-    (`rank*_trace.json`, `*.pt.trace.json`) when there are any, so a config or results JSON
-    beside them is left alone; otherwise every JSON file there."""
-    if len(inputs) == 1 and inputs[0].is_dir():
-        directory = inputs[0]
-        files = sorted(p for p in directory.iterdir()
-                       if p.is_file() and p.name.endswith(PROFILER_OUTPUT) and not p.name.startswith("."))
-        if not files:
-            raise CgtraceError(f"{directory}: is a directory with no trace files (*.json, *.json.gz); pass a trace "
-                               "file or a directory of rank traces")
-        named = [p for p in files if _RANK_TRACE_NAME.match(p.name)]
-        return named or files
-    for path in inputs:
-        if not path.is_file():
-            raise CgtraceError(f"{path}: no such file; pass rank trace files or one directory")
-    return list(inputs)
 
 
 def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
@@ -217,8 +177,10 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         verified.update(verify_output(temporary, expected, options.tp_bin, shown_as=target))
 
     with atomic_output(output, options.overwrite, check if options.verify else None) as stream:
-        root = PIPELINE_ROOT_NAME if any(plan.in_pp_group for plan in plans) else RANKS_ROOT_NAME
-        _write_root(cast(BinaryIO, stream), root, busy_gpus)  # a DirectWriter: PerfettoWriter only calls write()
+        root = root_trace(root_name(any(plan.in_pp_group for plan in plans)), busy_gpus)
+        writer = PerfettoWriter(cast(BinaryIO, stream), sequence_id=1)  # a DirectWriter: the writer only calls write()
+        writer.write(root)
+        writer.close()
         for part in parts:
             with open(part.path, "rb") as written:
                 shutil.copyfileobj(written, stream, 1 << 22)
@@ -339,7 +301,7 @@ def _write_rank_part(plan: RankPlan, path: str) -> RankPart:
     summary.update(link_rank_local(trace, blocks))
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         trace.flow_ends.append(FlowEnd(blocks[key].slice_at(anchor).row, flow_id, outgoing))
-    _place_rank(trace, plan)
+    place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank), plan.in_pp_group)
     summary["overlaps_moved"] = separate_overlaps(trace)
     stride = plan.position + 1
     with open(path, "wb") as stream:
@@ -350,49 +312,3 @@ def _write_rank_part(plan: RankPlan, path: str) -> RankPart:
                    file=plan.file)
     return RankPart(path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters)),
                     busy_gpu_changes(trace))
-
-
-def _place_rank(trace: Trace, plan: RankPlan) -> None:
-    """Hang all the rank's rows under the pipeline root in PP order (the one ordering Perfetto
-    v52 honours above processes: it orders process groups by slice count, and a thread's row
-    ignores any parent), first its GPU lanes, then each process as a group of rows titled after
-    the rank, its threads' rows titled with their input names and tids; and hang the profiler's
-    bookkeeping (global instants, on the row all ranks share, then each rank's profiler span)
-    under one root of its own. Nothing of a rank is written as an OS process, so no title shows
-    a pid or tid the merge would have to invent to keep ranks apart."""
-    trace.rank = RankIdentity(plan.pp_rank, plan.global_rank)
-    prefix = f"{'PP rank' if plan.in_pp_group else 'rank'} {plan.pp_rank} (global {plan.global_rank})"
-    first_row = plan.position * _ROWS_PER_RANK + 1
-    for track in trace.tracks:
-        if track.role is TrackRole.GLOBAL:
-            track.uuid, track.parent = _GLOBAL_INSTANTS_UUID, _BOOKKEEPING_PLACE
-    for index, process in enumerate(trace.processes):
-        process.name = f"{prefix} · {process.short_name}"
-        process.labels = []
-        if process.row_group:
-            process.parent, process.sort_index = _BOOKKEEPING_PLACE, plan.position + 1
-            continue
-        process.row_group, process.parent = True, _ROOT_PLACE
-        process.sort_index = first_row + _ROWS_PER_RANK // 2 + index
-    containers = [t for t in trace.tracks if t.role is TrackRole.LANES]
-    for rank_in_part, container in enumerate(containers):
-        container.name = f"{prefix} · {container.name}"
-        container.parent = _ROOT_PLACE
-        container.order = first_row + rank_in_part
-
-
-# Where each rank's GPU lanes, and its profiler bookkeeping, hang: the roots _write_root names,
-# by their uuids.
-_ROOT_PLACE = Track(name="", orders_children=True, uuid=_ROOT_UUID)
-_BOOKKEEPING_PLACE = Track(name="", orders_children=True, uuid=_BOOKKEEPING_UUID)
-
-
-def _write_root(stream: BinaryIO, name: str, busy_gpus: list[tuple[int, int]]) -> None:
-    """The two roots; the pipeline's is a counter of its busy GPUs, so the first screen, every
-    group collapsed, shows the pipeline's work and its bubbles."""
-    root = Track(name=name, orders_children=True, uuid=_ROOT_UUID, is_counter=bool(busy_gpus))
-    root_only = Trace(tracks=[root, Track(name=BOOKKEEPING_ROOT_NAME, orders_children=True, uuid=_BOOKKEEPING_UUID)],
-                      counters=[CounterSample(ts, busy, root) for ts, busy in busy_gpus])
-    writer = PerfettoWriter(stream, sequence_id=1)
-    writer.write(root_only)
-    writer.close()

@@ -8,7 +8,8 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import CgtraceError
-from .merge import default_merge_output, find_rank_files, merge_ranks
+from .merge import merge_ranks
+from .rank_files import default_merge_output, find_rank_files
 from .runner import PROFILER_OUTPUT, JobOptions, default_output_path, run_job
 
 

@@ -1,0 +1,46 @@
+"""Which files a directory's ranks are, and where a merge of them is written by default.
+
+merge, batch compact/convert, report and query over a directory, and view all pick the same
+files by the same rule.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from ..errors import CgtraceError
+from .runner import PROFILER_OUTPUT
+
+_RANK_TRACE_NAME = re.compile(r"^(rank.*_trace|.*\.pt\.trace)\.json(\.gz)?$")
+
+
+def default_merge_output(inputs: list[Path], group: int, groups: int) -> Path:
+    """Where a merge writes pipeline `group` of `groups` without -o: beside the rank traces,
+    `pp_traces_merged.perfetto-trace`, or `pp_group<k>_merged.perfetto-trace` for several."""
+    first = inputs[0]
+    directory = first if first.is_dir() else first.parent
+    return directory / ("pp_traces_merged.perfetto-trace" if groups == 1 else f"pp_group{group}_merged.perfetto-trace")
+
+
+# The names default_merge_output gives: files that hold many ranks, not one rank's trace.
+MERGED_OUTPUT_NAME = re.compile(r"^(pp_traces|pp_group\d+)_merged\.perfetto-trace$")
+
+
+def find_rank_files(inputs: list[Path]) -> list[Path]:
+    """Explicit files, or the trace files of one directory: those named like rank traces
+    (`rank*_trace.json`, `*.pt.trace.json`) when there are any, so a config or results JSON
+    beside them is left alone; otherwise every JSON file there."""
+    if len(inputs) == 1 and inputs[0].is_dir():
+        directory = inputs[0]
+        files = sorted(p for p in directory.iterdir()
+                       if p.is_file() and p.name.endswith(PROFILER_OUTPUT) and not p.name.startswith("."))
+        if not files:
+            raise CgtraceError(f"{directory}: is a directory with no trace files (*.json, *.json.gz); pass a trace "
+                               "file or a directory of rank traces")
+        named = [p for p in files if _RANK_TRACE_NAME.match(p.name)]
+        return named or files
+    for path in inputs:
+        if not path.is_file():
+            raise CgtraceError(f"{path}: no such file; pass rank trace files or one directory")
+    return list(inputs)
