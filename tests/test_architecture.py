@@ -93,7 +93,7 @@ def test_design_module_map_names_every_module():
 
 
 def test_the_command_line_starts_without_trace_processor():
-    """Converting never needs trace_processor; loading it costs every command 0.25 s and 14 MB."""
+    """Converting never needs trace_processor, whose import would slow every command's start."""
     import subprocess
     import sys
 

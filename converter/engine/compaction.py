@@ -211,8 +211,8 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[int, np.ndar
     summary["annotations_mapped"] += mapped
     summary["annotations_retained"] += len(annotations) - mapped
     merged_away: list[int] = []
-    # Every lane's annotations' args in one sweep of the store: a sweep per lane read the
-    # store's file again for each (462 MB read for a 100 MB generated pipeline rank).
+    # Every lane's annotations' args in one sweep of the store: a sweep per lane would read
+    # the store's file again for each lane, many times the trace's args on a pipeline rank.
     args_texts = iter(trace.args_texts(np.array([row for members in placed.values() for row in members], np.int64)))
     for lane, members in placed.items():
         kept = coalesce(table, members, list(islice(args_texts, len(members))))
