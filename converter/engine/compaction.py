@@ -117,8 +117,9 @@ def _by_process(table: SliceTable, chosen: np.ndarray, process_of_track: np.ndar
 def _pack_lanes(trace: Trace, process: Process, rows: np.ndarray, grouping: LaneGrouping,
                 summary: Counter[str]) -> GpuLanes:
     # A root-level row named after the GPU, not a track inside its process: Perfetto v52 draws
-    # a collapsed process only from its threads' slices, and a collapsed plain row from what it
-    # holds itself, so this row, made a busy-lanes counter (activity.py), shows the GPU's work.
+    # a collapsed process (and its minimap) from its threads' slices only, and lanes written as
+    # threads would be titled "Compute (0)" and sorted by name. Collapsed, this row shows the
+    # GPU's work through its busy-lanes counter (activity.py).
     container = trace.add_track(Track(name=process.short_name, orders_children=True, role=TrackRole.LANES))
     gpu = GpuLanes(process=process, container=container, streams=hardware_streams(trace, rows))
     for lane_group, members in grouping.split(trace.slices, rows):

@@ -135,7 +135,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     exported = kineto.inline_laned(trace.metadata) and not options.relane
     summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules)))
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
-    if options.output_format == "perfetto":  # a summary row for each GPU's lanes, where v52 draws it
+    if options.output_format == "perfetto":  # lane rows' busy counters (activity.py says why)
         add_busy_lanes(trace)
     pp_rank, pp_rank_source, group = pp_rank_of(trace.metadata, str(input_path))
     info = trace.metadata.get("distributedInfo")
