@@ -7,7 +7,7 @@ __all__ = ["open_trace", "__version__"]
 
 def __getattr__(name: str):
     """`converter.open_trace`, imported on first use: trace_processor brings in perfetto and
-    wasmtime, which every CLI command would otherwise pay for at start-up (0.25 s, 10+ MB)."""
+    wasmtime, which every CLI command would otherwise pay for at start-up, in time and memory."""
     if name == "open_trace":
         from .tp import open_trace
 

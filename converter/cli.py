@@ -46,9 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "run", None):
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        # The model's objects are acyclic: cyclic GC passes over them free nothing (they cost
-        # a quarter of the run while every slice was an object; none measurable at 100 MB
-        # since slices are columns).
+        # The model's objects are acyclic: cyclic GC passes over them free nothing and cost
+        # time in proportion to the objects (most while every slice was one).
         gc.disable()
         reuse_freed_memory_after_reads()
         progress.start(enabled=not getattr(args, "quiet", False))

@@ -4,18 +4,16 @@ The C heap (glibc only):
 
 glibc maps every allocation above 128 KB afresh and unmaps it when freed, and trims freed
 memory off the heap's top at once. The writer's numpy temporaries (a few MB per few
-thousand packets) then touch fresh pages every time, and on these VMs a fresh page faults
-on the host: the write of a 100 MB trace took 0.79 instead of 0.57 s once its heap had no
-freed room left to reuse. Allocations up to 32 MB now come from the heap, and the heap is
-trimmed only past 128 MB free: hta_nccl_a100 at 1 GB compacted in 22.1 instead of 23.2 s,
-peaking at 1343 instead of 1326 MiB (one run each). Only once the input is read: reading
-frees memory it never takes again (its columns and lists reallocated as they grow), and a
-heap that keeps it held 29 MB more at the end of reading hta_nccl_a100 at 100 MB, the
-command's peak, for no gain in speed (interleaved runs).
+thousand packets) then touch fresh pages every time, and on VMs a fresh page faults on the
+host, which made the write markedly slower once its heap had no freed room left to reuse.
+Allocations up to 32 MB now come from the heap, and the heap is trimmed only past 128 MB
+free. Only once the input is read: reading frees memory it never takes again (its columns
+and lists reallocated as they grow), and a heap that kept it would raise the command's peak,
+which reading sets, for no gain in speed.
 
-At exit: freeing a converted model object by object as the last reference goes took 0.44 s
-at 1 GB (hta_nccl_a100) while every slice was an object (arrows and counter samples still
-are; slices are columns since 46f825c). The command line keeps the model of a
+At exit: freeing a converted model object by object as the last reference goes costs time
+in proportion to the objects (arrows and counter samples; slices are columns), for memory
+the process is about to give back anyway. The command line keeps the model of a
 job that ends the command (a single convert or compact: not a batch's, whose workers go on to
 the next rank, nor one a query reads afterwards) and ends the process without freeing it;
 code that calls the jobs in a running process (tests, a server) never turns this on.

@@ -1,10 +1,10 @@
 """`cgtrace report`: where GPU time goes, from SQL over the trace in trace_processor.
 
 Every figure is defined once, in DEFINITIONS, which the text and HTML legends, the JSON's
-"definitions" and the README repeat word for word; all of them cover one window per GPU
+"definitions" and docs/cli.md repeat word for word; all of them cover one window per GPU
 (its profiled steps, else its active span), with slices cut at the window's edges. Lanes,
 their groups and kinds, and the ranks of a merge come from the track roles cgtrace wrote
-(the `metadata` entries "cr-[<k>-]cgtrace_track_roles", see README), never from track
+(the `metadata` entries "cr-[<k>-]cgtrace_track_roles", see docs/design.md), never from track
 names; in a trace cgtrace did not compact each GPU slice is grouped by lane rules (`--lanes
 FILE`, else the built-in ones), so both give the same figures. SQL merges each group's
 slices into disjoint busy intervals; the set arithmetic on those is a linear sweep in Python.

@@ -1,10 +1,10 @@
 """Summary rows: how many of a GPU's lanes are busy, and how many of a pipeline's GPUs.
 
-Perfetto v52 shows on a collapsed plain row only what that row holds itself (its process
-summaries and minimap read threads' slices only, and lanes are no thread's), so each GPU's lanes
-hang under a plain row of their own (compaction.py) whose counter gives the collapsed row the
-GPU's activity, and a merged pipeline's root row counts its busy GPUs, dipping in every bubble.
-Both are derived series: every slice stays where it is, counted once.
+Perfetto v52 shows on a collapsed plain row only what that row holds itself, not the slices
+of the rows under it. Each GPU's lanes hang under a plain row of their own (compaction.py says
+why they are not threads of its process), so that row gets a counter of its busy lanes to
+show the GPU's activity collapsed, and a merged pipeline's root row counts its busy GPUs,
+dipping in every bubble. Both are derived series: every slice stays where it is, counted once.
 """
 
 from __future__ import annotations

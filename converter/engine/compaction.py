@@ -117,8 +117,9 @@ def _by_process(table: SliceTable, chosen: np.ndarray, process_of_track: np.ndar
 def _pack_lanes(trace: Trace, process: Process, rows: np.ndarray, grouping: LaneGrouping,
                 summary: Counter[str]) -> GpuLanes:
     # A root-level row named after the GPU, not a track inside its process: Perfetto v52 draws
-    # a collapsed process only from its threads' slices, and a collapsed plain row from what it
-    # holds itself, so this row, made a busy-lanes counter (activity.py), shows the GPU's work.
+    # a collapsed process (and its minimap) from its threads' slices only, and lanes written as
+    # threads would be titled "Compute (0)" and sorted by name. Collapsed, this row shows the
+    # GPU's work through its busy-lanes counter (activity.py).
     container = trace.add_track(Track(name=process.short_name, orders_children=True, role=TrackRole.LANES))
     gpu = GpuLanes(process=process, container=container, streams=hardware_streams(trace, rows))
     for lane_group, members in grouping.split(trace.slices, rows):
@@ -211,8 +212,8 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: dict[int, np.ndar
     summary["annotations_mapped"] += mapped
     summary["annotations_retained"] += len(annotations) - mapped
     merged_away: list[int] = []
-    # Every lane's annotations' args in one sweep of the store: a sweep per lane read the
-    # store's file again for each (462 MB read for a 100 MB generated pipeline rank).
+    # Every lane's annotations' args in one sweep of the store: a sweep per lane would read
+    # the store's file again for each lane, many times the trace's args on a pipeline rank.
     args_texts = iter(trace.args_texts(np.array([row for members in placed.values() for row in members], np.int64)))
     for lane, members in placed.items():
         kept = coalesce(table, members, list(islice(args_texts, len(members))))

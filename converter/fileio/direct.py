@@ -2,9 +2,9 @@
 
 The output and the args store are written once and read back late or never, so caching
 them buys nothing, and on the virtual machines this project is measured on it costs a lot:
-a page the guest touches for the first time faults on the host, and a buffered write of
-800 MB took 0.4-8.9 s of system time (depending on how many recently freed pages the kernel
-had at hand) where O_DIRECT took 0.47 s every time.
+a page the guest touches for the first time faults on the host, so a buffered write's
+system time varied many-fold with how many recently freed pages the kernel had at hand,
+where O_DIRECT's stayed small and the same every time (figures: docs/performance.md).
 
 O_DIRECT wants buffer addresses, lengths and file offsets in whole blocks. Data collects in
 a page-aligned buffer (an anonymous map); whole blocks go out, and `flush` also writes the

@@ -1,9 +1,9 @@
 """Finding a trace's traceEvents array and cutting it into pieces that decode one at a time.
 
-Decoding the whole array at once keeps a Raw object per event alive (a million events: about
-64 MB, and the fragmented heap they leave behind stays with the process) and touches every
-page of the input at once. Piece by piece, only one piece's events are alive and the reader
-can release the input's pages as it goes.
+Decoding the whole array at once keeps a Raw object per event alive (a large transient on a
+big trace, and the fragmented heap they leave behind stays with the process) and touches
+every page of the input at once. Piece by piece, only one piece's events are alive and the
+reader can release the input's pages as it goes.
 
 A cut goes between two events, at `}` `,` `{`. The same bytes can occur inside a string or a
 nested value; then the piece does not decode on its own (a cut inside a string leaves it

@@ -26,14 +26,14 @@ PHASE_CODES = {"s": START, "t": STEP, "f": END}
 
 class FlowEvents:
     """Flow events as the reader meets them, a column per field. Most never give an arrow
-    (the capture cut their chain: 141k of 208k on hta_cuda_graph_rank0), yet an object
-    apiece (about 140 bytes with its time and id) was held through the whole read; binding
+    (the capture cut their chain: on a CUDA-graph trace, most of them), yet an object
+    apiece (with its time and id) was held through the whole read; binding
     reads the columns of complete chains' events. Phases are kept as `PHASE_CODES`."""
 
     def __init__(self) -> None:
         self.categories: list[Any] = []
         # With the category, names the chain an event belongs to: int64s while every id is one
-        # (Kineto's), else the ids as read; an int object apiece was 56 MB at 1 GB.
+        # (Kineto's), else the ids as read; an int object apiece would be held through the read.
         self.ids: array | list[Any] = array("q")
         self.phases = bytearray()
         self.times = array("q")
@@ -112,7 +112,7 @@ def bind_flows(events: FlowEvents, slices: SliceTable) -> BoundFlows:
     bound = bind_to_slices(np.frombuffer(events.times, np.int64)[chains.events], _picked(events.tracks, chains.events),
                            np.frombuffer(events.enclosing, np.uint8)[chains.events].astype(bool), slices)
     starts, durations = slices.ts, slices.dur
-    # Columns of a million events at 1 GB: each dropped once used, as binding sets the read's peak.
+    # Columns as long as the flow events: each dropped once used, as binding sets the read's peak.
     positions = np.arange(len(chains.events))
     lead = np.empty(len(positions), np.int64)  # the latest `s` or `t` before each event
     lead[0] = -1
@@ -143,7 +143,7 @@ def _chains(events: FlowEvents) -> _Chains:
     order = np.lexsort(keys)  # by category, then id; stable: a chain's first event comes first
     first_of_chain = np.zeros(total, bool)
     first_of_chain[0] = True
-    while keys:  # each key column dropped once compared (at 1 GB, 14 MB each)
+    while keys:  # each key column (one value per flow event) dropped once compared
         ordered = keys.pop()[order]
         first_of_chain[1:] |= ordered[1:] != ordered[:-1]
         del ordered
@@ -180,8 +180,8 @@ def _id_keys(ids: array | list[Any]) -> np.ndarray:
 
 
 def _picked(items: list[Any], indices: np.ndarray) -> list[Any]:
-    """items[i] for each index, the indices made ints a chunk at a time: at 1 GB a million
-    of them at once, held through binding, set the read's peak."""
+    """items[i] for each index, the indices made ints a chunk at a time: all of them at once,
+    held through binding, set the read's peak on a large trace."""
     picked: list[Any] = []
     for first in range(0, len(indices), _CHUNK):
         picked.extend(map(items.__getitem__, indices[first:first + _CHUNK].tolist()))

@@ -37,7 +37,7 @@ from .runner import JobOptions, Prepared, prepare
 from .snapshot import load_snapshot, save_snapshot
 from .verify import Expected, verify_output
 
-# For choosing how many ranks to hold at once (measured: see the README's merge table):
+# For choosing how many ranks to hold at once (measured on the merges of docs/performance.md):
 # a rank's model per byte of its JSON, and a process's own interpreter and modules.
 _RANK_BYTES_PER_JSON_BYTE = 1.5
 _PROCESS_BYTES = 24 << 20
@@ -143,7 +143,8 @@ def default_jobs(sizes: list[int]) -> int:
 def helper_fits(sizes: list[int], jobs: int) -> bool:
     """Whether pass one's workers should each have an args helper (args_accelerator.py): only
     on idle cores, and while the peak, with the encoded args held for writing, stays below
-    the inputs' total size (so not for two ranks of 75 MB, where interpreters dominate)."""
+    the inputs' total size (so not for small ranks, where the processes' own interpreters
+    dominate)."""
     if 2 * jobs > available_cores():
         return False
     processes = 2 * jobs + 1  # this one, the workers and their helpers

@@ -137,7 +137,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     exported = kineto.inline_laned(trace.metadata) and not options.relane
     summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules)))
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
-    if options.output_format == "perfetto":  # a summary row for each GPU's lanes, where v52 draws it
+    if options.output_format == "perfetto":  # lane rows' busy counters (activity.py says why)
         add_busy_lanes(trace)
     if header.rank is not None:
         # Written with the track roles, so answers across many ranks' outputs can name each rank.

@@ -2,8 +2,7 @@
 
 Pass one reads, compacts and finds a rank's PP blocks; pass two writes the rank's part once
 the arrows across ranks are paired, from the same trace. Reading the JSON is most of a
-rank's work (reading and compacting 100 MB of a real trace: about 3.5 s), while the model
-pickled loads in a fraction of that (0.15 s). The snapshot is three files beside each other
+rank's work, while the pickled model loads in a small fraction of that time. The snapshot is three files beside each other
 in the merge's scratch folder: the model (pickled, one object graph, so the blocks' slices
 keep pointing at the trace's tracks), the args' raw JSON text, and where pass one had them,
 the args already encoded for the Perfetto writer (the args helper's work), so pass two

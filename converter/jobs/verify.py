@@ -31,7 +31,8 @@ def verify_output(path: Path, expected: Expected, tp_bin: Optional[str] = None,
                   shown_as: Optional[Path] = None) -> dict[str, int]:
     """Counts as trace_processor sees them in `path` (a file about to become `shown_as`);
     raises CgtraceError on any load error or any difference from `expected`."""
-    # trace_processor brings in perfetto and wasmtime (0.25 s, 14 MB): only when a check runs.
+    # trace_processor brings in perfetto and wasmtime, a start-up cost in time and memory:
+    # only when a check runs.
     from ..tp import open_trace
 
     with open_trace(path, tp_bin=tp_bin, shown_as=shown_as) as tp:

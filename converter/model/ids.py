@@ -1,7 +1,7 @@
 """Unique int32 process and thread ids for the output.
 
-Perfetto v52 keeps tids in int32, and every pid and tid must be unique where the input's
-were not (stream 7 on every GPU, string ids such as "Spans"). An input id is kept where it
+Perfetto's process and thread descriptors hold int32 ids, and every pid and tid must be
+unique where the input's were not (stream 7 on every GPU, string ids such as "Spans"). An input id is kept where it
 is valid and free; otherwise the next fresh one is handed out.
 """
 

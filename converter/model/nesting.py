@@ -10,9 +10,11 @@ import numpy as np
 
 from .slices import SliceTable
 
-_CHUNK = 1 << 16  # slices whose times are Python ints at once: a whole track's were 24 MB at 100 MB
-# A stretch this short goes to the loop whole: looking inside it costs numpy's fixed costs,
-# tens of us, and the loop about 0.4 us a slice.
+# Slices whose times are Python ints at once: a whole long track's as ints would be a large
+# transient beside the columns.
+_CHUNK = 1 << 16
+# A stretch this short goes to the loop whole: looking inside it with numpy costs more in
+# fixed per-call overhead than the loop takes over its slices.
 _LOOPED_WHOLE = 256
 
 
@@ -41,8 +43,8 @@ def nested_layers(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]:
     columns, for the whole track at once (_crossing); first-fit's loop then runs only over
     the stretches around them where it must: it starts afresh wherever nothing is open, and
     after slices that enclose everything up to such a point (a call stack's outer frames).
-    tracelens_b200_eager's main thread (342k slices, 64 crossing 25 frames deep) took 0.15 s
-    when any crossing sent the whole track to the loop."""
+    So a long track with a few deep crossings (a CPU thread's call stacks) no longer sends
+    every slice through the loop."""
     ordered = nesting_order(table, rows)
     starts, ends = table.spans(ordered)
     crossing = _crossing(starts, ends, table.instant[ordered])

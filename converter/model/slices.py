@@ -1,7 +1,7 @@
 """Every slice of a trace as columns: row i of each column is one slice.
 
-A real trace holds millions of slices. As Python objects they took about 170 bytes each and
-every stage walked them one at a time; as columns they take 37 bytes, and stages select,
+A real trace holds millions of slices. As Python objects each took several times its
+columns' size and every stage walked them one at a time; as columns they take 37 bytes, and stages select,
 sort and move them with numpy. Rows keep the order slices were added in (a stage that drops
 rows keeps the others' order, one that adds appends), which every "in input order" tie-break
 relies on.

@@ -31,8 +31,8 @@ class Process:
     sort_index: Optional[int] = None
     # Written as a group of rows (plain tracks, under `parent` where a job gives one, ranked
     # among its siblings by `sort_index`) rather than as an OS process: profiler bookkeeping
-    # under a made-up pid (Kineto's "Spans"), or a merged rank's process, which only a plain
-    # parent track keeps in pipeline order (v52 orders process groups by slice count).
+    # under a made-up pid (Kineto's "Spans"), or a merged rank's process (jobs/merge.py says
+    # why the UI needs that).
     row_group: bool = False
     parent: Optional["Track"] = None
 

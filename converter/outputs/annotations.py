@@ -5,15 +5,17 @@ Two encodings, chosen per slice for speed without losing a bit:
   through as their raw JSON text in
   `legacy_json_value`; trace_processor expands it into typed args (nested dicts and arrays
   flattened, ints kept as ints). A run of entries is sorted into the two kinds at once, by
-  numpy passes over its text, and the JSON ones cost about 0.6 us a slice in all (1.6 us
-  when each was tested and framed on its own).
+  numpy passes over its text, and the JSON ones are framed by `map` and `join`, with no
+  Python test or framing per entry (which, per entry, cost more than the rest of their
+  encoding).
 - other args become typed `dict_entries` encoded here: trace_processor's JSON parser rounds
   about 1 in 80 short decimals such as 2.962963 to a neighbouring double, v52 aborts on a
   null, and a '.' inside a key is kept by the JSON path but becomes '_' in typed entries
   ("est. achieved occupancy %" -> "est_ achieved occupancy %"), so any dot takes this path
   and every key reads the same way. Array elements that would store nothing (null, [], {})
-  keep their place as JSON text, so later indices do not shift. Kineto kernels repeat most (key, value) pairs, so encoded
-  entries are cached: a dozen args cost a few us instead of the 20 us of naive transcoding.
+  keep their place as JSON text, so later indices do not shift. Kineto kernels repeat most
+  (key, value) pairs, so encoded entries are cached: a kernel's dozen args cost a look-up
+  each instead of a transcoding.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ _DOT, _BACKSLASH, _BRACKET, _BRACE, _ZERO, _LOWER_E, _NULL_N, _NULL_U, _NULL_L =
 _CLOSING = 2  # "]" and "}" follow "[" and "{" in ASCII
 _CASE_BIT = 0x20  # "E" | _CASE_BIT == "e"
 # Text encoded at once: numpy's dozen passes over it stay in the cache (a megabyte at once
-# took twice as long a byte), and so do the piece's lists.
+# does not fit, and each pass then reads memory), and so do the piece's lists.
 _PIECE_BYTES = 1 << 18
 _CACHE_LIMIT = 20_000
 # A key holding more than this share of a full cache has values that rarely repeat (Kineto's

@@ -15,8 +15,7 @@ entry i's encoded bytes by index, with the helper's debug-annotation names inter
 Labels come first: a run is labelled as soon as it arrives, and encoded when nothing newer
 waits, and the labels are sent before the encoding still to do. Where args take the helper
 longer than reading takes the main process (Kineto's "Input Dims" on every op), compaction
-and layout then go on beside the helper's last encoding, instead of waiting for it: 0.43 s
-of 2.9 s on dlrm_rank0 at 100 MB.
+and layout then go on beside the helper's last encoding, instead of waiting for it.
 
 Anything that goes wrong in the helper (a full disk, a kill) only loses the head start:
 `result()` gives None and the writer encodes the args itself.
@@ -170,7 +169,7 @@ class BackgroundArgsEncoder:
 
     def _receive(self, items: array) -> array:
         """The helper's next message, straight into `items` (sized for every entry submitted):
-        at 1 GB the bounds are 28 MB, and a bytes object first would hold them twice."""
+        the bounds are eight bytes an entry, and a bytes object first would hold them twice."""
         if self._results.recv_bytes_into(items) != len(items) * items.itemsize:
             raise ValueError("the args helper answered for fewer entries than were submitted")
         return items
@@ -188,8 +187,8 @@ class EntryLabels:
     def add(self, text: bytes, bounds: np.ndarray, rule: Optional[LabelRule]) -> None:
         """The label of each entry back to back in `text` (entry i is text[bounds[i]:bounds[i + 1]]);
         with no rule (a job that does not compact), none. The rule is asked about each entry
-        only where the run holds its marker: on most traces none does, and labels took 0.04
-        instead of 0.09 s for 350k entries, on the helper that paces args-heavy traces."""
+        only where the run holds its marker: on most traces none does, so the helper, which
+        paces args-heavy traces, skips the rule for most runs."""
         ids, distinct, label_ids = self._ids, self.distinct, self.label_ids
         if rule is None or text.find(rule.marker) < 0:
             label_ids.frombytes(bytes(label_ids.itemsize * (len(bounds) - 1)))
@@ -214,9 +213,9 @@ class EntryLabels:
 _END = np.dtype(np.uint64)  # an entry's end in the ends file (the store's bounds are array("Q"))
 _COPY_BYTES = 1 << 20  # the helper's packets are copied to the output this much at a time
 # The helper stays on for the write only for a trace of this many args entries or more (about
-# 500 MB of Kineto JSON): its 40-50 MB beside the writer's peak is then a few percent of it,
-# and below the write's peak stays under the read's (at 1 GB, 1304 vs 1326 MiB with it, and
-# 5% faster); at 100 MB it raised the peak by 20-35 MB for 5% less time.
+# 500 MB of Kineto JSON): its own memory beside the writer is then a few percent of the
+# peak, and the write's peak stays under the read's; on smaller traces it would raise the
+# peak by more than the little time it saves is worth.
 SHARED_WRITE_ENTRIES = 1 << 21
 
 
@@ -318,7 +317,7 @@ def _answer(results: Connection, output_fd: int, names: list[str], bounds: array
     """The names and bounds go after the encoded entries in their file, and only where they
     are down the pipe: a message that small never waits for the main process to read it, so
     a helper that does not share the write is gone as soon as it is done, not when the writer
-    asks (at 100 MB its memory beside compaction's was the run's peak)."""
+    asks (on smaller traces its memory beside compaction's would set the run's peak)."""
     names_text = msgspec.json.encode(names)
     write_at(output_fd, memoryview(names_text), bounds[-1])
     write_at(output_fd, memoryview(bounds).cast("B"), bounds[-1] + len(names_text))

@@ -8,8 +8,8 @@ time go in file order: where a target that ends where it begins (an instant, or 
 duration) starts at its source's time, the source's track must be written first
 (`write_order`).
 
-A dict from slice to its encoded ids cost about 100 bytes per arrow end for the whole write
-(10 MB for hta_nccl_a100's 56k arrows at 100 MB, ten times that at 1 GB). Here an end is its
+A dict from slice to its encoded ids would hold Python objects per arrow end for the whole
+write, a cost growing with the trace's arrows. Here an end is its
 slice's row and its 10 encoded bytes, sorted by row, and a batch finds its rows' runs with
 two binary searches and copies them as one column, with no Python per slice.
 """

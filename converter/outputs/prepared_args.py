@@ -60,7 +60,8 @@ class EncodedArgs:
 
     def release_pages(self) -> None:
         """A fault on a mapped file maps the 64 KB around it too, so the sparse args of a thread
-        seen now and then across a 1 GB trace held 150 MB of pages for one part of a batch."""
+        seen now and then across a large trace would keep many times their own size resident
+        for one part of a batch."""
         if isinstance(self._blob, mmap.mmap):
             self._blob.madvise(mmap.MADV_DONTNEED)
 

@@ -1,7 +1,7 @@
 """Protobuf wire-format primitives, written by hand because they run once per value encoded.
 
-Building message objects costs about 10 us per slice in Python; appending pre-encoded
-tags and varints to a bytearray costs a fraction of that. Whole columns of packets are
+Building message objects in Python costs many times what appending pre-encoded tags and
+varints to a bytearray does, per slice. Whole columns of packets are
 encoded by packets.py; these serve descriptors, interned data and args.
 """
 
