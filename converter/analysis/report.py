@@ -4,10 +4,10 @@ Every figure is defined once, in DEFINITIONS, which the text and HTML legends, t
 "definitions" and the README repeat word for word; all of them cover one window per GPU
 (its profiled steps, else its active span), with slices cut at the window's edges. Lanes,
 their groups and kinds, and the ranks of a merge come from the track roles cgtrace wrote
-(the `metadata` entries "cr-[<k>-]cgtrace_track_roles", see README), never from track
-names; in a trace cgtrace did not compact each GPU slice is grouped by lane rules (`--lanes
-FILE`, else the built-in ones), so both give the same figures. SQL merges each group's
-slices into disjoint busy intervals; the set arithmetic on those is a linear sweep in Python.
+(model/roles_document.py), never from track names; in a trace cgtrace did not compact each
+GPU slice is grouped by lane rules (`--lanes FILE`, else the built-in ones), so both give
+the same figures. SQL merges each group's slices into disjoint busy intervals; the set
+arithmetic on those is a linear sweep in Python.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import orjson
 
 from ..kineto import KERNEL_CATEGORIES
 from ..lane_rules import LaneRules, load_lane_rules
-from ..model import LaneGroup, LaneKind
+from ..model import LaneGroup, LaneKind, TrackRole, roles_document
+from ..model.roles_document import RolesDocument, TrackEntry
 from .query import format_table, open_checked, run_sql
 
-TRACK_ROLES_SQL = "select str_value from metadata where name glob 'cr-*cgtrace_track_roles' order by id"
 # The figures, each defined once: keys as in the JSON's "definitions".
 DEFINITIONS = {
     "window": "each GPU's profiled steps (its rank's ProfilerStep#N spans on the CPU side), else its active "
@@ -132,33 +132,38 @@ Rank = Optional[tuple[int, int]]  # (PP rank, global rank) of a merged trace's p
 class _Roles:
     """What the track roles written by cgtrace say (empty for other traces)."""
 
-    by_uuid: dict[int, dict[str, Any]] = field(default_factory=dict)
+    by_uuid: dict[int, TrackEntry] = field(default_factory=dict)
     rank_of_uuid: dict[int, Rank] = field(default_factory=dict)  # tracks and a rank's groups of rows
     group_order: dict[str, int] = field(default_factory=dict)  # lane groups as compaction ordered them
     only_rank: Rank = None  # the rank of a trace that holds one (a compacted rank trace): all of it
 
     @classmethod
-    def read(cls, documents: list[str]) -> "_Roles":
+    def read(cls, documents: list[RolesDocument]) -> "_Roles":
         roles = cls()
         order: list[str] = []  # each document's lane groups in its order, merged (a rank may lack some)
-        for text in documents:
-            document = orjson.loads(text)
-            rank = document.get("rank")
-            identity = (rank["pp_rank"], rank["global_rank"]) if rank else None
+        for document in documents:
+            rank = document.rank
+            identity = (rank.pp_rank, rank.global_rank) if rank else None
             place = 0
-            for role in document["tracks"]:
-                roles.by_uuid[role["uuid"]] = role
-                if role["role"] == "lane" and role["group"] not in order:
-                    order.insert(place, role["group"])
-                if role["role"] == "lane":
-                    place = order.index(role["group"]) + 1
-                roles.rank_of_uuid[role["uuid"]] = identity
-            for uuid in rank["groups"] if rank else ():
+            for role in document.tracks:
+                roles.by_uuid[role.uuid] = role
+                roles.rank_of_uuid[role.uuid] = identity
+                lane = _lane_group(role)
+                if lane is not None and lane.id not in order:
+                    order.insert(place, lane.id)
+                if lane is not None:
+                    place = order.index(lane.id) + 1
+            for uuid in rank.groups if rank else ():
                 roles.rank_of_uuid[uuid] = identity
         roles.group_order = {group: index for index, group in enumerate(order)}
         if len(documents) == 1:
             roles.only_rank = next(iter(set(roles.rank_of_uuid.values())), None)
         return roles
+
+
+def _lane_group(role: Optional[TrackEntry]) -> Optional[LaneGroup]:
+    """The lane group of a lane's role; None for any other track."""
+    return role.lane_group if role is not None and role.role is TrackRole.LANE else None
 
 
 class _Trace:
@@ -190,7 +195,7 @@ class _Trace:
         they sit under (-1 - its id): a merged trace groups each rank's GPU lanes under a global
         track named after that rank's GPU process.
         """
-        roles = _Roles.read([text for (text,) in self.rows(TRACK_ROLES_SQL)])
+        roles = _Roles.read([roles_document.decode(text, self.path) for (text,) in self.rows(roles_document.SQL)])
         self.only_rank = roles.only_rank
         tracks = self.rows("""
             select t.id, t.parent_id, coalesce(t.name, th.name), coalesce(pt.upid, th.upid),
@@ -217,12 +222,12 @@ class _Trace:
             track_owner = owner(track_id)
             if track_owner is None:
                 continue
-            role = roles.by_uuid.get(uuid, {})
-            group = None
-            if role.get("role") == "lane":
-                group = role["group"]
-                self.groups.setdefault(group, LaneGroup(group, role["label"], LaneKind(role["kind"])))
-            owned.append((track_id, track_owner, group, int(role.get("role") == "annotations")))
+            role = roles.by_uuid.get(uuid)
+            lane = _lane_group(role)
+            if lane is not None:
+                self.groups.setdefault(lane.id, lane)
+            owned.append((track_id, track_owner, None if lane is None else lane.id,
+                          int(role is not None and role.role is TrackRole.ANNOTATIONS)))
             # Ranked by its own role (a compacted rank's tracks, in its process), or by the
             # group of rows it sits in (a merged rank's).
             for known in (uuid, uuids[-1 - track_owner]) if track_owner < 0 else (uuid,):
