@@ -7,13 +7,12 @@ their groups and kinds, and the ranks of a merge come from the track roles cgtra
 (model/roles_document.py), never from track names; in a trace cgtrace did not compact each
 GPU slice is grouped by lane rules (`--lanes FILE`, else the built-in ones), so both give
 the same figures. SQL merges each group's slices into disjoint busy intervals; the set
-arithmetic on those is a linear sweep in Python.
+arithmetic on those is in intervals.py.
 """
 
 from __future__ import annotations
 
 import html
-from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +24,7 @@ from ..kineto import KERNEL_CATEGORIES
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import LaneGroup, LaneKind, TrackRole, roles_document
 from ..model.roles_document import RolesDocument, TrackEntry
+from .intervals import Intervals, covered, intersect, subtract, union
 from .query import format_table, open_checked, run_sql
 
 # The figures, each defined once: keys as in the JSON's "definitions".
@@ -45,57 +45,6 @@ DEFINITIONS = {
 }
 _PP_KIND_OF = {"F": "F", "B": "B", "I": "I", "W": "W", "SEND_F": "SEND", "SEND_B": "SEND",
                "RECV_F": "RECV", "RECV_B": "RECV"}
-
-Intervals = list[tuple[int, int]]
-
-
-# -- interval arithmetic on sorted, disjoint [start, end) lists ----------------------------------
-def union(intervals: Iterable[tuple[int, int]]) -> Intervals:
-    merged: Intervals = []
-    for start, end in sorted(intervals):
-        if merged and start <= merged[-1][1]:
-            if end > merged[-1][1]:
-                merged[-1] = (merged[-1][0], end)
-        else:
-            merged.append((start, end))
-    return merged
-
-
-def subtract(base: Intervals, cut: Intervals) -> Intervals:
-    """Parts of `base` that no interval of `cut` covers."""
-    out: Intervals = []
-    j = 0
-    for start, end in base:
-        while j < len(cut) and cut[j][1] <= start:
-            j += 1
-        k = j
-        while k < len(cut) and cut[k][0] < end:
-            if cut[k][0] > start:
-                out.append((start, cut[k][0]))
-            start = max(start, cut[k][1])
-            k += 1
-        if start < end:
-            out.append((start, end))
-    return out
-
-
-def intersect(a: Intervals, b: Intervals) -> Intervals:
-    """Parts of `a` that `b` also covers."""
-    return subtract(a, subtract(a, b))
-
-
-def covered(intervals: Intervals, windows: Intervals) -> list[int]:
-    """For each window, how much of it `intervals` covers."""
-    ends = [end for _, end in intervals]
-    totals = []
-    for window_start, window_end in windows:
-        total = 0
-        i = bisect_right(ends, window_start)
-        while i < len(intervals) and intervals[i][0] < window_end:
-            total += min(intervals[i][1], window_end) - max(intervals[i][0], window_start)
-            i += 1
-        totals.append(total)
-    return totals
 
 
 # -- SQL -----------------------------------------------------------------------------------------
@@ -334,7 +283,7 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes_
         "top_kernels": [{"name": name, "count": count, "total_ns": total, "mean_ns": total / count}
                         for name, count, total in kernels],
     }
-    return Report(figures, [gpu.timeline(_gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks])
+    return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks])
 
 
 def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:
@@ -436,6 +385,12 @@ def _share(part: int, whole: int) -> float:
     return round(part / whole, 6) if whole else 0.0
 
 
+def gpu_label(gpu: dict) -> str:
+    """A GPU's figures as one label: its name, and its ranks where it has them."""
+    rank = "" if gpu["pp_rank"] is None else f", PP rank {gpu['pp_rank']} (global rank {gpu['global_rank']})"
+    return gpu["gpu"] + rank
+
+
 # -- output --------------------------------------------------------------------------------------
 def render(report: Report, fmt: str) -> str:
     if fmt == "json":
@@ -464,24 +419,19 @@ class _Table:
     wrap: int = 0
 
 
-def _gpu_label(gpu: dict) -> str:
-    rank = "" if gpu["pp_rank"] is None else f", PP rank {gpu['pp_rank']} (global rank {gpu['global_rank']})"
-    return gpu["gpu"] + rank
-
-
 def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[_Table]:
     gpus = figures["gpus"]
     tables = [_Table(
         "GPUs: busy (any lane) and exposed communication, over the window",
         ["gpu", "window", "window ms", "busy ms", "busy", "exposed comm ms", "exposed comm"],
-        [[_gpu_label(g), f"{len(g['steps'])} steps" if g["window"] == "steps" else g["window"], _ms(g["window_ns"]), _ms(g["busy_ns"]), _pct(g["busy_share"]),
+        [[gpu_label(g), f"{len(g['steps'])} steps" if g["window"] == "steps" else g["window"], _ms(g["window_ns"]), _ms(g["busy_ns"]), _pct(g["busy_share"]),
           _ms(g["exposed_comm_ns"]), _pct(g["exposed_comm_share"])] for g in gpus],
         [2, 3, 4, 5, 6], (4, [g["busy_share"] for g in gpus]))]
     lanes = [(g, lane) for g in gpus for lane in g["lane_groups"]]
     tables.append(_Table(
         "Lane groups: busy, share of the window",
         ["gpu", "lane group", "kind", "busy ms", "share", "slices"],
-        [[_gpu_label(g), lane["group"], lane["kind"], _ms(lane["busy_ns"]), _pct(lane["share"]), str(lane["slices"])]
+        [[gpu_label(g), lane["group"], lane["kind"], _ms(lane["busy_ns"]), _pct(lane["share"]), str(lane["slices"])]
          for g, lane in lanes], [3, 4, 5], (4, [lane["share"] for _, lane in lanes])))
     steps = [(g, step) for g in gpus for step in g["steps"]]
     pp = any("recv_ns" in step for _, step in steps)
@@ -489,7 +439,7 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[_Table]:
     tables.append(_Table(
         "Steps: compute busy and bubble" + (", and time in RECV and SEND blocks" if pp else ""),
         ["gpu", "step", "step ms", "compute busy ms", "bubble ms", "bubble"] + pp_columns,
-        [[_gpu_label(g), step["step"], _ms(step["step_ns"]), _ms(step["compute_busy_ns"]), _ms(step["bubble_ns"]),
+        [[gpu_label(g), step["step"], _ms(step["step_ns"]), _ms(step["compute_busy_ns"]), _ms(step["bubble_ns"]),
           _pct(step["bubble_share"])]
          + [_ms(step[key]) if key in step else "-" for key in
             (("recv_ns", "recv_compute_ns", "send_ns", "send_compute_ns") if pp else ())] for g, step in steps],
