@@ -221,7 +221,8 @@ def test_view_opens_profiler_output_compacted_or_merged(load_in_ui, tmp_path):
 def test_report_html_of_a_merged_pipeline_reads_whole(browser, tmp_path):
     """The report's HTML as a person sees it: every label whole (no cell, heading or legend
     narrower than its text), and a timeline row per rank with its blocks and its bubble."""
-    from converter.analysis.report import build_report, render
+    from converter.analysis.render import render
+    from converter.analysis.report import build_report
 
     files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=4, steps=2, seed=2, graphs_per_step=2,
                          kernels_per_replay=8)
