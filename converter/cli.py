@@ -384,7 +384,8 @@ def _run_query(args) -> int:
 
 
 def _run_report(args) -> int:
-    from .analysis.report import build_report, render
+    from .analysis.render import render
+    from .analysis.report import build_report
     from .fileio.atomic import atomic_output, check_output_path
     from .jobs.readable import as_perfetto
 

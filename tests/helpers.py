@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from converter import open_trace
+from converter.model import roles_document
+from converter.model.roles_document import TrackEntry
 
 SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
@@ -39,6 +41,12 @@ def rows(trace_path, sql: str) -> list[dict]:
 # hold slices (a merged pipeline's root, a counter of busy GPUs, holds rows of rows).
 LANE_CONTAINERS_SQL = """select p.id from track p where p.type glob '*counter*' and exists (
                            select 1 from track c join slice s on s.track_id = c.id where c.parent_id = p.id)"""
+
+
+def track_roles(trace_path) -> list[TrackEntry]:
+    """The roles of every track cgtrace wrote into a trace (every rank's in a merge), read as report reads them."""
+    return [role for row in rows(trace_path, roles_document.SQL)
+            for role in roles_document.decode(row["str_value"], Path(trace_path)).tracks]
 
 
 def problem_stats(trace_path) -> list[dict]:

@@ -10,7 +10,6 @@ Other tests reuse the `load_in_ui` fixture: `names, screenshot = load_in_ui(trac
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import shutil
@@ -25,9 +24,9 @@ from converter.analysis.view import TraceServer, find_web_dist
 from converter.engine.placement import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
 from converter.generator import write_pp_run
 
-from converter.analysis.report import TRACK_ROLES_SQL
+from converter.model import TrackRole
 
-from .helpers import SHARED_TRACES, compact_file, convert_file, rows, write_json
+from .helpers import SHARED_TRACES, compact_file, convert_file, rows, track_roles, write_json
 from .helpers import merge_files as merge_ranks
 from .test_titles import _input_ids as input_ids
 
@@ -222,7 +221,8 @@ def test_view_opens_profiler_output_compacted_or_merged(load_in_ui, tmp_path):
 def test_report_html_of_a_merged_pipeline_reads_whole(browser, tmp_path):
     """The report's HTML as a person sees it: every label whole (no cell, heading or legend
     narrower than its text), and a timeline row per rank with its blocks and its bubble."""
-    from converter.analysis.report import build_report, render
+    from converter.analysis.render import render
+    from converter.analysis.report import build_report
 
     files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=4, steps=2, seed=2, graphs_per_step=2,
                          kernels_per_replay=8)
@@ -257,8 +257,7 @@ SCREEN_PX = 1000
 
 def lane_names(trace: Path) -> set[str]:
     """The names cgtrace gives lanes ("Compute 2"), told apart by their track roles."""
-    lanes = {role["uuid"] for r in rows(trace, TRACK_ROLES_SQL) for role in json.loads(r["str_value"])["tracks"]
-             if role["role"] == "lane"}
+    lanes = {role.uuid for role in track_roles(trace) if role.role is TrackRole.LANE}
     named = rows(trace, """select t.name, (select a.int_value from args a where a.arg_set_id = t.source_arg_set_id
                              and a.key = 'trace_id') uuid from track t""")
     return {r["name"] for r in named if r["uuid"] in lanes}

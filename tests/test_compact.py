@@ -14,7 +14,7 @@ from converter.generator import GeneratorConfig, pipeline_schedule, write_trace
 from converter.lane_rules import load_lane_rules
 from .helpers import compact_file
 
-from .helpers import LANE_CONTAINERS_SQL, problem_stats, rows, shared_trace_param, shared_trace_paths
+from .helpers import LANE_CONTAINERS_SQL, problem_stats, rows, shared_trace_param, shared_trace_paths, track_roles
 from .oracle import expected_from, load_events
 from .test_convert_roundtrip import actual_flows, actual_slices
 
@@ -187,8 +187,7 @@ def test_label_spans_stay_within_one_replay_and_one_step(tmp_path):
     config = GeneratorConfig(seed=5, steps=3, graphs_per_step=6, kernels_per_replay=32, graphs_per_action=2)
     output, summary = compact(tmp_path, write_trace(config, tmp_path / "labels.json"))
     assert summary["kernel_annotation_blocks"] > 0
-    roles = {r["uuid"]: r for r in json.loads(rows(output, "select str_value from metadata where name glob "
-                                                           "'*cgtrace_track_roles'")[0]["str_value"])["tracks"]}
+    roles = {r.uuid: r for r in track_roles(output)}
     spans = rows(output, f"""select s.ts, s.dur, {TRACK_UUID} uuid from slice s join track t on t.id = s.track_id
                              where s.category = 'cuda_graph_label'""")
     kernels = defaultdict(list)  # lane uuid -> (ts, end, launch)
@@ -200,7 +199,7 @@ def test_label_spans_stay_within_one_replay_and_one_step(tmp_path):
                                                 "and category != 'gpu_user_annotation'"))
     assert len(steps) == 3
     for span in spans:
-        lane = roles[span["uuid"]]["home"]
+        lane = roles[span["uuid"]].home
         inside = [k for k in kernels[lane] if span["ts"] <= k[0] and k[1] <= span["ts"] + span["dur"]]
         assert inside and len({launch for _, _, launch in inside}) == 1  # one replay
         assert len({sum(step <= ts for step in steps) for ts, _, _ in inside}) == 1  # one step

@@ -15,13 +15,14 @@ import pytest
 from converter.outputs.args_accelerator import BackgroundArgsEncoder, EncodedArgs
 from converter.generator import pipeline_schedule, write_pp_run
 from converter.engine.placement import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
+from converter.model import LaneKind, TrackRole
 
 from .helpers import merge_files as merge_ranks
 from converter.inputs.source import json_size
 
 MERGE_MODULE = importlib.import_module("converter.jobs.merge")  # `converter.jobs.merge` is also a function
 
-from .helpers import LANE_CONTAINERS_SQL, SHARED_TRACES, problem_stats, require_shared_traces, rows
+from .helpers import LANE_CONTAINERS_SQL, SHARED_TRACES, problem_stats, require_shared_traces, rows, track_roles
 from .test_convert_roundtrip import actual_slices
 
 RANK = re.compile(r"^(?:PP )?rank (\d+) \(global (\d+)\)")
@@ -206,9 +207,7 @@ def test_pp_arrows_meet_the_work_not_a_memcpy_it_covers(tmp_path):
     files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=4, steps=2, seed=7,
                          graphs_per_step=6, kernels_per_replay=16)
     output, summary = merge(tmp_path, files)
-    roles = {r["uuid"]: r for row in rows(output, "select str_value from metadata where name glob "
-                                                  "'*cgtrace_track_roles'")
-             for r in json.loads(row["str_value"])["tracks"]}
+    roles = {r.uuid: r for r in track_roles(output)}
     ends = rows(output, f"""select s.name, {TRACK_UUID} uuid from flow f
                             join slice s on s.id in (f.slice_out, f.slice_in) join track t on t.id = s.track_id
                             where f.slice_out in (select id from slice where name glob 'PP:*')""")
@@ -218,10 +217,10 @@ def test_pp_arrows_meet_the_work_not_a_memcpy_it_covers(tmp_path):
     for end in ends:
         action = re.match(r"PP:\d+([A-Z_]+?)\d*$", end["name"]).group(1)
         row = roles[end["uuid"]]
-        assert row["role"] == "annotations"
-        landed[(action in ("F", "B", "I", "W"), roles[row["home"]]["kind"])] += 1
+        assert row.role is TrackRole.ANNOTATIONS
+        landed[(action in ("F", "B", "I", "W"), roles[row.home].kind)] += 1
     # Compute ends above compute lanes; sends, receives and UNSHARD (an all-gather) above communication.
-    assert set(landed) == {(True, "compute"), (False, "communication")}
+    assert set(landed) == {(True, LaneKind.COMPUTE), (False, LaneKind.COMMUNICATION)}
 
 
 def test_dp_by_pp_writes_one_file_per_pipeline(tmp_path):

@@ -14,9 +14,8 @@ import pytest
 
 from converter.generator import write_pp_run
 
-from converter.analysis.report import TRACK_ROLES_SQL
 
-from .helpers import SHARED_TRACES, compact_file, merge_files, rows
+from .helpers import SHARED_TRACES, compact_file, merge_files, rows, track_roles
 
 SHOWN = """select distinct p.pid, t.tid from slice s join thread_track tt on tt.id = s.track_id
            join thread t using (utid) join process p using (upid)"""
@@ -72,7 +71,7 @@ def test_merged_real_ranks_show_their_own_ids(tmp_path, ranks):
 def _assert_merged_rows_show_input_tids(output: Path, files: list[Path]) -> None:
     """No process or thread in a merge; every number in a plain row's title is an input id."""
     assert rows(output, "select count(*) n from thread_track")[0]["n"] == 0
-    roled = {role["uuid"] for r in rows(output, TRACK_ROLES_SQL) for role in json.loads(r["str_value"])["tracks"]}
+    roled = {role.uuid for role in track_roles(output)}
     plain = [r["name"] for r in rows(output, PLAIN_ROWS) if r["uuid"] not in roled]
     numbers = {int(word) for name in plain for word in name.split() if word.isdigit()}
     assert numbers and numbers <= _input_ids(files), plain

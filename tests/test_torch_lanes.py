@@ -12,8 +12,9 @@ from collections import Counter
 import pytest
 
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
+from converter.model import LaneKind, TrackRole
 
-from .helpers import compact_file, merge_files, rows
+from .helpers import compact_file, merge_files, rows, track_roles
 
 GPU_CATEGORIES = {"kernel", "gpu_memcpy", "gpu_memset"}
 CONFIG = dict(seed=3, steps=2, graphs_per_step=8, kernels_per_replay=40, parallel_branch_fraction=0.4)
@@ -71,8 +72,8 @@ def test_lanes_kept_named_streams_counted_nothing_lost(laned, tmp_path):
     assert found == expected
     groups = summary["slice_groups"]
     assert list(groups) == ["stream 7", "stream 11", "mesh_dp", "symm_mem"]  # compute first, then comms by stream
-    kinds = {t["label"]: t["kind"] for t in _roles(output) if t["role"] == "lane"}
-    assert kinds["stream 7"] == "compute" and kinds["mesh_dp"] == kinds["symm_mem"] == "communication"
+    kinds = {t.label: t.kind for t in track_roles(output) if t.role is TrackRole.LANE}
+    assert kinds["stream 7"] is LaneKind.COMPUTE and kinds["mesh_dp"] is kinds["symm_mem"] is LaneKind.COMMUNICATION
 
 
 def test_relane_groups_by_the_rules_and_counts_the_same_streams(laned, tmp_path):
@@ -109,8 +110,3 @@ def test_pp_arrows_and_labels_as_usual(tmp_path):
 
 def summary_base(path) -> int:
     return json.loads(gzip.decompress(path.read_bytes()))["baseTimeNanoseconds"]
-
-
-def _roles(output) -> list[dict]:
-    text = rows(output, "select str_value from metadata where name glob '*cgtrace_track_roles'")[0]["str_value"]
-    return json.loads(text)["tracks"]

@@ -16,9 +16,10 @@ from typing import Any, Optional
 import orjson
 
 from ..analysis.query import Result, format_table, open_checked, run_sql
-from ..analysis.report import DEFINITIONS, TRACK_ROLES_SQL, build_report
+from ..analysis.report import DEFINITIONS, build_report
 from ..errors import CgtraceError
 from ..lane_rules import LaneRules, load_lane_rules
+from ..model import roles_document
 from .executors import Workers, for_cluster, run_tasks
 from .rank_files import MERGED_OUTPUT_NAME, find_rank_files
 from .readable import as_perfetto
@@ -73,10 +74,10 @@ def query_one(path: Path, sql: str, tp_bin: Optional[str]) -> tuple[Optional[int
 
 def recorded_rank(tp: Any, path: Path) -> Optional[int]:
     """The global rank a trace's track roles record (a compacted rank, the first rank of a merge)."""
-    for (text,) in run_sql(tp, TRACK_ROLES_SQL, path).rows:
-        rank = orjson.loads(text).get("rank")
+    for (text,) in run_sql(tp, roles_document.SQL, path).rows:
+        rank = roles_document.decode(text, path).rank
         if rank:
-            return rank["global_rank"]
+            return rank.global_rank
     return None
 
 

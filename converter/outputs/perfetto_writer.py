@@ -12,12 +12,11 @@ from collections import defaultdict
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import Any, BinaryIO, Callable, Iterable, Iterator, Optional
+from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
-import msgspec
 import numpy as np
 
-from ..model import PreparedArgs, Process, SliceTable, Trace, Track, TrackRole
+from ..model import PreparedArgs, Process, SliceTable, Trace, Track, roles_document
 from ..model.columns import first_positions
 from ..model.nesting import clear_points
 from .annotations import ArgsEncoder
@@ -35,8 +34,6 @@ _FLUSH_BYTES = 1 << 22
 _HELPER_SHARE_FIRST = 0.6      # of a batch's packet parts, encoded by the args helper where there is one
 _HELPER_SHARE_STEP = 0.05
 _HELPER_WAIT_TOLERATED = 1e-3  # seconds
-# trace_processor keeps it in `metadata` as "cr-cgtrace_track_roles" (or "cr-<k>-cgtrace_track_roles").
-TRACK_ROLES_NAME = "cgtrace_track_roles"
 
 _INTERNED_DATA = tag(TracePacket.INTERNED_DATA, WIRE_BYTES)
 _NEEDS_STATE = varint_field(TracePacket.SEQUENCE_FLAGS, TracePacket.SequenceFlags.SEQ_NEEDS_INCREMENTAL_STATE)
@@ -112,7 +109,7 @@ class PerfettoWriter:
                 string_field(ThreadDescriptor.THREAD_NAME, thread.display_name)
             return body + bytes_field(TrackDescriptor.THREAD, descriptor)
         if track.parent is not None:
-            body += varint_field(TrackDescriptor.PARENT_UUID, _parent_uuid(track.parent, uuids))
+            body += varint_field(TrackDescriptor.PARENT_UUID, _uuid_of(track.parent, uuids))
         elif track.process is not None:
             body += varint_field(TrackDescriptor.PARENT_UUID, process_uuids[id(track.process)])
         body += string_field(TrackDescriptor.NAME, track.name) + _SIBLING_MERGE_NONE
@@ -126,20 +123,15 @@ class PerfettoWriter:
 
     def _write_track_roles(self, trace: Trace, uuids: dict[int, int], process_uuids: dict[int, int]) -> None:
         """What each compacted track is for, as data trace_processor keeps (its `metadata`
-        table), so queries never read it from a display name. One entry per writer call; a
-        merged rank's also lists the rows standing for its processes ("groups"), whose
-        children are its threads' rows."""
-        roles = [_track_role(track, uuids) for track in trace.tracks if track.role is not TrackRole.PLAIN]
-        if not roles and trace.rank is None:
+        table), so queries never read it from a display name: one document per writer call,
+        as model/roles_document.py defines it."""
+        document = roles_document.document_of(trace, partial(_uuid_of, uuids=uuids),
+                                              lambda process: process_uuids[id(process)])
+        if document is None:
             return
-        document: dict[str, Any] = {"version": 1, "tracks": roles}
-        if trace.rank is not None:
-            document["rank"] = {"pp_rank": trace.rank.pp_rank, "global_rank": trace.rank.global_rank,
-                                "groups": [process_uuids[id(p)] for p in trace.processes if p.row_group]}
-        entry = string_field(ChromeMetadata.NAME, TRACK_ROLES_NAME) + \
-            string_field(ChromeMetadata.STRING_VALUE, msgspec.json.encode(document).decode())
-        bundle = bytes_field(ChromeEventBundle.METADATA, entry)
-        self._emit(self.sequence + bytes_field(TracePacket.CHROME_EVENTS, bundle))
+        entry = string_field(ChromeMetadata.NAME, roles_document.NAME) + \
+            string_field(ChromeMetadata.STRING_VALUE, roles_document.encode(document))
+        self._emit(self.sequence + bytes_field(TracePacket.CHROME_EVENTS, bytes_field(ChromeEventBundle.METADATA, entry)))
 
     def _emit_descriptor(self, descriptor: bytes) -> None:
         self._emit(self.sequence + bytes_field(TracePacket.TRACK_DESCRIPTOR, descriptor))
@@ -453,7 +445,7 @@ def _process_descriptor(process: Process, uuid: int, uuids: dict[int, int]) -> b
     ranked among its siblings by its sort index)."""
     if process.row_group:
         parent = b"" if process.parent is None else \
-            varint_field(TrackDescriptor.PARENT_UUID, _parent_uuid(process.parent, uuids))
+            varint_field(TrackDescriptor.PARENT_UUID, _uuid_of(process.parent, uuids))
         order = b"" if process.sort_index is None else \
             varint_field(TrackDescriptor.SIBLING_ORDER_RANK, process.sort_index)
         return varint_field(TrackDescriptor.UUID, uuid) + parent + \
@@ -465,22 +457,7 @@ def _process_descriptor(process: Process, uuid: int, uuids: dict[int, int]) -> b
     return varint_field(TrackDescriptor.UUID, uuid) + bytes_field(TrackDescriptor.PROCESS, descriptor)
 
 
-def _parent_uuid(parent: Track, uuids: dict[int, int]) -> int:
-    """A parent's uuid: its own where it has a fixed one (a place outside this trace, such as a
+def _uuid_of(track: Track, uuids: dict[int, int]) -> int:
+    """A track's uuid: its own where it has a fixed one (a place outside this trace, such as a
     merge's root), else the one this writer gave it."""
-    return parent.uuid if parent.uuid is not None else uuids[id(parent)]
-
-
-def _track_role(track: Track, uuids: dict[int, int]) -> dict[str, Any]:
-    role: dict[str, Any] = {"uuid": _uuid_of(track, uuids), "role": track.role.value}
-    if track.group is not None:
-        role.update(group=track.group.id, label=track.group.label, kind=track.group.kind.value)
-    if track.home is not None:
-        role["home"] = _uuid_of(track.home, uuids)
-    if track.layer:
-        role["layer"] = track.layer
-    return role
-
-
-def _uuid_of(track: Track, uuids: dict[int, int]) -> Optional[int]:
-    return track.uuid if track.uuid is not None else uuids.get(id(track))
+    return track.uuid if track.uuid is not None else uuids[id(track)]

@@ -1,0 +1,192 @@
+"""`cgtrace report`'s output: the figures as JSON, text tables, or one HTML page with a
+pipeline timeline drawn in SVG.
+
+Text and HTML show the same tables (`_Table`), so both say the same thing; only the figures
+(report.py) decide what a number means.
+"""
+
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Optional
+
+import orjson
+
+from .intervals import Intervals
+from .query import format_table
+from .report import Report, Timeline, gpu_label
+
+
+def render(report: Report, fmt: str) -> str:
+    if fmt == "json":
+        return orjson.dumps(report.figures, option=orjson.OPT_INDENT_2).decode() + "\n"
+    return render_html(report) if fmt == "html" else render_text(report.figures)
+
+
+def _ms(ns: float) -> str:
+    return f"{ns / 1e6:.3f}"
+
+
+def _pct(share: float) -> str:
+    return f"{share * 100:.1f}%"
+
+
+@dataclass
+class _Table:
+    """One section as display text, shared by text and HTML; HTML draws `bar` (a column of
+    shares 0..1) as bars beside the numbers and lets `wrap` (a label column) wrap."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    numeric: list[int]
+    bar: Optional[tuple[int, list[float]]] = None
+    wrap: int = 0
+
+
+def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[_Table]:
+    gpus = figures["gpus"]
+    tables = [_Table(
+        "GPUs: busy (any lane) and exposed communication, over the window",
+        ["gpu", "window", "window ms", "busy ms", "busy", "exposed comm ms", "exposed comm"],
+        [[gpu_label(g), f"{len(g['steps'])} steps" if g["window"] == "steps" else g["window"], _ms(g["window_ns"]), _ms(g["busy_ns"]), _pct(g["busy_share"]),
+          _ms(g["exposed_comm_ns"]), _pct(g["exposed_comm_share"])] for g in gpus],
+        [2, 3, 4, 5, 6], (4, [g["busy_share"] for g in gpus]))]
+    lanes = [(g, lane) for g in gpus for lane in g["lane_groups"]]
+    tables.append(_Table(
+        "Lane groups: busy, share of the window",
+        ["gpu", "lane group", "kind", "busy ms", "share", "slices"],
+        [[gpu_label(g), lane["group"], lane["kind"], _ms(lane["busy_ns"]), _pct(lane["share"]), str(lane["slices"])]
+         for g, lane in lanes], [3, 4, 5], (4, [lane["share"] for _, lane in lanes])))
+    steps = [(g, step) for g in gpus for step in g["steps"]]
+    pp = any("recv_ns" in step for _, step in steps)
+    pp_columns = ["RECV ms", "RECV with compute ms", "SEND ms", "SEND with compute ms"] if pp else []
+    tables.append(_Table(
+        "Steps: compute busy and bubble" + (", and time in RECV and SEND blocks" if pp else ""),
+        ["gpu", "step", "step ms", "compute busy ms", "bubble ms", "bubble"] + pp_columns,
+        [[gpu_label(g), step["step"], _ms(step["step_ns"]), _ms(step["compute_busy_ns"]), _ms(step["bubble_ns"]),
+          _pct(step["bubble_share"])]
+         + [_ms(step[key]) if key in step else "-" for key in
+            (("recv_ns", "recv_compute_ns", "send_ns", "send_compute_ns") if pp else ())] for g, step in steps],
+        list(range(2, 6 + len(pp_columns))), (5, [step["bubble_share"] for _, step in steps])))
+    kernels = figures["top_kernels"]
+    longest = max((k["total_ns"] for k in kernels), default=0) or 1
+    tables.append(_Table(
+        "Top kernels by total time in the window",
+        ["kernel", "count", "total ms", "mean us"],
+        [[kernel_name(k["name"]), str(k["count"]), _ms(k["total_ns"]), f"{k['mean_ns'] / 1e3:.3f}"] for k in kernels],
+        [1, 2, 3], (2, [k["total_ns"] / longest for k in kernels])))
+    return [table for table in tables if table.rows]
+
+
+def _short(name: str, limit: int = 100) -> str:
+    """Templated kernel names run to hundreds of characters; text shows the head (JSON and HTML keep all)."""
+    return name if len(name) <= limit else name[:limit - 1] + "…"
+
+
+def render_text(figures: dict) -> str:
+    source = figures["input"]
+    parts = [f"cgtrace report: {source['trace']} (lanes from {source['lanes_from']})\n"]
+    if not figures["gpus"]:
+        parts.append("\nNo GPU slices found.\n")
+    for table in _tables(figures, _short):
+        parts.append(f"\n{table.title}\n" + format_table(table.columns, table.rows, table.numeric))
+    parts.append("\nDefinitions\n" + "".join(f"  {term}: {text}\n" for term, text in figures["definitions"].items()))
+    return "".join(parts)
+
+
+# PP block kinds and the bubble as the timeline colours them.
+_COLORS = (("F", "#4a7bd0"), ("B", "#3c9d5d"), ("I", "#8fcf9a"), ("W", "#2a6b3d"), ("F+B", "#7a5cc4"),
+           ("other", "#9a9a9a"), ("RECV", "#e0892b"), ("SEND", "#f2c94c"), ("bubble", "#d64545"))
+_CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
+h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}
+table{border-collapse:collapse;margin:.5em 0}th,td{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left;
+vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th.n{white-space:normal}
+.wrap{overflow-wrap:anywhere;min-width:10em;max-width:40em}svg{vertical-align:middle}
+.rest{fill:#e8e8e8}.bar{fill:#4a7bd0}.step{stroke:#555;stroke-width:1}.note{color:#555}
+dl{max-width:60em}dt{font-weight:600}dd{margin:0 0 .5em 1.5em}.key{display:inline-block;margin-right:1.2em}
+""" + "".join(f'[data-kind="{kind}"]{{fill:{color}}}' for kind, color in _COLORS)
+_TIMELINE_WIDTH = 900
+# Bands of one rank's strip: (y, height, what it shows).
+_BANDS = ((2, 12, ("F", "B", "I", "W", "F+B", "other")), (16, 8, ("RECV", "SEND")), (26, 8, ("bubble",)))
+_STRIP_HEIGHT = 36
+
+
+def _bar(share: float, width: int = 120) -> str:
+    filled = max(0.0, min(1.0, share)) * width
+    return (f'<svg width="{width}" height="10" aria-hidden="true"><rect class="rest" width="{width}" height="10"/>'
+            f'<rect class="bar" width="{filled:.1f}" height="10"/></svg>')
+
+
+def _html_table(table: _Table) -> str:
+    bar_column, shares = table.bar or (-1, [])
+    head = "".join(f"<th{' class=n' if i in table.numeric else ''}>{html.escape(c)}</th>"
+                   for i, c in enumerate(table.columns))
+    rows = []
+    for r, row in enumerate(table.rows):
+        cells = []
+        for i, value in enumerate(row):
+            css = " class=n" if i in table.numeric else " class=wrap" if i == table.wrap else ""
+            bar = " " + _bar(shares[r]) if i == bar_column else ""
+            cells.append(f"<td{css}>{html.escape(value)}{bar}</td>")
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<h2>{html.escape(table.title)}</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _runs(intervals: Intervals, origin: int, scale: float) -> list[tuple[float, float]]:
+    """Intervals as x ranges, those less than half a pixel apart joined, so the SVG's size
+    follows its width, not the trace's size."""
+    runs: list[tuple[float, float]] = []
+    for start, end in intervals:
+        x0, x1 = (start - origin) * scale, (end - origin) * scale
+        if runs and x0 - runs[-1][1] < 0.5:
+            runs[-1] = (runs[-1][0], max(runs[-1][1], x1))
+        else:
+            runs.append((x0, x1))
+    return runs
+
+
+def _strip(timeline: Timeline, origin: int, scale: float) -> str:
+    shapes = [f'<rect class="rest" width="{_TIMELINE_WIDTH}" height="{_STRIP_HEIGHT}" fill-opacity=".35"/>']
+    for y, height, kinds in _BANDS:
+        for kind in kinds:
+            intervals = timeline.bubbles if kind == "bubble" else timeline.blocks.get(kind, [])
+            shapes += [f'<rect data-kind="{kind}" x="{x0:.1f}" y="{y}" width="{x1 - x0:.2f}" height="{height}"/>'
+                       for x0, x1 in _runs(intervals, origin, scale)]
+    shapes += [f'<line class="step" x1="{(start - origin) * scale:.1f}" x2="{(start - origin) * scale:.1f}" '
+               f'y1="0" y2="{_STRIP_HEIGHT}"/>' for _, start, _ in timeline.steps]
+    return f'<svg class="strip" width="{_TIMELINE_WIDTH}" height="{_STRIP_HEIGHT}">{"".join(shapes)}</svg>'
+
+
+def _timeline(timelines: list[Timeline]) -> str:
+    """Per rank, one strip over the steps: PP blocks by kind, RECV and SEND, and the bubble."""
+    origin = min(start for t in timelines for _, start, _ in t.steps)
+    end = max(stop for t in timelines for _, _, stop in t.steps)
+    scale = _TIMELINE_WIDTH / max(end - origin, 1)
+    key = "".join(f'<span class="key"><svg width="12" height="12"><rect data-kind="{kind}" width="12" '
+                  f'height="12"/></svg> {html.escape(kind)}</span>' for kind, _ in _COLORS)
+    rows = "".join(f'<tr class="rank"><th class="wrap">{html.escape(t.label)}</th><td>{_strip(t, origin, scale)}</td></tr>'
+                   for t in timelines)
+    return (f"<h2>Pipeline timeline: {_ms(end - origin)} ms, steps marked by lines</h2>"
+            f"<p class=note>Each rank: PP blocks by kind (top band), RECV and SEND blocks (middle), the bubble "
+            f"(bottom: no compute lane busy).</p><p>{key}</p><table class=timeline>{rows}</table>")
+
+
+def render_html(report: Report) -> str:
+    """One self-contained page (inline CSS and SVG, no scripts, no external URLs)."""
+    figures = report.figures
+    source = figures["input"]
+    title = html.escape(f"cgtrace report: {Path(source['trace']).name}")
+    body = [f"<h1>{title}</h1>",
+            f"<p class=note>{html.escape(source['trace'])}; lanes from {html.escape(source['lanes_from'])}</p>"]
+    if not figures["gpus"]:
+        body.append("<p>No GPU slices found.</p>")
+    if report.timelines:
+        body.append(_timeline(report.timelines))
+    body += [_html_table(table) for table in _tables(figures, lambda name: name)]
+    body.append("<h2>Definitions</h2><dl>" + "".join(f"<dt>{html.escape(term)}</dt><dd>{html.escape(text)}</dd>"
+                                                    for term, text in figures["definitions"].items()) + "</dl>")
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
+            f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")
