@@ -29,7 +29,7 @@ from .jobs.rank_files import default_merge_output  # noqa: E402
 from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
 from .jobs.stopping import exit_status, signals_unwind  # noqa: E402
 from .lane_rules import DEFAULT_LANES_TOML, load_lane_rules  # noqa: E402
-from .outputs.args_accelerator import available_cores  # noqa: E402
+from .tuning import Tuning  # noqa: E402
 
 EXIT_USAGE = 2
 _MAX_TOP = 100_000
@@ -318,13 +318,14 @@ def _run_merge(args: argparse.Namespace) -> int:
                                "merge one, or leave out -o to write pp_group<k>_merged.perfetto-trace files")
         return default_merge_output(args.inputs, group, groups)
 
-    summary = merge_ranks(args.inputs, output_for, _job_options(args, compact=True), jobs=args.jobs,
+    options = _job_options(args, compact=True)
+    summary = merge_ranks(args.inputs, output_for, options, jobs=args.jobs,
                           assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks,
                           scheduler=scheduler_address(args.scheduler))
     merged = summary.get("pipelines", [summary])
     lines = [f"{len(r['pp_ranks'])} ranks ({r['pp_order_source']}), {r['pp_send_recv_pairs']} send/recv arrows, "
              f"{r['pp_send_recv_unmatched']} unmatched -> {r['output']}" for r in merged]
-    if merged and merged[0]["ranks_at_once"] == 1 and not args.jobs and available_cores() > 1:
+    if merged and merged[0]["ranks_at_once"] == 1 and not args.jobs and options.tuning.cores > 1:
         lines.append("ranks were read one at a time to keep memory below the inputs' size; "
                      "--jobs 2 runs two at once, faster, with more memory")
     _report(summary, args.quiet, "; ".join(lines))
@@ -427,7 +428,7 @@ def _run_view(args) -> int:
 def _workers(args: argparse.Namespace) -> ContextManager[Workers]:
     """The executor of --jobs (default: every core) or --scheduler."""
 
-    return open_workers(args.jobs or available_cores(), scheduler_address(args.scheduler))
+    return open_workers(args.jobs or Tuning.for_this_machine().cores, scheduler_address(args.scheduler))
 
 
 def _report(summary: dict, quiet: bool, human: str) -> None:

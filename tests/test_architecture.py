@@ -16,11 +16,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "converter"
 DESIGN = PACKAGE.parent / "docs" / "design.md"
 
 # Leaf utilities every part may use.
-_LEAVES = {"errors", "progress", "signals"}
+_LEAVES = {"errors", "progress", "signals", "tuning"}
 ALLOWED = {
     "errors": set(),
     "progress": set(),
     "signals": set(),
+    "tuning": set(),
     "heap": set(),
     "kineto": set(),
     "__init__": {"tp"},

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import re
-from contextlib import contextmanager
-from typing import Iterator
 
 import numpy as np
 from hypothesis import example, given, settings
@@ -19,6 +17,7 @@ from hypothesis import strategies as st
 from converter.outputs import annotations
 from converter.outputs.annotations import ArgsEncoder
 from converter.outputs.wire import string_field
+from converter.tuning import Tuning
 
 # JSON texts of values chosen to collide in a cache keyed by Python equality.
 _SCALAR_TEXTS = st.sampled_from(["1", "1.0", "1.00", "true", "false", "0", "0.0", "-0.0", "null", '"1"', '"a.b"',
@@ -55,13 +54,12 @@ def test_equal_values_of_other_types_encode_apart():
     assert encoded == [ArgsEncoder(_inline_name).encode(text) for text in texts]
 
 
-def test_keys_whose_values_never_repeat_leave_the_cache(monkeypatch):
+def test_keys_whose_values_never_repeat_leave_the_cache():
     """Kineto writes a fresh "External id" per event: caching those only fills memory (the
     cache once held 100k of them, about 18 MB in the args helper). Once the cache fills, such
     a key is encoded afresh each time, a repeating one stays cached, and every slice still
     encodes as a fresh encoder would."""
-    monkeypatch.setattr(annotations, "_CACHE_LIMIT", 64)
-    encoder = ArgsEncoder(_inline_name)
+    encoder = ArgsEncoder(_inline_name, Tuning(annotation_cache_entries=64))
     texts = [f'{{"External id": {number}, "grid": [1, 2], "kernel": "k{number % 3}", "x": 0.5}}'.encode()
              for number in range(1000)]
     assert [encoder.encode(text) for text in texts] == [ArgsEncoder(_inline_name).encode(text) for text in texts]
@@ -88,18 +86,6 @@ _MARK_BYTES = st.lists(st.sampled_from([b".", b"\\", b"[", b"]", b"{", b"}", b"n
                        max_size=6).map(b"".join)
 
 
-@contextmanager
-def _pieces_of(piece_bytes: int) -> Iterator[None]:
-    """Runs cut into pieces of `piece_bytes` (hypothesis runs many examples per test, so no
-    function-scoped monkeypatch)."""
-    saved = annotations._PIECE_BYTES
-    annotations._PIECE_BYTES = piece_bytes
-    try:
-        yield
-    finally:
-        annotations._PIECE_BYTES = saved
-
-
 @settings(max_examples=300, deadline=None)
 @given(st.lists(_MARK_BYTES, min_size=1, max_size=10), st.integers(1, 40))
 @example([b"{", b"}", b"[", b"]", b"nu", b"ll", b"1", b"e", b"0" * 9, b"9" * 10], 40)  # marks across entries
@@ -110,8 +96,7 @@ def test_a_run_finds_the_typed_entries_the_plain_rule_finds(texts, piece_bytes):
     entries is neither's), however the run is cut."""
     text = np.frombuffer(b"".join(texts), np.uint8)
     bounds = np.cumsum([0, *map(len, texts)])
-    with _pieces_of(piece_bytes):
-        pieces = list(annotations._pieces(bounds))
+    pieces = list(annotations._pieces(bounds, piece_bytes))
     assert [first for first, _ in pieces] == [0, *(last for _, last in pieces[:-1])] and pieces[-1][1] == len(texts)
     for first, last in pieces:
         typed = annotations._typed(text[bounds[first]:bounds[last]], bounds[first:last + 1] - bounds[first])
@@ -128,10 +113,10 @@ def test_a_run_encodes_as_its_entries_one_by_one(texts, piece_bytes):
     alone = ArgsEncoder(lambda name: names_alone.append(name) or _inline_name(name))
     one_by_one = [alone.encode(text) for text in texts]
     names_at_once: list[str] = []
-    at_once = ArgsEncoder(lambda name: names_at_once.append(name) or _inline_name(name))
+    at_once = ArgsEncoder(lambda name: names_at_once.append(name) or _inline_name(name),
+                          Tuning(annotation_piece_bytes=piece_bytes))
     encoded = bytearray()
-    with _pieces_of(piece_bytes):
-        lengths = at_once.encode_run(b"".join(texts), np.cumsum([0, *map(len, texts)]), encoded)
+    lengths = at_once.encode_run(b"".join(texts), np.cumsum([0, *map(len, texts)]), encoded)
     assert bytes(encoded) == b"".join(one_by_one)
     assert lengths.tolist() == [len(part) for part in one_by_one]
     assert names_at_once == names_alone

@@ -15,13 +15,14 @@ import numpy as np
 import pytest
 
 from converter.fileio import args_file as args_store
+from converter.tuning import DEFAULT_TUNING, Tuning
 from converter.outputs import args_accelerator as background_args
 from converter.fileio.args_file import FileArgsStore
 from converter.jobs.runner import args_store as make_args_store
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
 from converter.kineto import KERNEL_LABEL
-from converter.outputs import perfetto_writer, prepared_args, slice_packets
+from converter.outputs import prepared_args
 from converter.outputs.annotations import ArgsEncoder
 from converter.outputs.interning import annotation_name_interner
 from converter.outputs.perfetto_writer import PerfettoWriter
@@ -50,9 +51,9 @@ def _source(tmp_path: Path) -> Path:
     return write_json(tmp_path / "source.json", generated)
 
 
-def _run(job, source: Path, output: Path, monkeypatch, ahead: bool) -> dict:
+def _run(job, source: Path, output: Path, monkeypatch, ahead: bool, tuning: Tuning = DEFAULT_TUNING) -> dict:
     """The job with the args strategy chosen explicitly: the helper, or in-process encoding."""
-    return job(source, output, args_strategy="helper" if ahead else "in-process")
+    return job(source, output, args_strategy="helper" if ahead else "in-process", tuning=tuning)
 
 
 def _recorded(monkeypatch, owner: type, method: str) -> list:
@@ -79,13 +80,14 @@ def _comparable(summary: dict) -> dict:
 
 @pytest.mark.parametrize("job", [convert_file, compact_file], ids=["convert", "compact"])
 def test_helper_gives_the_trace_in_process_encoding_gives(tmp_path, monkeypatch, job):
-    monkeypatch.setattr(args_store, "_SPILL_BYTES", 512)  # dozens of runs submitted while reading
+    small_runs = Tuning(spill_bytes=512)  # dozens of runs submitted while reading
     source = _source(tmp_path)
     ahead, in_process = tmp_path / "ahead.perfetto-trace", tmp_path / "in_process.perfetto-trace"
     results = _record_results(monkeypatch)
-    summary = _run(job, source, ahead, monkeypatch, ahead=True)
+    summary = _run(job, source, ahead, monkeypatch, ahead=True, tuning=small_runs)
     assert results and all(isinstance(result, background_args.EncodedArgs) for result in results)
-    assert _comparable(summary) == _comparable(_run(job, source, in_process, monkeypatch, ahead=False))
+    assert _comparable(summary) == _comparable(_run(job, source, in_process, monkeypatch, ahead=False,
+                                                    tuning=small_runs))
     assert ahead.read_bytes() == in_process.read_bytes()
     assert _children() == []  # a small trace's helper is gone once the args are read
     assert actual_slices(ahead) == actual_slices(in_process)
@@ -104,25 +106,21 @@ def _record_packets(monkeypatch) -> list:
     return _recorded(monkeypatch, background_args._HelperPackets, "finished")
 
 
-def _many_batches(monkeypatch) -> None:
-    """Batches of 16 slices in parts of 4 packets, the helper and the writer sharing each one,
-    as they do for a large trace."""
-    monkeypatch.setattr(background_args, "SHARED_WRITE_ENTRIES", 0)
-    monkeypatch.setattr(perfetto_writer, "_SLICES_AT_ONCE", 16)
-    monkeypatch.setattr(slice_packets, "PACKETS_AT_ONCE", 4)
+# Batches of 16 slices in parts of 4 packets, the helper and the writer sharing each one, as
+# they do for a large trace.
+MANY_BATCHES = Tuning(shared_write_entries=0, slices_at_once=16, packets_at_once=4)
 
 
 @pytest.mark.parametrize("job", [convert_file, compact_file], ids=["convert", "compact"])
 def test_the_helper_encodes_the_packets_the_writer_would(tmp_path, monkeypatch, job):
     """The helper stays on after the args to encode the later parts of each batch's packets;
     the file is the same, byte for byte, as one encoded here."""
-    _many_batches(monkeypatch)
     source = _source(tmp_path)
     ahead, in_process = tmp_path / "ahead.perfetto-trace", tmp_path / "in_process.perfetto-trace"
     taken = _record_packets(monkeypatch)
-    _run(job, source, ahead, monkeypatch, ahead=True)
+    _run(job, source, ahead, monkeypatch, ahead=True, tuning=MANY_BATCHES)
     assert len(taken) > 5 and all(taken)
-    _run(job, source, in_process, monkeypatch, ahead=False)
+    _run(job, source, in_process, monkeypatch, ahead=False, tuning=MANY_BATCHES)
     assert ahead.read_bytes() == in_process.read_bytes()
     assert _children() == []
 
@@ -134,14 +132,13 @@ def test_a_helper_gone_while_writing_only_costs_time(tmp_path, monkeypatch):
         requests.recv_bytes()  # the first batch
         os._exit(1)
 
-    _many_batches(monkeypatch)
     monkeypatch.setattr(background_args, "_serve_packets", die)  # the forked helper inherits it
     source = _source(tmp_path)
     ahead, in_process = tmp_path / "ahead.perfetto-trace", tmp_path / "in_process.perfetto-trace"
     taken = _record_packets(monkeypatch)
-    _run(compact_file, source, ahead, monkeypatch, ahead=True)
+    _run(compact_file, source, ahead, monkeypatch, ahead=True, tuning=MANY_BATCHES)
     assert taken == [False]
-    _run(compact_file, source, in_process, monkeypatch, ahead=False)
+    _run(compact_file, source, in_process, monkeypatch, ahead=False, tuning=MANY_BATCHES)
     assert ahead.read_bytes() == in_process.read_bytes()
     assert _children() == []
 
@@ -163,8 +160,7 @@ def test_labels_come_before_the_encoding_is_done(tmp_path, monkeypatch):
         return encode_the_rest(*arguments)
 
     monkeypatch.setattr(background_args, "_encode_the_rest", once_labels_were_received)  # forked with it
-    monkeypatch.setattr(args_store, "_SPILL_BYTES", 256)  # several runs
-    store = make_args_store("helper", compacts=True)
+    store = make_args_store("helper", compacts=True, tuning=Tuning(spill_bytes=256))  # several runs
     texts = [json.dumps({"name": f"layers.{i % 3}", "i": i, "grid": [i, 1, 1]}).encode() for i in range(60)]
     references = [store.add(text) for text in texts]
     assert store.labels(references, KERNEL_LABEL) == [f"layers.{i % 3}" for i in range(60)]
@@ -262,11 +258,9 @@ def test_the_helper_is_gone_when_reading_fails(tmp_path, monkeypatch):
     assert not (tmp_path / "out.perfetto-trace").exists()
 
 
-def test_sweep_reads_entries_across_blocks(monkeypatch):
-    monkeypatch.setattr(args_store, "_SPILL_BYTES", 300)
-    monkeypatch.setattr(args_store, "_SWEEP_BYTES", 200)
+def test_sweep_reads_entries_across_blocks():
     generator = random.Random(3)
-    store = FileArgsStore()
+    store = FileArgsStore(tuning=Tuning(spill_bytes=300, sweep_bytes=200))
     texts = [json.dumps({"k": "x" * generator.randrange(0, 500), "i": i}).encode() for i in range(400)]
     references = [store.add(text) for text in texts]
     wanted = sorted(generator.sample(references, 150))
@@ -277,8 +271,7 @@ def test_sweep_reads_entries_across_blocks(monkeypatch):
 def test_sweep_reads_no_more_than_the_entries_wanted_far_apart(monkeypatch):
     """A block stops at the last wanted entry within reach: entries further apart than a
     block are each read alone, not with a block's worth after them."""
-    monkeypatch.setattr(args_store, "_SWEEP_BYTES", 200)
-    store = FileArgsStore()
+    store = FileArgsStore(tuning=Tuning(sweep_bytes=200))
     texts = [json.dumps({"i": i, "pad": "x" * 80}).encode() for i in range(300)]
     references = [store.add(text) for text in texts]
     read: list[int] = []
@@ -306,28 +299,27 @@ def test_the_command_line_runs_one_thread_so_it_may_fork_its_helper():
     assert shown.stdout.split() == ["1"], shown.stderr
 
 
-def test_no_helper_is_forked_beside_other_threads(monkeypatch):
-    monkeypatch.setattr(background_args, "available_cores", lambda: 4)
-    assert background_args.cores_to_spare() == (background_args._threads() == 1)
+def test_no_helper_is_forked_beside_other_threads():
+    assert background_args.cores_to_spare(4) == (background_args._threads() == 1)
+    assert not background_args.cores_to_spare(1)
     release = threading.Event()
     worker = threading.Thread(target=release.wait)
     worker.start()
     try:
-        assert not background_args.cores_to_spare()
+        assert not background_args.cores_to_spare(4)
     finally:
         release.set()
         worker.join()
 
 
-def test_encoded_entries_keep_their_bounds_across_flushes(monkeypatch, tmp_path):
+def test_encoded_entries_keep_their_bounds_across_flushes(tmp_path):
     """The encoded file is written whenever a few hundred bytes wait, runs of entries coming
     one to five at a time: each entry's bounds still give exactly its own encoding."""
-    monkeypatch.setattr(prepared_args, "_WRITE_BYTES", 200)
     texts = [json.dumps({"i": i, "dims": [[i], []] if i % 3 else [i], "x": "y" * (i % 7)}).encode()
              for i in range(300)] + [b"null", b"[1]"]
     cuts = [0, *sorted(random.Random(7).sample(range(1, len(texts)), 80)), len(texts)]
     with open(tmp_path / "encoded", "w+b") as output:
-        encoder = prepared_args.EntryEncoder(output.fileno())
+        encoder = prepared_args.EntryEncoder(output.fileno(), Tuning(encoded_write_bytes=200))
         for first, last in zip(cuts, cuts[1:]):
             text = b"".join(texts[first:last])
             encoder.add(text, np.cumsum([0, *map(len, texts[first:last])]))

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from converter.cli import main
+from converter.errors import CgtraceError
 from converter.fileio.atomic import AtomicFiles
 from converter.generator import write_pp_run
 from converter.jobs import executors, runner
@@ -254,15 +255,19 @@ def test_scheduler_without_distributed_says_what_to_install(ranks, tmp_path, cap
 
 
 @needs_dask
-def test_an_unreachable_scheduler_is_one_line_naming_it(ranks, tmp_path, capsys, monkeypatch):
+def test_an_unreachable_scheduler_is_one_line_naming_it(monkeypatch):
+    """CGTRACE_SCHEDULER names the cluster where no --scheduler does (the commands' workers
+    come from scheduler_address); one that does not answer is a one-line error naming it."""
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
-    monkeypatch.setattr(executors, "_CONNECT_TIMEOUT_S", 1)
     monkeypatch.setenv(executors.SCHEDULER_ENV, address)
-    code, out, err = cli(capsys, "query", str(ranks), "select 1")
-    assert (code, out) == (2, "")
-    assert err.count("\n") == 1 and address in err and "cannot reach the Dask scheduler" in err
+    assert executors.scheduler_address(None) == address
+    with pytest.raises(CgtraceError) as raised:
+        with executors.open_workers(1, executors.scheduler_address(None), connect_timeout_s=1):
+            pass
+    message = raised.value.message
+    assert "\n" not in message and address in message and "cannot reach the Dask scheduler" in message
 
 
 def test_local_batch_reports_a_failing_rank_and_keeps_the_others(ranks, tmp_path, capsys):

@@ -8,25 +8,22 @@ import random
 
 import pytest
 
-from converter.fileio import direct as direct_io
 from converter.fileio.direct import BLOCK, DirectWriter
 
 
 @pytest.fixture(params=["as the file system allows", "buffered"])
-def mode(request, monkeypatch):
-    if request.param == "buffered":
-        monkeypatch.setattr(direct_io, "switch_to_direct_io", lambda fd: False)
-    return request.param
+def try_direct(request) -> bool:
+    return request.param != "buffered"
 
 
-def test_writes_of_any_size_read_back_exactly(tmp_path, mode):
+def test_writes_of_any_size_read_back_exactly(tmp_path, try_direct):
     path = tmp_path / "out.bin"
     rng = random.Random(7)
     # Sizes around the block and the 4 MB buffer, so writes straddle both.
     sizes = [0, 1, BLOCK - 1, BLOCK, BLOCK + 1, 3, (1 << 22) - 5, 10, (1 << 22) + BLOCK + 3, 777]
     chunks = [rng.randbytes(size) for size in sizes]
     with open(path, "wb") as file:
-        writer = DirectWriter(file.fileno())
+        writer = DirectWriter(file.fileno(), try_direct)
         reader = os.open(path, os.O_RDONLY)
         try:
             written = b""
@@ -45,10 +42,10 @@ def test_writes_of_any_size_read_back_exactly(tmp_path, mode):
     assert path.read_bytes() == written + b"tail"
 
 
-def test_close_without_flush_keeps_a_short_file_exact(tmp_path, mode):
+def test_close_without_flush_keeps_a_short_file_exact(tmp_path, try_direct):
     path = tmp_path / "short.bin"
     with open(path, "wb") as file:
-        writer = DirectWriter(file.fileno())
+        writer = DirectWriter(file.fileno(), try_direct)
         writer.write(memoryview(b"abc"))
         writer.close()
     assert path.read_bytes() == b"abc"

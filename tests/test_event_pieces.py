@@ -11,25 +11,26 @@ import json
 
 import pytest
 
-from converter.inputs import event_pieces, kineto_reader as reader
+from converter.inputs import kineto_reader as reader
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
+from converter.tuning import Tuning
 from .helpers import compact_file, convert_file
 
 from .helpers import problem_stats, rows, shared_trace_paths, shared_trace_param
 
 BASE_NS = 1_700_000_000_000_000_000
+TINY_PIECES = Tuning(piece_bytes=1)
 
 
 @pytest.fixture
 def pieces_seen(monkeypatch):
-    """Tiny pieces, and a count of those the reader took."""
-    monkeypatch.setattr(event_pieces, "PIECE_BYTES", 1)
+    """A count of the pieces the reader took."""
     seen = []
     original = reader.iter_pieces
 
-    def counting(text, layout, decoders=()):
-        for piece in original(text, layout, decoders):
+    def counting(text, layout, decoders, piece_bytes):
+        for piece in original(text, layout, decoders, piece_bytes):
             seen.append(len(piece[0]))
             yield piece
     monkeypatch.setattr(reader, "iter_pieces", counting)
@@ -66,7 +67,7 @@ def test_tricky_cuts_match_whole_document(tmp_path, monkeypatch, pieces_seen, ev
     source = tmp_path / "tricky.json"
     source.write_bytes(tricky_document(events_last))
     output = tmp_path / "pieces.perfetto-trace"
-    convert_file(source, output)
+    convert_file(source, output, tuning=TINY_PIECES)
     assert sum(pieces_seen) == 4 and len(pieces_seen) >= 2, pieces_seen
     assert output.read_bytes() == whole_document_output(monkeypatch, convert_file, source, tmp_path / "whole.pt")
     got = {(r["name"], r["ts"], r["dur"]) for r in rows(output, "select name, ts, dur from slice")}
@@ -80,29 +81,27 @@ def test_tricky_cuts_match_whole_document(tmp_path, monkeypatch, pieces_seen, ev
 def test_generated_trace_in_many_pieces(tmp_path, monkeypatch):
     source = write_trace(GeneratorConfig(seed=5, steps=1, graphs_per_step=2, kernels_per_replay=8),
                          tmp_path / "generated.json")
-    monkeypatch.setattr(event_pieces, "PIECE_BYTES", 2048)
     output = tmp_path / "pieces.perfetto-trace"
-    compact_file(source, output)
+    compact_file(source, output, tuning=Tuning(piece_bytes=2048))
     assert output.read_bytes() == whole_document_output(monkeypatch, compact_file, source, tmp_path / "whole.pt")
     assert problem_stats(output) == []
 
 
 @pytest.mark.parametrize("path", [shared_trace_param(p) for p in shared_trace_paths()[:3]])
 def test_real_traces_in_many_pieces(tmp_path, monkeypatch, path):
-    monkeypatch.setattr(event_pieces, "PIECE_BYTES", 1 << 14)
     output = tmp_path / "pieces.perfetto-trace"
-    convert_file(path, output)
+    convert_file(path, output, tuning=Tuning(piece_bytes=1 << 14))
     assert output.read_bytes() == whole_document_output(monkeypatch, convert_file, path, tmp_path / "whole.pt")
 
 
 @pytest.mark.parametrize("damage, message", [("truncated", r"not valid JSON \(Input data was truncated\)"),
                                              ("bad byte mid-array", r"not valid JSON \(.*byte \d+\)")])
-def test_broken_documents_still_get_the_whole_document_error(tmp_path, pieces_seen, damage, message):
+def test_broken_documents_still_get_the_whole_document_error(tmp_path, damage, message):
     text = tricky_document(events_last=True)
     middle = text.index(b'"plain"')
     text = text[:middle + 40] if damage == "truncated" else text[:middle] + b"@" + text[middle + 1:]
     source = tmp_path / "broken.json"
     source.write_bytes(text)
     with pytest.raises(CgtraceError, match=message):
-        convert_file(source, tmp_path / "out.perfetto-trace")
+        convert_file(source, tmp_path / "out.perfetto-trace", tuning=TINY_PIECES)
     assert not (tmp_path / "out.perfetto-trace").exists()

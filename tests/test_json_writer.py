@@ -29,6 +29,7 @@ from converter.lane_rules import load_lane_rules
 from converter.engine.layout import separate_overlaps
 from converter.model import NO_ARGS, CounterSample, Flow, Process, Thread, Trace, Track, TrackRole
 from converter.inputs.kineto_reader import parse_trace_text, read_trace
+from converter.tuning import Tuning
 
 from .helpers import SHARED_TRACES
 
@@ -494,10 +495,8 @@ def test_random_arrows_between_nested_slices_and_instants(seed):
 
 # -- streaming and real traces ------------------------------------------------------------------
 
-def test_output_streams_in_chunks(monkeypatch, built):
-    import converter.outputs.json_writer as module
+def test_output_streams_in_chunks(built):
     trace, _, loaded = built
-    monkeypatch.setattr(module, "_FLUSH_BYTES", 512)
     writes = []
 
     class Recorder(io.RawIOBase):
@@ -505,7 +504,7 @@ def test_output_streams_in_chunks(monkeypatch, built):
             writes.append(bytes(data))
             return len(data)
 
-    write_chrome_json(trace, Recorder())
+    ChromeJsonWriter(Recorder(), Tuning(flush_bytes=512)).write(trace)
     assert len(writes) > 5 and max(map(len, writes)) < 4096
     assert b"".join(writes) == loaded.text
 

@@ -19,6 +19,7 @@ from converter.model import LaneKind, TrackRole
 
 from .helpers import merge_files as merge_ranks
 from converter.inputs.source import json_size
+from converter.tuning import Tuning
 
 MERGE_MODULE = importlib.import_module("converter.jobs.merge")  # `converter.jobs.merge` is also a function
 
@@ -309,11 +310,11 @@ def test_merge_errors(tmp_path, case, expected):
     (500, 4, 8, 2, True),    # four: memory allows two at a time, each with a helper on an idle core
     (20, 8, 1, 1, False),
 ])
-def test_merge_plans_its_processes_to_stay_below_the_input(monkeypatch, rank_mb, ranks, cores, jobs, helper):
-    monkeypatch.setattr(MERGE_MODULE, "available_cores", lambda: cores)
+def test_merge_plans_its_processes_to_stay_below_the_input(rank_mb, ranks, cores, jobs, helper):
+    machine = Tuning(cores=cores)
     sizes = [rank_mb * 10**6] * ranks
-    assert MERGE_MODULE.default_jobs(sizes) == jobs
-    assert MERGE_MODULE.helper_fits(sizes, jobs) == helper
+    assert machine.default_jobs(sizes) == jobs
+    assert machine.helper_fits(sizes, jobs) == helper
 
 
 def test_json_size_reads_the_gzip_trailer(tmp_path):
@@ -362,7 +363,7 @@ def test_the_summary_says_how_many_ranks_were_held_at_once(tmp_path):
     summary = json.loads(default.stdout)
     assert (summary["ranks_at_once"], summary["args_helpers"]) == (1, False)  # small ranks: the main process
     one_at_a_time = "ranks were read one at a time to keep memory below the inputs' size; --jobs 2"
-    assert (one_at_a_time in default.stderr) == (MERGE_MODULE.available_cores() > 1)
+    assert (one_at_a_time in default.stderr) == (Tuning.for_this_machine().cores > 1)
     chosen = subprocess.run([*command, "--overwrite", "--jobs", "2"], capture_output=True, text=True, check=True)
     assert json.loads(chosen.stdout)["ranks_at_once"] == 2 and one_at_a_time not in chosen.stderr
 

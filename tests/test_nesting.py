@@ -11,6 +11,7 @@ import numpy as np
 from converter.model import NO_ARGS, SliceRow, SliceTable, Track
 from converter.model import nesting
 from converter.model.nesting import nested_layers, nesting_order
+from converter.tuning import DEFAULT_TUNING, Tuning
 
 TRACK = Track(name="thread")
 # (start, duration, instant): few distinct times, so slices tie, touch, nest and partially overlap.
@@ -24,17 +25,13 @@ def _table(spans: list[tuple[int, int, bool]]) -> SliceTable:
     return table
 
 
-def _layers(table: SliceTable, rows: list[int], chunk: int = nesting._CHUNK,
-            looped_whole: int = nesting._LOOPED_WHOLE) -> list[list[int]]:
+def _layers(table: SliceTable, rows: list[int], chunk: int = DEFAULT_TUNING.nesting_chunk,
+            looped_whole: int = DEFAULT_TUNING.nesting_looped_whole) -> list[list[int]]:
     """nested_layers' layers (row numbers), its columns tested and its loop's times made
     Python ints `chunk` slices at a time, and stretches of `looped_whole` slices or fewer
-    looped whole (hypothesis runs many examples per test, so no function-scoped monkeypatch)."""
-    saved = nesting._CHUNK, nesting._LOOPED_WHOLE
-    nesting._CHUNK, nesting._LOOPED_WHOLE = chunk, looped_whole
-    try:
-        return [layer.tolist() for layer in nested_layers(table, np.array(rows, np.int64))]
-    finally:
-        nesting._CHUNK, nesting._LOOPED_WHOLE = saved
+    looped whole."""
+    tuning = Tuning(nesting_chunk=chunk, nesting_looped_whole=looped_whole)
+    return [layer.tolist() for layer in nested_layers(table, np.array(rows, np.int64), tuning)]
 
 
 def _first_fit(slices: list[SliceRow]) -> list[list[SliceRow]]:
@@ -103,10 +100,9 @@ def test_a_partial_overlap_takes_a_second_layer_and_nesting_does_not():
 
 
 @pytest.mark.parametrize("stretch", [2, 5, 1 << 16], ids=["stretches of 2", "of 5", "whole"])
-def test_the_test_on_columns_says_one_layer_exactly_when_first_fit_does(monkeypatch, stretch):
+def test_the_test_on_columns_says_one_layer_exactly_when_first_fit_does(stretch):
     """The column test that spares most tracks first-fit's loop, checked a stretch at a time
     (short stretches cut where nothing is open) as on a long track."""
-    monkeypatch.setattr(nesting, "_CHUNK", stretch)
 
     @settings(derandomize=True, max_examples=400, deadline=None)
     @given(SPANS)
@@ -114,7 +110,7 @@ def test_the_test_on_columns_says_one_layer_exactly_when_first_fit_does(monkeypa
         table = _table(spans)
         ordered = nesting_order(table, np.arange(len(spans)))
         starts, ends = table.spans(ordered)
-        crossing = nesting._crossing(starts, ends, table.instant[ordered])
+        crossing = nesting._crossing(starts, ends, table.instant[ordered], stretch)
         assert (len(crossing) == 0) == (len(_first_fit(table.rows())) == 1)
 
     agrees()

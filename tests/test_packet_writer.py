@@ -24,9 +24,10 @@ from converter.lane_rules import load_lane_rules
 from converter.model import NO_ARGS, Flow, FlowEnd, Trace, Track, TrackRole
 from converter.outputs.flow_fields import write_order
 from converter.outputs.packets import varint_matrix
-from converter.outputs import packets, perfetto_writer, slice_packets
+from converter.outputs import packets, perfetto_writer
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.outputs.wire import varint
+from converter.tuning import DEFAULT_TUNING, Tuning
 
 from .test_properties import SETTINGS, kineto_traces
 
@@ -142,27 +143,27 @@ class PlainWriter(PerfettoWriter):
             self._emit(_field(8, 0) + _varint(sample.ts) + self.sequence + _delimited(11, event))
 
 
-def _written(writer_class, trace: Trace) -> bytes:
+def _written(writer_class, trace: Trace, tuning: Tuning = DEFAULT_TUNING) -> bytes:
     stream = io.BytesIO()
-    writer = writer_class(stream)
+    writer = writer_class(stream, tuning=tuning)
     writer.write(trace)
     writer.close()
     return stream.getvalue()
 
 
-def _both_built(build) -> tuple[bytes, bytes]:
-    """The two writers' bytes for a trace `build` makes afresh for each."""
-    return _written(PerfettoWriter, build()), _written(PlainWriter, build())
+def _both_built(build, tuning: Tuning = DEFAULT_TUNING) -> tuple[bytes, bytes]:
+    """The two writers' bytes for a trace `build` makes afresh for each, both with `tuning`."""
+    return _written(PerfettoWriter, build(), tuning), _written(PlainWriter, build(), tuning)
 
 
-def _both(text: bytes, prepare) -> tuple[bytes, bytes]:
+def _both(text: bytes, prepare, tuning: Tuning = DEFAULT_TUNING) -> tuple[bytes, bytes]:
     """The two writers' bytes for one reading of `text` each (the writers assign iids as they go)."""
     def build() -> Trace:
         trace = parse_trace_text(text)
         prepare(trace)
         return trace
 
-    return _both_built(build)
+    return _both_built(build, tuning)
 
 
 def _compacted(trace: Trace) -> None:
@@ -187,10 +188,8 @@ def test_tracks_cut_into_batches_and_packets_into_parts_are_written_alike(text, 
     (counters' too), their short runs gathered a few bytes at a time and their args spliced in
     a couple at a time."""
     prepare = {"as read": lambda trace: None, "compacted": _compacted}[stage]
-    with mock.patch.object(perfetto_writer, "_SLICES_AT_ONCE", 3), mock.patch.object(slice_packets, "PACKETS_AT_ONCE", 5), \
-            mock.patch.object(perfetto_writer, "PACKETS_AT_ONCE", 5), mock.patch.object(packets, "SPLICES_AT_ONCE", 2), \
-            mock.patch.object(packets, "_GATHER_BYTES", 7):
-        columns, plain = _both(text, prepare)
+    with mock.patch.object(packets, "SPLICES_AT_ONCE", 2), mock.patch.object(packets, "_GATHER_BYTES", 7):
+        columns, plain = _both(text, prepare, Tuning(slices_at_once=3, packets_at_once=5))
     assert columns == plain
 
 
@@ -230,10 +229,9 @@ def built_traces(draw):
 
 
 @settings(max_examples=100, **SETTINGS)
-@given(built_traces(), st.sampled_from([perfetto_writer._SLICES_AT_ONCE, 3]))
+@given(built_traces(), st.sampled_from([DEFAULT_TUNING.slices_at_once, 3]))
 def test_traces_built_row_by_row_are_written_alike(build, slices_at_once):
-    with mock.patch.object(perfetto_writer, "_SLICES_AT_ONCE", slices_at_once):
-        columns, plain = _both_built(build)
+    columns, plain = _both_built(build, Tuning(slices_at_once=slices_at_once))
     assert columns == plain
 
 

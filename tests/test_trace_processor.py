@@ -1,6 +1,7 @@
 """converter.tp: traces open as perfetto's TraceProcessor, offline (WebAssembly) or through a native shell."""
 
 import gzip
+import io
 import json
 import os
 import time
@@ -99,20 +100,25 @@ def test_multi_megabyte_trace_loads_completely():
         assert rows(tp, "select count(*), max(ts), count(distinct name) from slice") == [(n, (n - 1) * 10_000, 50)]
 
 
-def test_requests_larger_than_the_request_buffer(monkeypatch):
+def test_requests_larger_than_the_request_buffer():
     """parse() splits trace data into requests that fit the module's buffer; the transport feeds longer ones in pieces."""
-    from converter.tp import wasm_backend, wasm_host
+    from converter.tp.time_limit import TimeLimit
+    from converter.tp.wasm_backend import WasmTraceProcessor
+    from converter.tp.wasm_host import WasmTransport
 
     buffer_size = 64 * 1024
-    monkeypatch.setattr(wasm_host, "REQUEST_BUFFER_SIZE", buffer_size)
-    monkeypatch.setattr(wasm_backend, "REQUEST_BUFFER_SIZE", buffer_size)
     sent = []
-    send = wasm_host.WasmTransport.send
-    monkeypatch.setattr(wasm_host.WasmTransport, "send", lambda self, data: sent.append(len(data)) or send(self, data))
+
+    class CountingTransport(WasmTransport):
+        def send(self, data: bytes) -> None:
+            sent.append(len(data))
+            super().send(data)
+
     events = [{"name": "s", "ph": "X", "ts": i, "dur": 1, "pid": 1, "tid": 1} for i in range(20_000)]
     data = json.dumps(events).encode()
     assert len(data) > 10 * buffer_size
-    with open_trace(data) as tp:
+    transport = CountingTransport(request_buffer_size=buffer_size)
+    with WasmTraceProcessor(io.BytesIO(data), TimeLimit("requests", len(data)), transport) as tp:
         assert len(sent) > 10 and max(sent) <= buffer_size
         assert rows(tp, "select count(*) from slice") == [(20_000,)]
         long_sql = "select count(*) from slice where name != '" + "y" * 3 * buffer_size + "'"
@@ -162,15 +168,12 @@ def test_bad_tp_bin_is_reported(tmp_path, monkeypatch):
         open_trace(CHROME_JSON)
 
 
-def test_memory64_build_for_huge_traces(tmp_path, monkeypatch):
+def test_memory64_build_for_huge_traces(tmp_path):
     """The size that picks the 64-bit build is the uncompressed one, read from the gzip trailer."""
-    import converter.tp
-
-    monkeypatch.setattr(converter.tp, "MEMORY64_ABOVE", len(CHROME_JSON) - 1)
     packed = tmp_path / "t.json.gz"
     packed.write_bytes(gzip.compress(CHROME_JSON))
     assert packed.stat().st_size < len(CHROME_JSON)
-    with open_trace(packed) as tp:
+    with open_trace(packed, memory64_above=len(CHROME_JSON) - 1) as tp:
         assert tp._backend.transport.wasm.name == "trace_processor_memory64.wasm"
         assert_chrome_slices(tp)
 

@@ -24,6 +24,7 @@ from ..lane_rules import LaneRules
 from ..model import NO_ARGS, LaneGroup, Process, SliceTable, Trace, Track, TrackRole
 from ..model.nesting import nested_layers, sort_by_start
 from ..model.columns import grouped_in_order
+from ..tuning import DEFAULT_TUNING, Tuning
 from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
 from .window import step_ranges
 
@@ -45,7 +46,8 @@ class GpuLanes:
     streams: set[object] = field(default_factory=set)  # the hardware streams (lane_grouping.hardware_streams)
 
 
-def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = None) -> dict:
+def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = None,
+            tuning: Tuning = DEFAULT_TUNING) -> dict:
     """Move GPU slices and their annotations onto lanes (grouped by the lane rules unless a
     grouping is given); returns the summary figures."""
     grouping = grouping or RuleLanes(rules)
@@ -68,7 +70,7 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
         merged_away += _place_annotations(trace, gpu, by_stream, annotations_of.get(process, _NO_ROWS),
                                           stream_of_track, summary)
         _label_kernel_runs(trace, gpu, launch_of, step_starts, summary)
-        _layer_annotation_rows(trace, gpu)
+        _layer_annotation_rows(trace, gpu, tuning)
         per_gpu.append(gpu)
 
     measured_after = _fingerprint(table, rules.annotation_categories | {KERNEL_LABEL_CATEGORY})
@@ -305,7 +307,7 @@ def _split(items: list[Optional[str]], like: list[np.ndarray]) -> Iterator[list[
         start += len(members)
 
 
-def _layer_annotation_rows(trace: Trace, gpu: GpuLanes) -> None:
+def _layer_annotation_rows(trace: Trace, gpu: GpuLanes, tuning: Tuning) -> None:
     """Annotations that partially overlap on one row move to further rows above the lane."""
     table = trace.slices
     first_rows = {rows[0]: lane for lane, rows in gpu.annotation_rows.items()}
@@ -313,7 +315,7 @@ def _layer_annotation_rows(trace: Trace, gpu: GpuLanes) -> None:
     on_first_rows = np.flatnonzero(table.track_mask(first_rows.__contains__)[tracks])
     for first_row, at in grouped_in_order(tracks[on_first_rows]):  # rows in the order their slices first come
         lane = first_rows[table.tracks[first_row]]
-        for depth, layer in enumerate(nested_layers(table, on_first_rows[at]), start=1):
+        for depth, layer in enumerate(nested_layers(table, on_first_rows[at], tuning), start=1):
             table.move(layer, _annotation_row(trace, gpu, lane, depth))
     _order_children(gpu)
 

@@ -23,10 +23,8 @@ from typing import Any, Iterator, Optional, Protocol, Sequence
 
 from ..errors import CgtraceError
 from ..model import ArgsStore, LabelRule, PreparedArgs
+from ..tuning import DEFAULT_TUNING, Tuning
 from .direct import DirectWriter, read_all
-
-_SPILL_BYTES = 1 << 20
-_SWEEP_BYTES = 1 << 20
 
 
 class ArgsFollower(Protocol):
@@ -53,13 +51,15 @@ class FollowedLabels(Protocol):
 class FileArgsStore(ArgsStore):
     """Append-only store of raw JSON args in an unlinked temporary file.
 
-    New text collects in `_pending` and goes to the file a megabyte at a time: `add` runs
-    once per slice, and a buffered file's write cost several times a bytearray append."""
+    New text collects in `_pending` and goes to the file a megabyte at a time (the tuning's
+    spill_bytes): `add` runs once per slice, and a buffered file's write cost several times a
+    bytearray append."""
 
-    def __init__(self, directory: Optional[str] = None):
+    def __init__(self, directory: Optional[str] = None, tuning: Tuning = DEFAULT_TUNING):
         """`directory`: where the temporary file lives (default: TMPDIR, else the system's)."""
         super().__init__()
         self._directory = directory
+        self._spill_bytes, self._sweep_bytes = tuning.spill_bytes, tuning.sweep_bytes
         self._reader = -1  # the file, for pread; the writer has a descriptor of its own (O_DIRECT)
         self._writer: Optional[DirectWriter] = None
         self._pending = bytearray()  # the entries after the first `_spilled_entries`, not yet in the file
@@ -74,7 +74,7 @@ class FileArgsStore(ArgsStore):
         first = len(self._bounds) - 1
         self._pending += b"".join(texts)
         self._bounds.extend(islice(accumulate(map(len, texts), initial=self._bounds[-1]), 1, None))
-        if len(self._pending) >= _SPILL_BYTES:
+        if len(self._pending) >= self._spill_bytes:
             self._spill()
         return first
 
@@ -87,17 +87,17 @@ class FileArgsStore(ArgsStore):
     def sweep(self, references: Sequence[int]) -> Iterator[bytes]:
         """Read a block at a time in file order: for hundreds of thousands of entries, a pread
         each costs several times the reading. A block ends with the last entry wanted within
-        _SWEEP_BYTES of its start, so entries far apart (a GPU's annotations among its
+        sweep_bytes of its start, so entries far apart (a GPU's annotations among its
         kernels) are not each read with a megabyte after them."""
         if self._pending:
             self._spill()
-        bounds, fd = self._bounds, self._reader
+        bounds, fd, reach = self._bounds, self._reader, self._sweep_bytes
         ends = [bounds[reference + 1] for reference in references]
         block, block_start, block_end = b"", 0, 0
         for index, reference in enumerate(references):
             start, end = bounds[reference], ends[index]
             if end > block_end:
-                last = bisect_right(ends, start + _SWEEP_BYTES, index) - 1  # the last entry wanted that fits
+                last = bisect_right(ends, start + reach, index) - 1  # the last entry wanted that fits
                 block = read_all(fd, max(end, ends[last] if last >= index else end) - start, start)
                 block_start, block_end = start, start + len(block)
             yield block[start - block_start:end - block_start]

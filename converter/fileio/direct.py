@@ -43,9 +43,10 @@ def _set_direct(fd: int, direct: bool) -> None:
 class DirectWriter:
     """Sequential writes to `fd` from offset 0, in whole blocks. Closing it does not close `fd`."""
 
-    def __init__(self, fd: int):
+    def __init__(self, fd: int, try_direct: bool = True):
+        """`try_direct`: write past the page cache where the file system allows; else buffered."""
         self._fd = fd
-        self.direct = switch_to_direct_io(fd)
+        self.direct = try_direct and switch_to_direct_io(fd)
         self._buffer = mmap.mmap(-1, _BUFFER_BYTES)
         self._view = memoryview(self._buffer)
         self._used = 0     # bytes in the buffer

@@ -20,9 +20,8 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import msgspec
 
-# 1 MiB: a piece's decoded events strand less of the heap than 4 MiB did (the slices made
-# meanwhile pin the pages they were freed from), and they stay in the CPU's caches.
-PIECE_BYTES = 1 << 20
+from ..tuning import DEFAULT_TUNING
+
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
 NON_SPACE = re.compile(rb"[^ \t\r\n]")
@@ -94,19 +93,23 @@ def _last_piece_decodes(text, start: int, end: int) -> bool:
     return False
 
 
-def iter_pieces(text, layout: EventsLayout, decoders: Sequence[msgspec.json.Decoder] = ()
-                ) -> Iterator[tuple[list, int, int]]:
-    """(the piece's events, its start and end offsets in `text`), in file order. A piece is
-    decoded by the first of `decoders` that takes it whole, else as raw events (one Raw each),
-    which any JSON array gives: only a piece cut inside an event fails that. `decoders` is read
-    afresh for every piece, so a caller may change them between pieces."""
+def iter_pieces(text, layout: EventsLayout, decoders: Callable[[], Sequence[msgspec.json.Decoder]] = tuple,
+                piece_bytes: int = DEFAULT_TUNING.piece_bytes) -> Iterator[tuple[list, int, int]]:
+    """(the piece's events, its start and end offsets in `text`), in file order, each about
+    `piece_bytes` long (1 MiB: a piece's decoded events strand less of the heap than 4 MiB
+    did, as the slices made meanwhile pin the pages they were freed from, and they stay in the
+    CPU's caches). A piece is decoded by the first of `decoders()` that takes it whole, else
+    as raw events (one Raw each), which any JSON array gives: only a piece cut inside an event
+    fails that. `decoders` is asked afresh for every piece, so a caller may change its choice
+    between pieces."""
     start, end = layout.start, layout.end
     while start < end:
-        search_from = start + PIECE_BYTES
+        search_from = start + piece_bytes
+        chosen = decoders()
         while True:
             match = _BOUNDARY.search(text, search_from, end) if search_from < end else None
             cut, next_start = (match.start() + 1, match.end() - 1) if match else (end, end)
-            events = _decoded(_bracketed(text, start, cut), decoders)
+            events = _decoded(_bracketed(text, start, cut), chosen)
             if events is None:
                 if match is None:
                     raise PiecesFailed()

@@ -32,6 +32,7 @@ from ..kineto import MAX_NS
 from ..errors import CgtraceError
 from ..model import NO_ARGS, ArgsStore, CounterSample, Trace, Track, decode_json, encode_json
 from ..model.builder import TraceBuilder
+from ..tuning import DEFAULT_TUNING, Decoding, Tuning
 from .decimal_times import FLOAT_EXACT_LIMIT_US, exact_ns, numbers_ns, to_ns
 from .event_pieces import (HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, iter_pieces,
                            locate_events, piece_events)
@@ -114,7 +115,6 @@ def _tagged_list(plain: tuple[type[_Plain], ...]) -> msgspec.json.Decoder:
 _PLAIN_WITH_NUMBERS, _PLAIN_WITH_TEXT = _plain_phases(Union[int, float]), _plain_phases(msgspec.Raw)
 _TAGGED_NUMBERS, _TAGGED_TEXT = _tagged_list(_PLAIN_WITH_NUMBERS), _tagged_list(_PLAIN_WITH_TEXT)
 _PLAIN_CODES = {cls: _code_of_phase(cls.ph) for cls in (*_PLAIN_WITH_NUMBERS, *_PLAIN_WITH_TEXT)}
-_TAGGED_TRIES = 3  # pieces the tagged decoding may fail before the rest skip it
 _NOT_THREAD = ("g", "p")  # instant scopes with a track other than their thread's
 
 
@@ -133,14 +133,53 @@ _EXACT_EVENT = msgspec.json.Decoder(_ExactEvent)
 _EXACT_EVENT_LIST = msgspec.json.Decoder(list[_ExactEvent])
 _EXACT_TS = msgspec.json.Decoder(_ExactTs)
 _UTF8_CHUNK = 1 << 24
+_DECODERS = {Decoding.TAGGED_NUMBERS: (_TAGGED_NUMBERS, _EVENT_LIST), Decoding.TAGGED_TEXT: (_TAGGED_TEXT, _EVENT_LIST),
+             Decoding.EVENTS: (_EVENT_LIST,), Decoding.EXACT_EVENTS: (_EXACT_EVENT_LIST,)}
+_TAGGED = (Decoding.TAGGED_NUMBERS, Decoding.TAGGED_TEXT)
+_EXACT = {Decoding.TAGGED_NUMBERS: Decoding.TAGGED_TEXT, Decoding.EVENTS: Decoding.EXACT_EVENTS}
 
 
-def read_trace(path: Path, strict: bool = False, args: Optional[ArgsStore] = None) -> Trace:
+class _Decodings:
+    """The decoding the next piece gets, named (Decoding), and how what a piece showed changes
+    it. A piece is decoded whole into events where it can be: one pass over its bytes, not two.
+    Once a piece had times a float cannot hold to the ns (absolute epoch microseconds), the
+    rest are decoded exactly at once rather than as floats first and again (a first piece with
+    such times is decoded again at once); once the tagged decoding failed a few pieces, the
+    rest skip it."""
+
+    def __init__(self, first: Decoding, tagged_tries: int):
+        self.choice = first
+        self._tagged_tries = tagged_tries
+        self._tagged_failures = 0
+
+    def decoders(self) -> tuple[msgspec.json.Decoder, ...]:
+        return _DECODERS[self.choice]
+
+    def decoded(self, events: list, first_piece: bool) -> Optional[msgspec.json.Decoder]:
+        """Take in how a piece decoded; the decoder to decode it again with, where its times
+        need it."""
+        if self.choice in _TAGGED and events and not isinstance(events[0], _Tagged):
+            self._tagged_failures += 1
+            if self._tagged_failures >= self._tagged_tries:
+                self.choice = Decoding.EVENTS
+        elif first_piece and self.choice is Decoding.TAGGED_NUMBERS and _beyond_float(events):
+            self.choice = Decoding.TAGGED_TEXT
+            return _TAGGED_TEXT
+        return None
+
+    def converted(self, exact_times: bool) -> None:
+        """After a piece's events were converted: whether any needed its exact times."""
+        if exact_times:
+            self.choice = _EXACT.get(self.choice, self.choice)
+
+
+def read_trace(path: Path, strict: bool = False, args: Optional[ArgsStore] = None,
+               tuning: Tuning = DEFAULT_TUNING) -> Trace:
     """Parse a Kineto/Chrome JSON trace file; malformed files raise CgtraceError. The slices'
     raw args go to `args` (the caller's choice of store; default: in memory)."""
     text = read_input_bytes(path)
     try:
-        return parse_trace_text(text, strict=strict, args=args)
+        return parse_trace_text(text, strict=strict, args=args, tuning=tuning)
     except CgtraceError as error:
         raise CgtraceError(f"{path}: {error.message}") from None
     except RecursionError:
@@ -149,12 +188,12 @@ def read_trace(path: Path, strict: bool = False, args: Optional[ArgsStore] = Non
 
 
 def parse_trace_text(text: bytes | bytearray | mmap.mmap, strict: bool = False,
-                     args: Optional[ArgsStore] = None) -> Trace:
+                     args: Optional[ArgsStore] = None, tuning: Tuning = DEFAULT_TUNING) -> Trace:
     layout, trace = locate_events(text), None
     store = args if args is not None else ArgsStore()
     if layout is not None:
         try:
-            trace = _parse_in_pieces(text, layout, store)
+            trace = _parse_in_pieces(text, layout, store, tuning)
         except PiecesFailed:
             pass  # not cut cleanly: read whole below, which also names any JSON error
     if trace is None:
@@ -165,35 +204,22 @@ def parse_trace_text(text: bytes | bytearray | mmap.mmap, strict: bool = False,
     return trace
 
 
-def _parse_in_pieces(text: Any, layout: EventsLayout, store: ArgsStore) -> Trace:
+def _parse_in_pieces(text: Any, layout: EventsLayout, store: ArgsStore, tuning: Tuning) -> Trace:
     """The usual path: the events array a piece at a time, releasing the input behind it."""
     _check_utf8(text, 0, layout.start)
     header = {key: decode_json(raw) for key, raw in layout.header.items()}
     trace = Trace(metadata=header, args=store)
     builder = _KinetoEvents(trace, base_ns=kineto.base_time_ns(header) or 0)
     checked, total = layout.start, len(text)
-    # A piece is decoded whole into events where it can be: one pass over its bytes, not two.
-    # Once a piece had times a float cannot hold to the ns (absolute epoch microseconds), the
-    # rest are decoded exactly at once rather than as floats first and again (a first piece
-    # with such times is decoded again at once); once the tagged decoding failed a few pieces,
-    # the rest skip it.
-    decoders: list[msgspec.json.Decoder] = [_TAGGED_NUMBERS, _EVENT_LIST]
-    tagged_failures = 0
-    for events, start, end in iter_pieces(text, layout, decoders):
+    decodings = _Decodings(tuning.first_decoding, tuning.tagged_tries)
+    for events, start, end in iter_pieces(text, layout, decodings.decoders, tuning.piece_bytes):
         _check_utf8(text, checked, end)
-        if decoders[0] is not _EVENT_LIST and events and not isinstance(events[0], _Tagged):
-            tagged_failures += 1
-            if tagged_failures >= _TAGGED_TRIES:
-                decoders[:] = [_EVENT_LIST]
-        elif start == layout.start and decoders[0] is _TAGGED_NUMBERS and _beyond_float(events):
-            decoders[0] = _TAGGED_TEXT
-            events = piece_events(text, start, end, _TAGGED_TEXT)
+        again = decodings.decoded(events, first_piece=start == layout.start)
+        if again is not None:
+            events = piece_events(text, start, end, again)
         builder.add_events(events, lambda: piece_events(text, start, end))  # noqa: B023 (called at once)
         del events
-        if builder.exact_times and decoders[0] is _EVENT_LIST:
-            decoders[:] = [_EXACT_EVENT_LIST]
-        elif builder.exact_times and decoders[0] is _TAGGED_NUMBERS:
-            decoders[0] = _TAGGED_TEXT
+        decodings.converted(builder.exact_times)
         if isinstance(text, mmap.mmap):
             # Finished pages go (read again, they refault from the page cache).
             text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))

@@ -18,7 +18,6 @@ from ..errors import CgtraceError
 from ..fileio.atomic import check_output_path, remove_leftovers
 from ..inputs.source import json_size
 from .executors import for_cluster, open_workers, run_tasks
-from .merge import default_jobs, helper_fits
 from .rank_files import find_rank_files
 from .runner import JobOptions, default_output_path, run_job
 
@@ -44,10 +43,10 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
     for k in todo:
         check_output_path(targets[k], options.overwrite)  # every output can be written, before any work
     sizes = sorted((json_size(files[k]) for k in todo), reverse=True)
-    jobs = max(1, jobs or default_jobs(sizes or [0]))
+    jobs = max(1, jobs or options.tuning.default_jobs(sizes or [0]))
     remote = scheduler is not None
     # A worker gets an args helper only where cores and memory allow (a Dask worker never forks one).
-    helpers = not remote and options.args_strategy == "auto" and helper_fits(sizes, jobs)
+    helpers = not remote and options.args_strategy == "auto" and options.tuning.helper_fits(sizes, jobs)
     task_options = replace(options, args_strategy="helper" if helpers else "in-process")
     tasks = [(for_cluster(files[k], remote), for_cluster(targets[k], remote), task_options) for k in todo]
     entries: list[dict[str, Any]] = [{"input": str(path), "output": str(target), "status": "skipped",

@@ -61,9 +61,11 @@ def scheduler_address(option: Optional[str]) -> Optional[str]:
 
 
 @contextmanager
-def open_workers(jobs: int, scheduler: Optional[str]) -> Iterator[Workers]:
-    """Local processes, `jobs` at once, or the Dask cluster at `scheduler`. Leaving by an
-    exception kills (local) or cancels (Dask) every task still running."""
+def open_workers(jobs: int, scheduler: Optional[str], connect_timeout_s: float = _CONNECT_TIMEOUT_S
+                 ) -> Iterator[Workers]:
+    """Local processes, `jobs` at once, or the Dask cluster at `scheduler` (given up on after
+    `connect_timeout_s`). Leaving by an exception kills (local) or cancels (Dask) every task
+    still running."""
     if scheduler is None:
         from .workers import LocalProcessExecutor  # see the TYPE_CHECKING import above
 
@@ -76,7 +78,7 @@ def open_workers(jobs: int, scheduler: Optional[str]) -> Iterator[Workers]:
         raise CgtraceError(f"--scheduler {scheduler}: running on a Dask cluster needs the cluster extra; "
                            "pip install 'cgtrace[cluster]'") from None
     try:
-        client = Client(scheduler, timeout=_CONNECT_TIMEOUT_S, set_as_default=False)
+        client = Client(scheduler, timeout=connect_timeout_s, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as error:
         raise CgtraceError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({_first_line(error)}); "
                            "check the address and that `dask scheduler` runs there") from None

@@ -29,19 +29,14 @@ from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
 from ..inputs.source import json_size
 from ..model import FlowEnd, RankIdentity
-from ..outputs.args_accelerator import available_cores
 from ..outputs.perfetto_writer import PerfettoWriter
+from ..tuning import Tuning
 from .executors import Workers, for_cluster, open_workers, run_tasks
 from .rank_files import find_rank_files
 from .runner import JobOptions, Prepared, prepare
 from .snapshot import load_snapshot, save_snapshot
 from .verify import Expected, verify_output
 
-# For choosing how many ranks to hold at once (measured on the merges of docs/performance.md):
-# a rank's model per byte of its JSON, and a process's own interpreter and modules.
-_RANK_BYTES_PER_JSON_BYTE = 1.5
-_PROCESS_BYTES = 24 << 20
-_ENCODED_ARGS_PER_JSON_BYTE = 0.25
 
 
 @dataclass
@@ -79,7 +74,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
     only those global ranks. The args strategy "auto" gives pass one's ranks an args helper
-    where cores and memory allow (helper_fits). With a Dask `scheduler`, both passes run on
+    where cores and memory allow (Tuning.helper_fits). With a Dask `scheduler`, both passes run on
     its cluster: only block summaries and busy-GPU changes travel back; snapshots and part
     files stay on the output's file system."""
     files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
@@ -92,10 +87,11 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     # are named, and checked, once pass one has found them)
     check_output_path(output_for_group(0, 1), options.overwrite)
     sizes = sorted((json_size(path) for path in files), reverse=True)
-    jobs = max(1, jobs or default_jobs(sizes))
+    tuning = options.tuning
+    jobs = max(1, jobs or tuning.default_jobs(sizes))
     # A Dask worker runs threads, so it never forks an args helper (cores_to_spare).
     helpers = scheduler is None and (options.args_strategy == "helper" or
-                                     (options.args_strategy == "auto" and helper_fits(sizes, jobs)))
+                                     (options.args_strategy == "auto" and tuning.helper_fits(sizes, jobs)))
     scanning = replace(options, compact=True, args_strategy="helper" if helpers else "in-process")
     # One rank at a time runs in this process, unless each needs a fresh one: a process forked
     # from a heap that held earlier ranks (an args helper, a worker) keeps those pages while its
@@ -128,30 +124,6 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
 
 
-def default_jobs(sizes: list[int]) -> int:
-    """How many ranks to hold at once, given their JSON sizes (largest first): as many as there
-    are cores, while the estimated peak stays below the inputs' total size. A rank in memory
-    takes about 1.5x its JSON, so two equal ranks go one at a time (in this process), and
-    eight go two at a time."""
-    total, limit = sum(sizes), min(len(sizes), available_cores())
-    jobs = 1
-    while jobs < limit and _PROCESS_BYTES * (jobs + 2) + _RANK_BYTES_PER_JSON_BYTE * sum(sizes[:jobs + 1]) <= total:
-        jobs += 1
-    return jobs
-
-
-def helper_fits(sizes: list[int], jobs: int) -> bool:
-    """Whether pass one's workers should each have an args helper (args_accelerator.py): only
-    on idle cores, and while the peak, with the encoded args held for writing, stays below
-    the inputs' total size (so not for small ranks, where the processes' own interpreters
-    dominate)."""
-    if 2 * jobs > available_cores():
-        return False
-    processes = 2 * jobs + 1  # this one, the workers and their helpers
-    rank_bytes = (_RANK_BYTES_PER_JSON_BYTE + _ENCODED_ARGS_PER_JSON_BYTE) * sum(sizes[:jobs])
-    return _PROCESS_BYTES * processes + rank_bytes <= sum(sizes)
-
-
 def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions,
                     workers: Optional[Workers], order_source: str) -> dict[str, Any]:
     plans = [RankPlan(file=info.file, snapshot=info.snapshot, position=k, global_rank=info.global_rank,
@@ -166,7 +138,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     base = min(info.base_time_ns or 0 for info in members)
     parts: list[RankPart] = _in_workers(workers, _write_rank_part,
-                                        [(plan, f"{plan.snapshot}.group{group_index}.part") for plan in plans],
+                                        [(plan, f"{plan.snapshot}.group{group_index}.part", options.tuning)
+                                         for plan in plans],
                                         [plan.file for plan in plans], "writing ranks")
     busy_gpus = running_totals(change for part in parts for change in part.busy_gpu_changes)
     expected = Expected(sum(part.expected.slices for part in parts),
@@ -296,17 +269,18 @@ class RankPart:
     busy_gpu_changes: list[tuple[int, int]]   # activity.busy_gpu_changes, for the root's counter
 
 
-def _write_rank_part(plan: RankPlan, path: str) -> RankPart:
+def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     prepared = load_snapshot(Path(plan.snapshot))
     trace, summary, blocks = prepared.trace, prepared.summary, prepared.blocks
     summary.update(link_rank_local(trace, blocks))
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         trace.flow_ends.append(FlowEnd(blocks[key].slice_at(anchor).row, flow_id, outgoing))
     place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank), plan.in_pp_group)
-    summary["overlaps_moved"] = separate_overlaps(trace)
+    summary["overlaps_moved"] = separate_overlaps(trace, tuning)
     stride = plan.position + 1
     with open(path, "wb") as stream:
-        writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32, flow_id_base=stride << 40)
+        writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32, flow_id_base=stride << 40,
+                                tuning=tuning)
         writer.write(trace)
         writer.close()
     summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,

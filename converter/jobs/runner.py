@@ -28,6 +28,7 @@ from ..model import ArgsStore, RankIdentity, Trace
 from ..outputs.args_accelerator import accelerated_args_store, cores_to_spare
 from ..outputs.json_writer import ChromeJsonWriter
 from ..outputs.perfetto_writer import PerfettoWriter
+from ..tuning import DEFAULT_TUNING, Tuning
 from .verify import Expected, verify_output
 
 PERFETTO_SUFFIX = ".perfetto-trace"
@@ -55,6 +56,7 @@ class JobOptions:
     # The command ends with this job: its model may be kept to the end instead of freed object
     # by object (heap.keep_to_the_end); never for a job followed by others or by a query.
     ends_command: bool = False
+    tuning: Tuning = field(default_factory=Tuning.for_this_machine)  # sizes, cores and memory, made once
 
 
 @dataclass
@@ -78,16 +80,16 @@ def default_output_path(input_path: Path, tag: str = "", output_format: str = "p
 
 
 def args_store(strategy: str, output_format: str = "perfetto", written_here: bool = False,
-               compacts: bool = False) -> ArgsStore:
+               compacts: bool = False, tuning: Tuning = DEFAULT_TUNING) -> ArgsStore:
     """The args store a job reads into, by strategy (see ARGS_STRATEGIES); `written_here`: this
     process writes the output, so an args helper stays on to encode its packets; `compacts`:
     the job compacts, so an args helper labels the entries for it too."""
     if strategy not in ARGS_STRATEGIES:
         raise CgtraceError(f"args strategy {strategy!r}: expected one of {', '.join(ARGS_STRATEGIES)}")
-    if strategy == "helper" or (strategy == "auto" and output_format == "perfetto" and cores_to_spare()):
+    if strategy == "helper" or (strategy == "auto" and output_format == "perfetto" and cores_to_spare(tuning.cores)):
         return accelerated_args_store(kineto.KERNEL_LABEL if compacts else None,
-                                      encodes_packets=written_here and output_format == "perfetto")
-    return FileArgsStore()
+                                      encodes_packets=written_here and output_format == "perfetto", tuning=tuning)
+    return FileArgsStore(tuning=tuning)
 
 
 def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[str, Any]:
@@ -103,7 +105,7 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
     if prepared.pp_annotations != NO_PP:
         summary.update(link_rank_local(trace, prepared.blocks))
         summary["flows"] = len(trace.flows)
-    summary["overlaps_moved"] = separate_overlaps(trace)
+    summary["overlaps_moved"] = separate_overlaps(trace, options.tuning)
     summary["tracks"] = len(trace.tracks) + len(trace.processes)
     summary["slices"] = len(trace.slices) - trace.instant_count()
     if options.split_steps:
@@ -111,7 +113,7 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
         summary.update(input=str(input_path))
         return summary
     with AtomicFiles(options.overwrite) as files:
-        summary.update(_write_file(trace, files, output_path, options.output_format))
+        summary.update(_write_file(trace, files, output_path, options))
         verified = _commit(files, {output_path: _expected(trace)}, options)
     if verified:
         summary["verified"] = verified[output_path]
@@ -123,7 +125,8 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     """Read, cut to the window and, given lane rules, compact and find the PP blocks;
     `written_here`: this process writes the output (see args_store)."""
     trace = read_trace(input_path, strict=options.strict, args=args_store(
-        options.args_strategy, options.output_format, written_here, compacts=rules is not None))
+        options.args_strategy, options.output_format, written_here, compacts=rules is not None,
+        tuning=options.tuning), tuning=options.tuning)
     input_read()
     header = kineto.rank_header(trace.metadata, str(input_path))
     summary = trace_summary(trace)
@@ -135,7 +138,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     if rules is None:
         return Prepared(trace, summary, header)
     exported = kineto.inline_laned(trace.metadata) and not options.relane
-    summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules)))
+    summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules), options.tuning))
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
     if options.output_format == "perfetto":  # lane rows' busy counters (activity.py says why)
         add_busy_lanes(trace)
@@ -148,21 +151,23 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     return Prepared(trace, summary, header, blocks, scheme)
 
 
-def write_trace(trace: Trace, stream: BinaryIO, output_format: str = "perfetto") -> dict[str, Any]:
+def write_trace(trace: Trace, stream: BinaryIO, output_format: str = "perfetto",
+                tuning: Tuning = DEFAULT_TUNING) -> dict[str, Any]:
     """Write one trace in the chosen format; the JSON writer reports how it placed times and arrows."""
     progress.stage(f"writing {len(trace.slices)} slices")
     if output_format == "json":
-        return ChromeJsonWriter(stream).write(trace)
-    writer = PerfettoWriter(stream)
+        return ChromeJsonWriter(stream, tuning).write(trace)
+    writer = PerfettoWriter(stream, tuning=tuning)
     writer.write(trace)
     writer.close()
     return {}
 
 
-def _write_file(trace: Trace, files: AtomicFiles, path: Path, output_format: str) -> dict[str, Any]:
+def _write_file(trace: Trace, files: AtomicFiles, path: Path, options: JobOptions) -> dict[str, Any]:
     stream = files.create(path)
     try:
-        written = write_trace(trace, cast(BinaryIO, stream), output_format)  # a DirectWriter: the writers only call write()
+        # a DirectWriter: the writers only call write()
+        written = write_trace(trace, cast(BinaryIO, stream), options.output_format, options.tuning)
         stream.close()
     except OSError as error:
         raise write_failed(path, error) from None
@@ -201,7 +206,7 @@ def _write_steps(trace: Trace, input_path: Path, output_path: Path, options: Job
     with AtomicFiles(options.overwrite) as files:
         for step, path in paths.items():
             step_trace, cut_summary = cut_to_steps(trace, *ranges[step])
-            _write_file(step_trace, files, path, options.output_format)
+            _write_file(step_trace, files, path, options)
             expected[path] = _expected(step_trace)
             written.append({"step": step, "output": str(path), "slices": len(step_trace.slices),
                             "flows": len(step_trace.flows),

@@ -8,14 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..tuning import DEFAULT_TUNING, Tuning
 from .slices import SliceTable
-
-# Slices whose times are Python ints at once: a whole long track's as ints would be a large
-# transient beside the columns.
-_CHUNK = 1 << 16
-# A stretch this short goes to the loop whole: looking inside it with numpy costs more in
-# fixed per-call overhead than the loop takes over its slices.
-_LOOPED_WHOLE = 256
 
 
 def sort_by_start(table: SliceTable, rows: np.ndarray, longest_first: bool) -> np.ndarray:
@@ -37,24 +31,27 @@ def fits_nested(open_ends: list[int], start: int, end: int) -> bool:
     return not open_ends or open_ends[-1] >= end
 
 
-def nested_layers(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]:
+def nested_layers(table: SliceTable, rows: np.ndarray, tuning: Tuning = DEFAULT_TUNING) -> list[np.ndarray]:
     """`rows` in nesting order, split first-fit into layers that each nest properly (a
     single layer unless some slices partially overlap). Which spans cross is found on
     columns, for the whole track at once (_crossing); first-fit's loop then runs only over
     the stretches around them where it must: it starts afresh wherever nothing is open, and
     after slices that enclose everything up to such a point (a call stack's outer frames).
     So a long track with a few deep crossings (a CPU thread's call stacks) no longer sends
-    every slice through the loop."""
+    every slice through the loop. A stretch of the tuning's nesting_looped_whole slices or fewer goes
+    to the loop whole: looking inside it with numpy costs more in fixed per-call overhead than
+    the loop takes over its slices."""
+    chunk, looped_whole = tuning.nesting_chunk, tuning.nesting_looped_whole
     ordered = nesting_order(table, rows)
     starts, ends = table.spans(ordered)
-    crossing = _crossing(starts, ends, table.instant[ordered])
+    crossing = _crossing(starts, ends, table.instant[ordered], chunk)
     if not len(crossing):
         return [ordered]
     looped: list[np.ndarray] = []  # the stretches the loop takes
     stretches = _stretches_holding(crossing, starts, ends, 0, len(ordered))
     while stretches:
         first, last = stretches.pop()
-        enclosing = _enclosing(ends[first:last]) if last - first > _LOOPED_WHOLE else 0
+        enclosing = _enclosing(ends[first:last]) if last - first > looped_whole else 0
         if enclosing:
             stretches += _stretches_holding(crossing, starts, ends, first + enclosing, last)
         else:
@@ -62,7 +59,7 @@ def nested_layers(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]:
     # One loop over them all, in order: everything in one has ended before the next begins.
     positions = np.sort(np.concatenate(looped))
     layers = np.zeros(len(ordered), np.int64)
-    layers[positions] = _first_fit(starts[positions], ends[positions], table.instant[ordered[positions]])
+    layers[positions] = _first_fit(starts[positions], ends[positions], table.instant[ordered[positions]], chunk)
     return [ordered[layers == layer] for layer in range(int(layers.max()) + 1)]
 
 
@@ -86,14 +83,14 @@ def _enclosing(ends: np.ndarray) -> int:
     return int(not_enclosing[0]) if len(not_enclosing) else len(ends)
 
 
-def _first_fit(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray) -> np.ndarray:
+def _first_fit(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, chunk: int) -> np.ndarray:
     """Each slice's layer: the first whose stack of open ends it nests in (fits_nested,
-    inline: it runs once per slice)."""
+    inline: it runs once per slice); times made Python ints `chunk` slices at a time."""
     layer_of: list[int] = []
     first_ends: list[int] = []  # the first layer's, where nearly every slice goes: tested apart
     open_ends: list[list[int]] = [first_ends]
-    for first in range(0, len(starts), _CHUNK):
-        part = slice(first, first + _CHUNK)
+    for first in range(0, len(starts), chunk):
+        part = slice(first, first + chunk)
         for start, end, is_instant in zip(starts[part].tolist(), ends[part].tolist(), instant[part].tolist()):
             while first_ends and first_ends[-1] <= start:
                 first_ends.pop()
@@ -131,15 +128,15 @@ def _all_clear(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.flatnonzero(np.maximum.accumulate(ends)[:-1] <= starts[1:]) + 1
 
 
-def _crossing(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray) -> np.ndarray:
+def _crossing(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, chunk: int) -> np.ndarray:
     """Of slices in nesting order, the positions (ascending) of spans in bracket pairs that do
     not match (_misplaced): none exactly when first-fit keeps the slices in one layer, and some
     in every innermost stretch that needs another. Instants and empty spans always fit the
     first layer (nothing still open ends inside them) and are gone by the next start, so only
-    spans longer than 0 are tested, between points where nothing is open about _CHUNK slices
+    spans longer than 0 are tested, between points where nothing is open about `chunk` slices
     apart, which bounds the arrays to a few MB."""
     spans = np.flatnonzero((ends > starts) & ~instant)
-    bounds = [0, *np.searchsorted(spans, clear_points(starts, ends, _CHUNK)).tolist(), len(spans)]
+    bounds = [0, *np.searchsorted(spans, clear_points(starts, ends, chunk)).tolist(), len(spans)]
     return np.unique(np.concatenate([np.zeros(0, np.int64), *(
         spans[first:last][_misplaced(starts[spans[first:last]], ends[spans[first:last]])]
         for first, last in zip(bounds, bounds[1:]))]))

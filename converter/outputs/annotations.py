@@ -28,6 +28,7 @@ import msgspec
 import numpy as np
 
 from ..model import decode_json
+from ..tuning import DEFAULT_TUNING, Tuning
 from .fields import DebugAnnotation, TrackEvent
 from .wire import WIRE_BYTES, WIRE_FIXED64, WIRE_VARINT, length_prefixed, pack_double, string_field, tag, varint
 
@@ -46,10 +47,6 @@ _INT64_MIN, _INT64_MAX, _UINT64_MAX = -(1 << 63), (1 << 63) - 1, (1 << 64) - 1
 _DOT, _BACKSLASH, _BRACKET, _BRACE, _ZERO, _LOWER_E, _NULL_N, _NULL_U, _NULL_L = b".\\[{0enul"
 _CLOSING = 2  # "]" and "}" follow "[" and "{" in ASCII
 _CASE_BIT = 0x20  # "E" | _CASE_BIT == "e"
-# Text encoded at once: numpy's dozen passes over it stay in the cache (a megabyte at once
-# does not fit, and each pass then reads memory), and so do the piece's lists.
-_PIECE_BYTES = 1 << 18
-_CACHE_LIMIT = 20_000
 # A key holding more than this share of a full cache has values that rarely repeat (Kineto's
 # "External id", "correlation", "Ev Idx": one per event): caching them only fills memory.
 _UNIQUE_SHARE = 8
@@ -95,9 +92,13 @@ def _entry(key: str, value, name_ref: Callable[[str], bytes]) -> bytes:
 
 
 class ArgsEncoder:
-    def __init__(self, name_reference: Callable[[str], bytes]):
-        """`name_reference` interns an annotation name and returns its encoded name_iid field."""
+    def __init__(self, name_reference: Callable[[str], bytes], tuning: Tuning = DEFAULT_TUNING):
+        """`name_reference` interns an annotation name and returns its encoded name_iid field.
+        The tuning's annotation_piece_bytes of text are encoded at once: numpy's dozen passes
+        over it stay in the cache (a megabyte at once took twice as long a byte), and so do
+        the piece's lists."""
         self._name_reference = name_reference
+        self._piece_bytes, self._cache_limit = tuning.annotation_piece_bytes, tuning.annotation_cache_entries
         self._name: bytes = b""
         self._json_heads = _JsonHeads(self._json_head)
         self._int_heads: dict[str, bytes] = {}  # key -> its name field and the int tag
@@ -121,7 +122,7 @@ class ArgsEncoder:
             self._name = self._name_reference(ARGS_ANNOTATION_NAME)
         raw = np.frombuffer(text, np.uint8)
         lengths = [np.zeros(0, np.int64)]
-        for first, last in _pieces(bounds):
+        for first, last in _pieces(bounds, self._piece_bytes):
             piece, piece_lengths = self._encode_piece(text, raw, bounds[first:last + 1])
             encoded += piece
             lengths.append(piece_lengths)
@@ -164,7 +165,7 @@ class ArgsEncoder:
         holding lists (Kineto's "Input Dims") is cached like any other. Keys whose values
         turned out not to repeat are encoded afresh each time instead, a plain int of theirs
         (Kineto's "External id", "Ev Idx") without decoding it: a tenth of the typed path."""
-        cache, uncached = self._entries, self._uncached_keys
+        cache, uncached, limit = self._entries, self._uncached_keys, self._cache_limit
         parts = []
         for key, raw in members.items():
             text = bytes(raw)
@@ -179,7 +180,7 @@ class ArgsEncoder:
             if encoded is None:
                 value = decode_json(raw)
                 encoded = _entry(key, value, self._name_reference) if value is not None else b""
-                if len(cache) >= _CACHE_LIMIT:
+                if len(cache) >= limit:
                     self._forget()
                 if key not in uncached:
                     cache[cache_key] = encoded
@@ -189,7 +190,7 @@ class ArgsEncoder:
     def _forget(self) -> None:
         """Empty the full cache, and stop caching the keys that filled most of it."""
         held = Counter(key for key, _ in self._entries)
-        self._uncached_keys.update(key for key, entries in held.items() if entries * _UNIQUE_SHARE > _CACHE_LIMIT)
+        self._uncached_keys.update(key for key, entries in held.items() if entries * _UNIQUE_SHARE > self._cache_limit)
         self._entries.clear()
 
 
@@ -206,11 +207,11 @@ class _JsonHeads(dict[int, bytes]):
         return head
 
 
-def _pieces(bounds: np.ndarray) -> Iterator[tuple[int, int]]:
-    """Entries first .. last - 1 of about _PIECE_BYTES of text (or one longer entry) at a time."""
+def _pieces(bounds: np.ndarray, piece_bytes: int) -> Iterator[tuple[int, int]]:
+    """Entries first .. last - 1 of about `piece_bytes` of text (or one longer entry) at a time."""
     first, count = 0, len(bounds) - 1
     while first < count:
-        last = int(np.searchsorted(bounds, bounds[first] + _PIECE_BYTES, "right")) - 1
+        last = int(np.searchsorted(bounds, bounds[first] + piece_bytes, "right")) - 1
         last = min(max(last, first + 1), count)
         yield first, last
         first = last

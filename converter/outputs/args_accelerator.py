@@ -42,23 +42,18 @@ from ..fileio.args_file import FileArgsStore
 from ..fileio.direct import read_all, write_all, write_at
 from ..heap import give_back_freed_memory
 from ..model import LabelRule
+from ..tuning import DEFAULT_TUNING, Tuning
 from .packets import Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, EntryEncoder, mapped
 from .slice_packets import SliceBatch, encode_batch
 
 
-def available_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def cores_to_spare() -> bool:
-    """Whether a helper process would run beside this one rather than take turns with it.
-    Not from a process running other threads: a fork copies only the calling one, and Python
-    3.12 warns that the child may deadlock on a lock another thread held."""
-    return available_cores() > 1 and _threads() == 1
+def cores_to_spare(cores: int) -> bool:
+    """Whether a helper process would run beside this one, on one of its `cores` (the
+    tuning's), rather than take turns with it. Not from a process running other threads: a
+    fork copies only the calling one, and Python 3.12 warns that the child may deadlock on a
+    lock another thread held."""
+    return cores > 1 and _threads() == 1
 
 
 def _threads() -> int:
@@ -69,13 +64,13 @@ def _threads() -> int:
 
 
 def accelerated_args_store(label_rule: Optional[LabelRule], directory: Optional[str] = None,
-                           encodes_packets: bool = False) -> FileArgsStore:
+                           encodes_packets: bool = False, tuning: Tuning = DEFAULT_TUNING) -> FileArgsStore:
     """A file-backed args store followed by a helper that prepares the Perfetto writer's
     encoding and applies `label_rule` (where given) to every entry; with `encodes_packets`,
     it stays to encode the first writer's packets too (slice_packets.py), for a job that
     writes here."""
-    store = FileArgsStore(directory)
-    store.follow(BackgroundArgsEncoder(store.fileno(), label_rule, directory, encodes_packets))
+    store = FileArgsStore(directory, tuning)
+    store.follow(BackgroundArgsEncoder(store.fileno(), label_rule, directory, encodes_packets, tuning))
     return store
 
 
@@ -86,9 +81,11 @@ class BackgroundArgsEncoder:
     form = ARGS_FORM
 
     def __init__(self, store_fd: int, label_rule: Optional[LabelRule], directory: Optional[str] = None,
-                 encodes_packets: bool = False):
-        """`store_fd`: the ArgsStore's file, which the helper reads with pread."""
+                 encodes_packets: bool = False, tuning: Tuning = DEFAULT_TUNING):
+        """`store_fd`: the ArgsStore's file, which the helper reads with pread. The helper
+        stays on to share the write only for the tuning's shared_write_entries or more."""
         self.label_rule = label_rule
+        self._shared_write_entries = tuning.shared_write_entries
         self._output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
         self._ends = tempfile.TemporaryFile(prefix="cgtrace-args-bounds-", dir=directory, buffering=0)
         # Each batch's packets, from its start: the batch before was read by then.
@@ -103,7 +100,7 @@ class BackgroundArgsEncoder:
                 self._requests.close()
                 self._results.close()
                 _serve(requests_out, results_in, store_fd, self._ends.fileno(), self._output.fileno(), label_rule,
-                       self._packets.fileno() if self._packets is not None else None)
+                       self._packets.fileno() if self._packets is not None else None, tuning)
                 status = 0
             finally:
                 os._exit(status)
@@ -147,7 +144,7 @@ class BackgroundArgsEncoder:
                     self._result = self._read_answer()
                 except (OSError, EOFError, BufferTooShort, msgspec.DecodeError, ValueError, IndexError):
                     self._failed = True
-            if self._result is not None and self._packets is not None and self._entries >= SHARED_WRITE_ENTRIES:
+            if self._result is not None and self._packets is not None and self._entries >= self._shared_write_entries:
                 self._result.offer_packet_helper(_HelperPackets(self._requests, self._results, self._packets.fileno(),
                                                                 self._finalizer))
             else:
@@ -212,11 +209,6 @@ class EntryLabels:
 
 _END = np.dtype(np.uint64)  # an entry's end in the ends file (the store's bounds are array("Q"))
 _COPY_BYTES = 1 << 20  # the helper's packets are copied to the output this much at a time
-# The helper stays on for the write only for a trace of this many args entries or more (about
-# 500 MB of Kineto JSON): its own memory beside the writer is then a few percent of the
-# peak, and the write's peak stays under the read's; on smaller traces it would raise the
-# peak by more than the little time it saves is worth.
-SHARED_WRITE_ENTRIES = 1 << 21
 
 
 class _HelperPackets:
@@ -271,11 +263,11 @@ def _stop(pid: int, requests: Connection, results: Connection, *files: Any) -> N
 
 
 def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: int, output_fd: int,
-           label_rule: Optional[LabelRule], packets_fd: Optional[int]) -> None:
+           label_rule: Optional[LabelRule], packets_fd: Optional[int], tuning: Tuning) -> None:
     # The helper touches none of the objects it inherited; without a collector walking them,
     # their pages stay shared with the main process instead of being copied.
     gc.disable()
-    labels, encoder = EntryLabels(), EntryEncoder(output_fd)
+    labels, encoder = EntryLabels(), EntryEncoder(output_fd, tuning)
     # Runs labelled but not yet encoded, as (first entry, entries): read again when encoded,
     # so a backlog costs nothing per entry.
     unencoded: deque[tuple[int, int]] = deque()
@@ -298,7 +290,7 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
     del labels
     names = _encode_the_rest(encoder, store_fd, ends_fd, unencoded)
     _answer(results, output_fd, names, encoder.bounds)
-    if packets_fd is not None and len(encoder.bounds) - 1 >= SHARED_WRITE_ENTRIES:
+    if packets_fd is not None and len(encoder.bounds) - 1 >= tuning.shared_write_entries:
         encoded = EncodedArgs(names, mapped(output_fd, encoder.bounds[-1]), encoder.bounds)
         del encoder, names
         give_back_freed_memory()  # it stays on beside the writer's peak: only what the packets need

@@ -62,12 +62,11 @@ from ..model import Process, Trace, Track, TrackRole
 from ..model.columns import grouped_in_order
 from ..model.ids import IdSpace
 from ..model.nesting import fits_nested, nested_layers
+from ..tuning import DEFAULT_TUNING, Tuning
 
 GLOBAL_PROCESS_NAME = "Global tracks"
 EXACT_LIMIT_NS = 1 << 51       # trace_processor reads "<us>.<3 digits>" exactly below this
 V2_BIND_ID_BASE = 1 << 62      # above every v1 flow id trace_processor hands out
-_FLUSH_BYTES = 1 << 22
-_CHUNK_ROWS = 1 << 16          # slices turned into Python values at a time
 _SECOND_NS = 1_000_000_000
 _FRESH_ID_START = 1 << 24
 _HEADER_KEYS_WRITTEN = frozenset(("traceEvents", "baseTimeNanoseconds", "displayTimeUnit"))
@@ -106,8 +105,10 @@ class _Endpoint:
 
 
 class ChromeJsonWriter:
-    def __init__(self, stream: BinaryIO):
+    def __init__(self, stream: BinaryIO, tuning: Tuning = DEFAULT_TUNING):
         self.stream = stream
+        self.tuning = tuning
+        self._flush_bytes = tuning.flush_bytes
         self.buffer = bytearray()
         self.first_event = True
         self.strings: dict[str, bytes] = {}
@@ -172,7 +173,7 @@ class ChromeJsonWriter:
         for track in sorted(by_track, key=position.__getitem__):
             pid = pids[id(_process_of(track))]
             name = _row_name(track)
-            for layer, slices in enumerate(nested_layers(trace.slices, by_track[track])):
+            for layer, slices in enumerate(nested_layers(trace.slices, by_track[track], self.tuning)):
                 row = _Row(track, layer, name if layer == 0 else f"{name} (overlap {layer})", pid, slices)
                 thread = track.thread
                 if layer == 0 and thread is not None and id(thread) not in threads_placed:
@@ -227,13 +228,14 @@ class ChromeJsonWriter:
         encoded = [_encode(text) for text in table.texts]
         category_fields = [b',"cat":' + string if text else b"" for text, string in zip(table.texts, encoded)]
         buffer, base, args_text = self.buffer, self.base_ns, trace.args.text
+        flush_bytes, rows_at_once = self._flush_bytes, self.tuning.json_rows_at_once
         for row in rows:
             # Every row's thread_name event came first, so each slice follows another event.
             instant_head = b',\n{"pid":%d,"tid":%d,"ph":"i","s":"t","ts":%%d.%%03d,"name":' % (row.pid, row.tid)
             complete_head = b',\n{"pid":%d,"tid":%d,"ph":"X","ts":%%d.%%03d,"dur":%%d.%%03d,"name":' % (
                 row.pid, row.tid)
-            for at in range(0, len(row.slices), _CHUNK_ROWS):
-                chunk = row.slices[at:at + _CHUNK_ROWS]
+            for at in range(0, len(row.slices), rows_at_once):
+                chunk = row.slices[at:at + rows_at_once]
                 for slice_row, start, dur, name, category, reference, instant in zip(
                         chunk.tolist(), starts[chunk].tolist(), durations[chunk].tolist(), names[chunk].tolist(),
                         categories[chunk].tolist(), args[chunk].tolist(), instants[chunk].tolist()):
@@ -250,7 +252,7 @@ class ChromeJsonWriter:
                     if extra is not None:
                         event += extra
                     buffer += event + b"}"
-                    if len(buffer) >= _FLUSH_BYTES:
+                    if len(buffer) >= flush_bytes:
                         self._flush()
 
     def _counters(self, trace: Trace, pids: dict) -> None:
@@ -270,7 +272,7 @@ class ChromeJsonWriter:
         at equal ts trace_processor takes flow events in file order."""
         if not v1_flows:
             return
-        buffer, base, string = self.buffer, self.base_ns, self._string
+        buffer, base, string, flush_bytes = self.buffer, self.base_ns, self._string, self._flush_bytes
         template = (b',\n{"ph":"s","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":%s,"name":%s}'
                     b',\n{"ph":"f","id":%d,"pid":%d,"tid":%d,"ts":%d.%03d,"cat":%s,"name":%s%s}')
         for flow_id, (category, first, second, flow_ts, enclosing) in enumerate(v1_flows, 1):
@@ -281,7 +283,7 @@ class ChromeJsonWriter:
             buffer += template % (flow_id, source.pid, source.tid, start_us, start_ns, cat, cat,
                                   flow_id, target.pid, target.tid, end_us, end_ns, cat, cat,
                                   b',"bp":"e"' if enclosing else b"")
-            if len(buffer) >= _FLUSH_BYTES:
+            if len(buffer) >= flush_bytes:
                 self._flush()
 
     def _event(self, event: bytes) -> None:
@@ -290,7 +292,7 @@ class ChromeJsonWriter:
             self.first_event = False
         else:
             self.buffer += b",\n" + event
-        if len(self.buffer) >= _FLUSH_BYTES:
+        if len(self.buffer) >= self._flush_bytes:
             self._flush()
 
     def _string(self, text: str) -> bytes:

@@ -19,6 +19,7 @@ import numpy as np
 from ..model import PreparedArgs, Process, SliceTable, Trace, Track, roles_document
 from ..model.columns import first_positions
 from ..model.nesting import clear_points
+from ..tuning import DEFAULT_TUNING, Tuning
 from .annotations import ArgsEncoder
 from .interning import EVENT_CATEGORIES, EVENT_NAMES, Interner, annotation_name_interner
 from .fields import (ChromeEventBundle, ChromeMetadata, ProcessDescriptor, ThreadDescriptor, TrackDescriptor,
@@ -26,11 +27,9 @@ from .fields import (ChromeEventBundle, ChromeMetadata, ProcessDescriptor, Threa
 from .flow_fields import FlowFields, write_order
 from .packets import Column, Pieces, Rows, Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, prepare_in_process
-from .slice_packets import (PACKETS_AT_ONCE, TRACE_PACKET, ArgsRuns, PacketHelper, PacketTags, SliceBatch, encode_batch,
-                            packets)
+from .slice_packets import TRACE_PACKET, ArgsRuns, PacketHelper, PacketTags, SliceBatch, encode_batch, packets
 from .wire import WIRE_BYTES, bytes_field, length_prefixed, string_field, tag, varint_field
 
-_FLUSH_BYTES = 1 << 22
 _HELPER_SHARE_FIRST = 0.6      # of a batch's packet parts, encoded by the args helper where there is one
 _HELPER_SHARE_STEP = 0.05
 _HELPER_WAIT_TOLERATED = 1e-3  # seconds
@@ -44,7 +43,6 @@ _TYPE_BEGIN = varint_field(TrackEvent.TYPE, TrackEvent.Type.TYPE_SLICE_BEGIN)
 _TYPE_END = varint_field(TrackEvent.TYPE, TrackEvent.Type.TYPE_SLICE_END)
 _TYPE_INSTANT = varint_field(TrackEvent.TYPE, TrackEvent.Type.TYPE_INSTANT)
 _TYPE_COUNTER = varint_field(TrackEvent.TYPE, TrackEvent.Type.TYPE_COUNTER)
-_SLICES_AT_ONCE = 1 << 15    # a batch's columns: about 100 bytes a slice
 _ID = np.int32               # a piece's id
 
 _START, _TRACK, _VALUE, _FLAT = map(attrgetter, ("ts", "track", "value", "flat"))
@@ -57,17 +55,20 @@ class PerfettoWriter:
     """Writes traces to a binary stream; uuids and flow ids keep counting across `write` calls,
     so several traces can share one file without collisions."""
 
-    def __init__(self, stream: BinaryIO, sequence_id: int = 1, uuid_base: int = 0, flow_id_base: int = 0):
+    def __init__(self, stream: BinaryIO, sequence_id: int = 1, uuid_base: int = 0, flow_id_base: int = 0,
+                 tuning: Tuning = DEFAULT_TUNING):
         """Several writers may fill one file (a merge writes one part per rank): each needs its
         own sequence id (interning is per sequence) and disjoint uuid and flow-id ranges."""
         self.stream = stream
+        self.tuning = tuning
+        self._flush_bytes = tuning.flush_bytes
         self.sequence = varint_field(TracePacket.TRUSTED_PACKET_SEQUENCE_ID, sequence_id)
         self.buffer = bytearray()
         self.pending_interned: list[bytes] = []
         self.names = Interner(EVENT_NAMES, self.pending_interned)
         self.categories = Interner(EVENT_CATEGORIES, self.pending_interned)
         self.annotation_names = annotation_name_interner(self.pending_interned)
-        self.args = ArgsEncoder(self.annotation_names.field)
+        self.args = ArgsEncoder(self.annotation_names.field, tuning)
         self._heads: dict[tuple, bytes] = {}
         self.next_uuid = uuid_base + 1
         self.next_flow_id = flow_id_base + 1
@@ -152,7 +153,8 @@ class PerfettoWriter:
         share = _HelperShare()
         waiting: Optional[tuple[PacketHelper, SliceBatch, ArgsRuns, range]] = None  # parts the helper encodes
         tracks = write_order(trace.tracks, flow_fields.sources_first)
-        for number, runs in enumerate(_batches(trace.slices, _runs(trace.slices, tracks, uuids))):
+        batches = _batches(trace.slices, _runs(trace.slices, tracks, uuids), self.tuning.slices_at_once)
+        for number, runs in enumerate(batches):
             if number == 0:  # interns the annotation names first: only where a slice follows
                 prepared = self._prepared_args(trace)
                 helper = prepared.take_packet_helper() if isinstance(prepared, EncodedArgs) else None
@@ -223,7 +225,7 @@ class PerfettoWriter:
         begin_head = np.where(instant, instant_head, begin_head)
         tags = PacketTags.of(pieces, self.sequence)
         return SliceBatch(pieces.table(), tags, none, events, starts, ends, state, names, begin_head, end_head,
-                          args_starts, args_lengths, flows), args_runs
+                          args_starts, args_lengths, flows, self.tuning.packets_at_once), args_runs
 
     def _name_fields(self, table: SliceTable, rows: np.ndarray, pieces: Pieces,
                      interned: dict[int, list[bytes]]) -> np.ndarray:
@@ -259,7 +261,7 @@ class PerfettoWriter:
         store = trace.args
         prepared = store.prepared(ARGS_FORM)
         if prepared is None:
-            prepared = prepare_in_process(store)
+            prepared = prepare_in_process(store, tuning=self.tuning)
             store.keep_prepared(ARGS_FORM, prepared)
         for name in prepared.interned:
             self.annotation_names.field(name)
@@ -287,16 +289,16 @@ class PerfettoWriter:
         times = np.fromiter(map(_START, samples), np.int64, len(samples))
         values = np.fromiter(map(_VALUE, samples), "<f8", len(samples))
         tags = PacketTags.of(pieces, self.sequence)
-        table = pieces.table()
-        for first in range(0, len(samples), PACKETS_AT_ONCE):
-            part = slice(first, first + PACKETS_AT_ONCE)
+        table, at_once = pieces.table(), self.tuning.packets_at_once
+        for first in range(0, len(samples), at_once):
+            part = slice(first, first + at_once)
             event = Rows(len(times[part]), table).piece(head[part]).piece(tags.value) \
                 .add(Column.of_fixed(values[part].view(np.uint8), 8))
             self._write_encoded([packets(table, tags, times[part], tags.sequence, event)])
 
     def _emit(self, packet: bytes) -> None:
         self.buffer += TRACE_PACKET + length_prefixed(packet)
-        if len(self.buffer) >= _FLUSH_BYTES:
+        if len(self.buffer) >= self._flush_bytes:
             self._flush()
 
     def _flush(self) -> None:
@@ -355,14 +357,15 @@ def _runs(table: SliceTable, tracks: list[Track], uuids: dict[int, int]) -> Iter
         yield varint_field(TrackEvent.TRACK_UUID, uuids[id(tracks[places[first]])]), ordered[first:last]
 
 
-def _batches(table: SliceTable, runs: Iterator[tuple[bytes, np.ndarray]]) -> Iterator[list[tuple[bytes, np.ndarray]]]:
-    """Runs grouped into batches of about _SLICES_AT_ONCE slices; a longer run is cut where no
+def _batches(table: SliceTable, runs: Iterator[tuple[bytes, np.ndarray]], at_once: int
+             ) -> Iterator[list[tuple[bytes, np.ndarray]]]:
+    """Runs grouped into batches of about `at_once` slices; a longer run is cut where no
     slice is open (its stretches are written alike one by one), where it can be."""
     batch: list[tuple[bytes, np.ndarray]] = []
     size = 0
     for field, rows in runs:
-        for stretch in _stretches(table, rows) if len(rows) > _SLICES_AT_ONCE else [rows]:
-            if batch and size + len(stretch) > _SLICES_AT_ONCE:
+        for stretch in _stretches(table, rows, at_once) if len(rows) > at_once else [rows]:
+            if batch and size + len(stretch) > at_once:
                 yield batch
                 batch, size = [], 0
             batch.append((field, stretch))
@@ -371,11 +374,11 @@ def _batches(table: SliceTable, runs: Iterator[tuple[bytes, np.ndarray]]) -> Ite
         yield batch
 
 
-def _stretches(table: SliceTable, ordered: np.ndarray) -> list[np.ndarray]:
-    """A long run cut, about every _SLICES_AT_ONCE slices, where nothing is open (no END is
+def _stretches(table: SliceTable, ordered: np.ndarray, at_once: int) -> list[np.ndarray]:
+    """A long run cut, about every `at_once` slices, where nothing is open (no END is
     pending across the cut)."""
     starts = table.ts[ordered]
-    return np.split(ordered, clear_points(starts, starts + table.dur[ordered], _SLICES_AT_ONCE))
+    return np.split(ordered, clear_points(starts, starts + table.dur[ordered], at_once))
 
 
 def _events_in_write_order(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, run_lengths: list[int]) -> np.ndarray:

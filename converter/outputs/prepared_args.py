@@ -18,13 +18,13 @@ import numpy as np
 
 from ..fileio.direct import write_all
 from ..model import ArgsStore
+from ..tuning import DEFAULT_TUNING, Tuning
 from .annotations import ArgsEncoder
 from .interning import annotation_name_interner
 from .slice_packets import PacketHelper
 
 # The name ArgsStore.prepared knows this encoding by.
 ARGS_FORM = "perfetto-debug-annotations"
-_WRITE_BYTES = 1 << 20
 
 
 class EncodedArgs:
@@ -69,20 +69,21 @@ class EncodedArgs:
     def bounds(self) -> array:
         return self._bounds
 
-    def write_blob(self, stream: BinaryIO) -> None:
+    def write_blob(self, stream: BinaryIO, write_bytes: int = DEFAULT_TUNING.encoded_write_bytes) -> None:
         """Every entry's bytes, in order, to `stream` (a merge keeps them for its second pass)."""
-        for start in range(0, self._bounds[-1], _WRITE_BYTES):
-            stream.write(self._blob[start:min(start + _WRITE_BYTES, self._bounds[-1])])
+        for start in range(0, self._bounds[-1], write_bytes):
+            stream.write(self._blob[start:min(start + write_bytes, self._bounds[-1])])
 
 
 class EntryEncoder:
     """Encodes runs of entries one after another into `output_fd`, numbering annotation names
-    as met."""
+    as met, a tuning's encoded_write_bytes at a time."""
 
-    def __init__(self, output_fd: int):
+    def __init__(self, output_fd: int, tuning: Tuning = DEFAULT_TUNING):
         self._output_fd = output_fd
+        self._write_bytes = tuning.encoded_write_bytes
         self._interner = annotation_name_interner([])
-        self._encode_run = ArgsEncoder(self._interner.field).encode_run
+        self._encode_run = ArgsEncoder(self._interner.field, tuning).encode_run
         self.bounds = array("Q", [0])  # in the output, entry i is bytes bounds[i]:bounds[i + 1]
         self._buffer = bytearray()
         self._written = 0
@@ -92,7 +93,7 @@ class EntryEncoder:
         before = self._written + len(self._buffer)  # where this run's bytes start in the output
         ends = before + np.cumsum(self._encode_run(text, bounds, self._buffer))
         self.bounds.frombytes(ends.astype(np.uint64).tobytes())
-        if len(self._buffer) >= _WRITE_BYTES:
+        if len(self._buffer) >= self._write_bytes:
             self._written += len(self._buffer)
             write_all(self._output_fd, self._buffer)
 
@@ -102,25 +103,27 @@ class EntryEncoder:
         return list(self._interner.references)
 
 
-def prepare_in_process(store: ArgsStore, directory: Optional[str] = None) -> EncodedArgs:
+def prepare_in_process(store: ArgsStore, directory: Optional[str] = None, tuning: Tuning = DEFAULT_TUNING
+                       ) -> EncodedArgs:
     """The accelerator's work, done here: every entry, in one sweep over the store, read back
     through the page cache as the accelerator's is."""
     output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
-    encoder = EntryEncoder(output.fileno())
-    for text, bounds in entry_runs(store.sweep(range(len(store)))):
+    encoder = EntryEncoder(output.fileno(), tuning)
+    for text, bounds in entry_runs(store.sweep(range(len(store))), tuning.encoded_write_bytes):
         encoder.add(text, bounds)
     names = encoder.finish()
     return EncodedArgs(names, mapped(output.fileno(), encoder.bounds[-1]), encoder.bounds)
 
 
-def entry_runs(entries: Iterable[bytes]) -> Iterator[tuple[bytes, np.ndarray]]:
-    """Entries joined into runs of about _WRITE_BYTES, each with the entries' bounds in it."""
+def entry_runs(entries: Iterable[bytes], run_bytes: int = DEFAULT_TUNING.encoded_write_bytes
+               ) -> Iterator[tuple[bytes, np.ndarray]]:
+    """Entries joined into runs of about `run_bytes`, each with the entries' bounds in it."""
     run: list[bytes] = []
     size = 0
     for entry in entries:
         run.append(entry)
         size += len(entry)
-        if size >= _WRITE_BYTES:
+        if size >= run_bytes:
             yield _joined(run)
             run, size = [], 0
     if run:

@@ -25,7 +25,6 @@ TRACE_PACKET = tag(Trace.PACKET, WIRE_BYTES)
 _TIMESTAMP = tag(TracePacket.TIMESTAMP, WIRE_VARINT)
 _TRACK_EVENT = tag(TracePacket.TRACK_EVENT, WIRE_BYTES)
 _DOUBLE_COUNTER_TAG = tag(TrackEvent.DOUBLE_COUNTER_VALUE, WIRE_FIXED64)
-PACKETS_AT_ONCE = 1 << 13  # about 0.5 MB of output at a time
 
 ArgsRuns = Callable[[np.ndarray, np.ndarray], Spliced]  # (starts, lengths) -> those runs of the encoded args
 
@@ -50,7 +49,8 @@ class SliceBatch:
     """A batch's packets as columns. `events`: 2i is slice i's BEGIN (or instant), 2i + 1 its
     END, in write order; per slice: its start and end, the state pieces its BEGIN carries,
     its name's piece, its BEGIN and END heads, where its encoded args lie; `flows`: the flow
-    ids its BEGIN and END carry; `none`: the empty piece."""
+    ids its BEGIN and END carry; `none`: the empty piece; `packets_at_once`: a part's packets
+    (the writer's tuning, which the args helper encoding some parts follows too)."""
 
     table: PieceTable
     tags: PacketTags
@@ -65,16 +65,17 @@ class SliceBatch:
     args_starts: np.ndarray
     args_lengths: np.ndarray
     flows: SliceFlowFields
+    packets_at_once: int
 
     @property
     def parts(self) -> int:
         """How many parts `encode_batch` encodes it in."""
-        return -(-len(self.events) // PACKETS_AT_ONCE)
+        return -(-len(self.events) // self.packets_at_once)
 
     def to_bytes(self, parts: range) -> bytes:
         """One message asking for those parts: a small header, then every column's bytes."""
         arrays = self._arrays()
-        header = msgspec.msgpack.encode((self.tags, self.none, parts.start, parts.stop,
+        header = msgspec.msgpack.encode((self.tags, self.none, self.packets_at_once, parts.start, parts.stop,
                                          [(array.dtype.str, len(array)) for array in arrays]))
         return b"".join([len(header).to_bytes(4, "little"), header, *(np.ascontiguousarray(a).data for a in arrays)])
 
@@ -82,8 +83,8 @@ class SliceBatch:
     def from_bytes(cls, message: bytes) -> tuple["SliceBatch", range]:
         """The batch and parts `to_bytes` gave; the columns are views of `message`."""
         size = int.from_bytes(message[:4], "little")
-        tags, none, first, stop, shapes = msgspec.msgpack.decode(
-            message[4:4 + size], type=tuple[PacketTags, int, int, int, list[tuple[str, int]]])
+        tags, none, packets_at_once, first, stop, shapes = msgspec.msgpack.decode(
+            message[4:4 + size], type=tuple[PacketTags, int, int, int, int, list[tuple[str, int]]])
         arrays, offset = [], 4 + size
         for dtype, count in shapes:
             array = np.frombuffer(message, dtype, count, offset)
@@ -92,7 +93,7 @@ class SliceBatch:
         (blob, piece_starts, piece_lengths, events, starts, ends, state, names, begin_head, end_head, args_starts,
          args_lengths, *flows) = arrays
         batch = cls((blob, piece_starts, piece_lengths), tags, none, events, starts, ends, state, names, begin_head,
-                    end_head, args_starts, args_lengths, SliceFlowFields(*flows))
+                    end_head, args_starts, args_lengths, SliceFlowFields(*flows), packets_at_once)
         return batch, range(first, stop)
 
     def _arrays(self) -> list[np.ndarray]:
@@ -121,10 +122,10 @@ class PacketHelper(Protocol):
 def encode_batch(batch: SliceBatch, args_runs: ArgsRuns, parts: range | None = None) -> Iterator[np.ndarray]:
     """The batch's TracePackets, a part (a few thousand) at a time, with each slice's encoded
     args where `args_runs` finds them: its `parts` (default: all)."""
-    table, tags = batch.table, batch.tags
+    table, tags, at_once = batch.table, batch.tags, batch.packets_at_once
     events = batch.events
     for part_number in parts if parts is not None else range(batch.parts):
-        part = events[part_number * PACKETS_AT_ONCE:(part_number + 1) * PACKETS_AT_ONCE]
+        part = events[part_number * at_once:(part_number + 1) * at_once]
         index, is_end = part >> 1, (part & 1).astype(bool)
         args_lengths = np.where(is_end, 0, batch.args_lengths[index])
         event = Rows(len(part), table) \

@@ -17,7 +17,7 @@ from converter.errors import CgtraceError
 from converter.fileio.gzip_size import uncompressed_size
 from converter.tp.time_limit import LimitedTraceProcessor, TimeLimit, TimeLimitExceeded
 from converter.tp.wasm_backend import WasmTraceProcessor
-from converter.tp.wasm_host import WasmCrashed
+from converter.tp.wasm_host import WasmCrashed, WasmTransport
 
 __all__ = ["open_trace", "TraceProcessorException"]
 
@@ -27,8 +27,10 @@ MEMORY64_ABOVE = 1_500_000_000
 
 
 def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
-               shown_as: str | os.PathLike | None = None) -> TraceProcessor:
+               shown_as: str | os.PathLike | None = None, memory64_above: int = MEMORY64_ABOVE) -> TraceProcessor:
     """Loads `trace` (Chrome JSON, gzipped JSON or Perfetto protobuf; a path or the bytes) for SQL queries.
+    The WebAssembly build runs the memory64 module for traces over `memory64_above` bytes
+    (uncompressed).
 
     Raises CgtraceError, naming the trace (as `shown_as` where it is a temporary file made from
     that one), if it cannot be read or loaded, or if loading or a query runs past the time
@@ -49,7 +51,7 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
             limit = TimeLimit(name, size)
             if tp_bin:
                 return LimitedTraceProcessor(source, limit, TraceProcessorConfig(bin_path=tp_bin))
-            return WasmTraceProcessor(source, limit, memory64=size > MEMORY64_ABOVE)
+            return WasmTraceProcessor(source, limit, WasmTransport(size > memory64_above))
     except TimeLimitExceeded:
         raise  # names the trace already
     except CgtraceError as e:

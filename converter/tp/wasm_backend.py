@@ -10,7 +10,7 @@ from perfetto.common.exceptions import PerfettoException
 from perfetto.trace_processor.rpc import TraceProcessorRpc
 
 from converter.tp.time_limit import LimitedTraceProcessor, TimeLimit
-from converter.tp.wasm_host import REQUEST_BUFFER_SIZE, WasmTransport
+from converter.tp.wasm_host import WasmTransport
 
 # Room for the envelope around trace bytes (stream and message tags, lengths).
 _ENVELOPE = 64
@@ -26,7 +26,7 @@ class WasmBackend(TraceProcessorRpc):
         module acts on a request only once it has all of it, so one huge
         request would first be buffered whole in wasm memory.
         """
-        piece = REQUEST_BUFFER_SIZE - _ENVELOPE
+        piece = self.transport.request_buffer_size - _ENVELOPE
         view = memoryview(chunk)
         for start in range(0, len(view) or 1, piece):
             reply = self._call(
@@ -63,10 +63,11 @@ class WasmBackend(TraceProcessorRpc):
 class WasmTraceProcessor(LimitedTraceProcessor):
     """perfetto's TraceProcessor, backed by trace_processor.wasm instead of a trace_processor_shell process."""
 
-    def __init__(self, trace, limit: TimeLimit, memory64: bool = False):
-        # Before the time limit starts: compiling the module (seconds, on first use) is not
-        # trace_processor's work, and the module must exist for the limit to stop it.
-        self._transport = WasmTransport(memory64)
+    def __init__(self, trace, limit: TimeLimit, transport: WasmTransport):
+        """`transport`: made before the time limit starts: compiling the module (seconds, on
+        first use) is not trace_processor's work, and the module must exist for the limit to
+        stop it."""
+        self._transport = transport
         super().__init__(trace, limit)
 
     def _create_backend(self, remote, addr):

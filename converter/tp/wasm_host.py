@@ -326,8 +326,10 @@ class WasmTransport:
     _memory: wasmtime.Memory | None
     _on_request: wasmtime.Func | None
 
-    def __init__(self, memory64: bool = False):
+    def __init__(self, memory64: bool = False, request_buffer_size: int = REQUEST_BUFFER_SIZE):
+        """`request_buffer_size`: the module's request buffer, which every request is fed through."""
         self.wasm = find_wasm(memory64)
+        self.request_buffer_size = request_buffer_size
         engine, module = compiled_module(self.wasm, memory64)
         memory_type = next(e.type for e in module.exports if e.name == "memory")
         assert isinstance(memory_type, wasmtime.MemoryType)
@@ -360,14 +362,14 @@ class WasmTransport:
         on_reply = wasmtime.Func(store, reply_type, host.on_reply, access_caller=True)
         callback_index = table.grow(store, 1, on_reply)
         self._request_buffer = host.ptr_mask & self._run(
-            func("trace_processor_rpc_init"), callback_index, REQUEST_BUFFER_SIZE
+            func("trace_processor_rpc_init"), callback_index, request_buffer_size
         )
         self._on_request = func("trace_processor_on_rpc_request")
 
     def send(self, data: bytes) -> None:
-        view = memoryview(data)
-        for start in range(0, len(view), REQUEST_BUFFER_SIZE):
-            piece = view[start:start + REQUEST_BUFFER_SIZE]
+        view, size = memoryview(data), self.request_buffer_size
+        for start in range(0, len(view), size):
+            piece = view[start:start + size]
             if self._store is None:
                 raise PerfettoException(f"trace_processor.wasm is not running: {self._closed_reason}")
             assert self._memory is not None and self._on_request is not None  # set and cleared with _store
