@@ -25,7 +25,7 @@ from .fileio.regular import read_small_text  # noqa: E402
 from .heap import end_process, keep_models_to_the_end, reuse_freed_memory_after_reads  # noqa: E402
 from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E402
 from .jobs.merge import merge_ranks  # noqa: E402
-from .jobs.rank_files import default_merge_output  # noqa: E402
+from .jobs.rank_files import default_merge_output, parse_rank_list  # noqa: E402
 from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
 from .jobs.stopping import exit_status, signals_unwind  # noqa: E402
 from .lane_rules import DEFAULT_LANES_TOML, load_lane_rules  # noqa: E402
@@ -218,7 +218,7 @@ def _add_split_option(command: argparse.ArgumentParser) -> None:
 
 
 def _add_merge_options(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--ranks", type=_rank_list, metavar="G,G,...",
+    command.add_argument("--ranks", type=parse_rank_list, metavar="G,G,...",
                          help="merge only these global ranks (e.g. 0,1,4-7)")
     command.add_argument("--assume-aligned", action="store_true",
                          help="accept ranks without baseTimeNanoseconds as sharing one clock")
@@ -234,26 +234,6 @@ def _add_workers_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                          help="run the tasks on this Dask cluster (env CGTRACE_SCHEDULER; pip install "
                               "'cgtrace[cluster]'); every path must be on storage all workers see")
-
-
-class _RankList:
-    """--ranks kept as ranges, so `0-99999999999` costs nothing, not a set of 10**11 ints."""
-
-    def __init__(self, spans: list[range]):
-        self.spans = spans
-
-    def __contains__(self, rank: object) -> bool:
-        return any(rank in span for span in self.spans)
-
-
-def _rank_list(text: str) -> _RankList:
-    spans = []
-    for part in text.split(","):
-        low, _, high = part.strip().partition("-")
-        if not low.isdecimal() or (high and not high.isdecimal()) or int(high or low) < int(low):
-            raise argparse.ArgumentTypeError(f"{text!r} is not a rank list like 0,1,4-7 (ranges go upwards)")
-        spans.append(range(int(low), int(high or low) + 1))
-    return _RankList(spans)
 
 
 def _int_from(low: int, high: int) -> Callable[[str], int]:

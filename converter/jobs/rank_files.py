@@ -1,4 +1,4 @@
-"""Which files a directory's ranks are, and where a merge of them is written by default.
+"""Which files a directory's ranks are, which ranks --ranks names, and where a merge is written.
 
 merge, batch compact/convert, report and query over a directory, and view all pick the same
 files by the same rule.
@@ -6,6 +6,7 @@ files by the same rule.
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -44,3 +45,24 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
         if not path.is_file():
             raise CgtraceError(f"{path}: no such file; pass rank trace files or one directory")
     return list(inputs)
+
+
+class RankList:
+    """--ranks kept as ranges, so `0-99999999999` costs nothing, not a set of 10**11 ints."""
+
+    def __init__(self, spans: list[range]):
+        self.spans = spans
+
+    def __contains__(self, rank: object) -> bool:
+        return any(rank in span for span in self.spans)
+
+
+def parse_rank_list(text: str) -> RankList:
+    """--ranks: global ranks and upward ranges, `0,1,4-7`."""
+    spans = []
+    for part in text.split(","):
+        low, _, high = part.strip().partition("-")
+        if not low.isdecimal() or (high and not high.isdecimal()) or int(high or low) < int(low):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a rank list like 0,1,4-7 (ranges go upwards)")
+        spans.append(range(int(low), int(high or low) + 1))
+    return RankList(spans)
