@@ -24,7 +24,8 @@ from converter import open_trace
 from converter.engine.compaction import compact
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
-from converter.outputs.json_writer import EXACT_LIMIT_NS, V2_BIND_ID_BASE, ChromeJsonWriter, write_chrome_json
+from converter.outputs.json_flows import V2_BIND_ID_BASE
+from converter.outputs.json_writer import EXACT_LIMIT_NS, ChromeJsonWriter, write_chrome_json
 from converter.lane_rules import load_lane_rules
 from converter.engine.layout import separate_overlaps
 from converter.model import NO_ARGS, CounterSample, Flow, Process, Thread, Trace, Track, TrackRole
