@@ -48,11 +48,9 @@ class TrackEntry(msgspec.Struct, frozen=True, omit_defaults=True):
     layer: int = 0
 
     def __post_init__(self) -> None:
-        """Decoding checks what readers rely on: a lane group whole, and every lane in one."""
+        """A lane group is whole or absent (checked on decoding too)."""
         if (self.group is None) != (self.label is None) or (self.group is None) != (self.kind is None):
             raise ValueError("a lane group needs its group, label and kind together")
-        if self.role is TrackRole.LANE and self.group is None:
-            raise ValueError("a lane without its lane group")
 
     @property
     def lane_group(self) -> Optional[LaneGroup]:
@@ -119,7 +117,10 @@ def decode(text: str, source: Path) -> RolesDocument:
                 f"{source}: its track roles ({NAME}) are version {version}, but this cgtrace reads version "
                 f"{VERSION}: read it with the cgtrace version that wrote it (upgrade cgtrace if that one is "
                 f"newer), or write the trace again from its profiler output with this one")
-        return _DECODER.decode(text)
+        document = _DECODER.decode(text)
+        if any(track.role is TrackRole.LANE and track.group is None for track in document.tracks):
+            raise msgspec.ValidationError("a lane without its lane group")  # what every reader relies on
+        return document
     except msgspec.DecodeError as error:  # malformed JSON, or a field missing or of the wrong type
         raise CgtraceError(f"{source}: its track roles ({NAME}) are not a version-{VERSION} document ({error}); "
                            "write the trace again from its profiler output with this cgtrace") from None
