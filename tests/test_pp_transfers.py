@@ -1,0 +1,86 @@
+"""Pipeline truth on every schedule: one cross-rank arrow per `c10d::send` inside the profiled
+steps, none drawn backwards, counted from the input JSON without cgtrace's code."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from converter.generator import write_pp_run
+from converter.lane_rules import load_lane_rules
+
+from .helpers import SHARED_TRACES, merge_files, rows
+
+PP_CPU = SHARED_TRACES / "torch_pp_cpu"
+SETS = sorted(p.name for p in PP_CPU.iterdir() if p.is_dir()) if PP_CPU.is_dir() else []
+# Each slice's rank: the global rank in the title of a row above its track (`PP rank k (global g) · CPU`).
+CROSS_RANK_ARROWS_SQL = """
+    with recursive up(track_id, ancestor, name) as (
+        select id, parent_id, name from track
+        union all
+        select up.track_id, t.parent_id, t.name from up join track t on t.id = up.ancestor)
+    , ranked as (select track_id, max(cast(substr(name, instr(name, '(global ') + 8) as int)) rank
+                 from up where name glob '*rank * (global *)*' group by track_id)
+    select so.ts src_ts, so.dur src_dur, si.ts dst_ts, si.dur dst_dur, si.name dst, si.category dst_cat,
+           rs.rank src_rank, rd.rank dst_rank
+    from flow f join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in
+    join ranked rs on rs.track_id = so.track_id join ranked rd on rd.track_id = si.track_id
+    where rs.rank != rd.rank"""
+
+
+def sends_in_steps(path: Path) -> int:
+    """`c10d::send` ops that start inside a ProfilerStep of their own trace."""
+    events = [e for e in json.loads(gzip.decompress(path.read_bytes()))["traceEvents"] if e.get("ph") == "X"]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if str(e.get("name")).startswith("ProfilerStep#")]
+    return sum(1 for e in events if e.get("name") == "c10d::send" and any(a <= e["ts"] <= b for a, b in steps))
+
+
+def drawn_backwards(arrow: dict) -> bool:
+    """The UI draws from the source's end, or from its start when it starts no earlier than
+    the target, to the target's start."""
+    return arrow["dst_ts"] < arrow["src_ts"] + arrow["src_dur"] and arrow["src_ts"] < arrow["dst_ts"]
+
+
+def merged_arrows(files: list[Path], output: Path, **options) -> tuple[dict, list[dict]]:
+    summary = merge_files(files, lambda group, groups: output, **options)
+    return summary, rows(output, CROSS_RANK_ARROWS_SQL)
+
+
+@pytest.mark.skipif(not PP_CPU.is_dir(), reason="../shared/traces is absent")
+@pytest.mark.parametrize("name", SETS)
+def test_every_send_of_every_schedule_gets_one_forward_arrow(tmp_path, name):
+    files = sorted((PP_CPU / name).glob("rank*_trace.json.gz"))
+    for group in range(2 if name == "dp2_pp2" else 1):
+        output = tmp_path / f"{name}{group}.perfetto-trace"
+        summary, arrows = merged_arrows(files, output, pp_group=group if name == "dp2_pp2" else None)
+        members = [Path(rank["file"]) for rank in summary["pp_ranks"]]
+        expected = sum(map(sends_in_steps, members))
+        assert expected > 0
+        assert len(arrows) == expected == summary["pp_send_recv_pairs"]
+        assert [a for a in arrows if drawn_backwards(a)] == []
+        markers = [a for a in arrows if a["dst_cat"] == "pp_p2p"]
+        assert len(markers) == summary["pp_arrival_markers"] and all(a["dst_dur"] == 0 for a in markers)
+        # An arrow lands on the receive itself, or on a marker where the receive was posted early.
+        assert {a["dst"] for a in arrows if a["dst_cat"] != "pp_p2p"} == {"c10d::recv_"}
+        assert summary["pp_transfers_no_peer"] == summary["pp_transfers_unpaired"] == 0
+        assert summary["pp_transfer_causality_violations"] == summary["pp_transfers_outside_capture"] == 0
+
+
+@pytest.mark.parametrize("profiler_steps", ["per_iteration", "one", "none"])
+def test_generated_pipelines_keep_one_forward_arrow_per_pair(tmp_path, profiler_steps):
+    files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=2, seed=5, graphs_per_step=3,
+                         kernels_per_replay=6, profiler_steps=profiler_steps)
+    summary, arrows = merged_arrows(files, tmp_path / "merged.perfetto-trace")
+    assert len(arrows) == summary["pp_send_recv_pairs"] > 0
+    assert [a for a in arrows if drawn_backwards(a)] == []
+    assert "pp_arrival_markers" not in summary  # no c10d ops: the annotations are the transfers
+
+
+def test_wait_annotations_are_no_action():
+    """torch 2.15's WAIT_SEND_X / WAIT_REDUCE_GRAD complete a send: never read as action W."""
+    rules = load_lane_rules()
+    assert all(rules.pp_match(name) is None for name in ("PP:0WAIT_SEND_F3", "PP:1WAIT_SEND_B0", "PP:2WAIT_REDUCE_GRAD"))
+    assert rules.pp_match("PP:0W3").group("action") == "W"
