@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from converter.generator import write_pp_run
+from converter.kineto import rank_header
 from converter.lane_rules import load_lane_rules
 
 from .helpers import SHARED_TRACES, merge_files, rows
@@ -84,3 +85,15 @@ def test_wait_annotations_are_no_action():
     rules = load_lane_rules()
     assert all(rules.pp_match(name) is None for name in ("PP:0WAIT_SEND_F3", "PP:1WAIT_SEND_B0", "PP:2WAIT_REDUCE_GRAD"))
     assert rules.pp_match("PP:0W3").group("action") == "W"
+
+
+def test_a_one_dimensional_world_is_the_pipeline_in_global_rank_order():
+    """torch lists no mesh_pp for a 1-D mesh (only default_pg): the PP rank is then the global
+    rank, so GPipe's stage-less blocks get their real stage."""
+    default_pg = {"pg_name": "0", "pg_desc": "default_pg", "pg_size": 4, "ranks": [0, 1, 2, 3]}
+    header = rank_header({"distributedInfo": {"rank": 2, "world_size": 4, "pg_config": [default_pg]}}, "t")
+    assert (header.pp_group, header.pp_rank, header.pp_rank_source.startswith("global rank")) == (None, 2, True)
+    dp = {"pg_name": "1", "pg_desc": "mesh_dp", "pg_size": 2, "ranks": [0, 2]}
+    two_dimensional = rank_header({"distributedInfo": {"rank": 2, "world_size": 4, "pg_config": [default_pg, dp]}},
+                                  "t")
+    assert two_dimensional.pp_rank == 0
