@@ -13,7 +13,7 @@ from converter.generator import write_pp_run
 from converter.kineto import rank_header
 from converter.lane_rules import load_lane_rules
 
-from .helpers import SHARED_TRACES, merge_files, rows
+from .helpers import SHARED_TRACES, merge_files, problem_stats, rows
 
 PP_CPU = SHARED_TRACES / "torch_pp_cpu"
 SETS = sorted(p.name for p in PP_CPU.iterdir() if p.is_dir()) if PP_CPU.is_dir() else []
@@ -68,6 +68,7 @@ def test_every_send_of_every_schedule_gets_one_forward_arrow(tmp_path, name):
         assert {a["dst"] for a in arrows if a["dst_cat"] != "pp_p2p"} == {"c10d::recv_"}
         assert summary["pp_transfers_no_peer"] == summary["pp_transfers_unpaired"] == 0
         assert summary["pp_transfer_causality_violations"] == summary["pp_transfers_outside_capture"] == 0
+        assert problem_stats(output) == []
 
 
 @pytest.mark.parametrize("profiler_steps", ["per_iteration", "one", "none"])
@@ -83,7 +84,8 @@ def test_generated_pipelines_keep_one_forward_arrow_per_pair(tmp_path, profiler_
 def test_wait_annotations_are_no_action():
     """torch 2.15's WAIT_SEND_X / WAIT_REDUCE_GRAD complete a send: never read as action W."""
     rules = load_lane_rules()
-    assert all(rules.pp_match(name) is None for name in ("PP:0WAIT_SEND_F3", "PP:1WAIT_SEND_B0", "PP:2WAIT_REDUCE_GRAD"))
+    waits = ("PP:0WAIT_SEND_F3", "PP:1WAIT_SEND_B0", "PP:2WAIT_REDUCE_GRAD")
+    assert all(rules.pp_match(name) is None for name in waits)
     assert rules.pp_match("PP:0W3").group("action") == "W"
 
 

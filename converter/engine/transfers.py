@@ -71,7 +71,9 @@ def find_ops(trace: Trace, rules: LaneRules, stages: frozenset[int]) -> RankOps:
     if not rows:
         return RankOps()
     enclosing = _enclosing_annotations(trace, rules)
-    found = [(slice_, _enclosing(enclosing, slice_)) for slice_ in sorted(rows, key=lambda s: (s.ts, s.row))]
+    enclosing_starts = [annotation.ts for annotation, _, _ in enclosing]
+    found = [(slice_, _enclosing(enclosing, enclosing_starts, slice_))
+             for slice_ in sorted(rows, key=lambda s: (s.ts, s.row))]
     computes = _computes(trace) if any(annotation is None for _, annotation in found) else []
     done = _transport_ends(trace, rows)
     compute_starts = [start for start, _ in computes]
@@ -86,7 +88,8 @@ def find_ops(trace: Trace, rules: LaneRules, stages: frozenset[int]) -> RankOps:
         # A send follows the compute that made its data; a receive feeds the compute after it.
         index = bisect_left(compute_starts, slice_.ts) - 1 if send else bisect_right(compute_starts, slice_.end)
         kind = computes[index][1] if 0 <= index < len(computes) else None
-        ops.append(P2POp(slice_.row, send, slice_.ts, slice_.end, done[slice_.row], None, kind, COMPUTE_CONTEXT if kind is not None else ""))
+        ops.append(P2POp(slice_.row, send, slice_.ts, slice_.end, done[slice_.row], None, kind,
+                         COMPUTE_CONTEXT if kind is not None else ""))
     return RankOps(ops, stages, int(table.ts.min()), int(table.end.max()))
 
 
@@ -127,10 +130,10 @@ def _enclosing_annotations(trace: Trace, rules: LaneRules) -> list[tuple[SliceRo
     return found
 
 
-def _enclosing(annotations: list[tuple[SliceRow, Optional[int], bool]],
+def _enclosing(annotations: list[tuple[SliceRow, Optional[int], bool]], starts: list[int],
                op: SliceRow) -> Optional[tuple[Optional[int], bool, str]]:
     """The innermost annotation on the op's thread that holds it: stage, direction, name."""
-    index = bisect_right([a.ts for a, _, _ in annotations], op.ts)
+    index = bisect_right(starts, op.ts)
     for annotation, stage, forward in reversed(annotations[:index]):
         if annotation.end >= op.end and annotation.track.thread is op.track.thread:
             return stage, forward, annotation.name
