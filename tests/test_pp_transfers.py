@@ -99,3 +99,15 @@ def test_a_one_dimensional_world_is_the_pipeline_in_global_rank_order():
     two_dimensional = rank_header({"distributedInfo": {"rank": 2, "world_size": 4, "pg_config": [default_pg, dp]}},
                                   "t")
     assert two_dimensional.pp_rank == 0
+
+
+@pytest.mark.skipif(not PP_CPU.is_dir(), reason="../shared/traces is absent")
+def test_merging_some_ranks_keeps_their_places_in_the_pipeline(tmp_path):
+    """Ranks 1 and 2 of four are middle ranks, not two chain ends: only the 1 <-> 2 transfers
+    (8 forward, 8 backward in the two steps) pair; the ops toward ranks 0 and 3 have no merged peer."""
+    files = sorted((PP_CPU / "torch215_1f1b_pp4").glob("rank*_trace.json.gz"))
+    summary, arrows = merged_arrows(files, tmp_path / "middle.perfetto-trace", ranks={1, 2})
+    assert len(arrows) == summary["pp_send_recv_pairs"] == 16
+    assert {(a["src_rank"], a["dst_rank"]) for a in arrows} == {(1, 2), (2, 1)}
+    assert [a for a in arrows if drawn_backwards(a)] == []
+    assert summary["pp_transfers_no_peer"] == 32 and summary["pp_transfers_unpaired"] == 0

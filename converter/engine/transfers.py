@@ -191,18 +191,22 @@ class Transfers:
     causality_violations: int = 0
 
 
-def pair_transfers(ranks: list[RankOps], global_ranks: list[int]) -> Transfers:
-    """Each send paired with its receive, in order per directed channel, across the ranks of
-    one pipeline (`ranks[position]`), with one arrow (an agreed flow id) per pair."""
-    owner = {stage: position for position, rank in enumerate(ranks) for stage in rank.stages}
+def pair_transfers(ranks: list[RankOps], global_ranks: list[int], pp_ranks: list[int], pp_size: int) -> Transfers:
+    """Each send paired with its receive, in order per directed channel, across the merged ranks
+    of one pipeline of `pp_size` ranks (`ranks[position]` has PP rank `pp_ranks[position]`: a
+    merge of some ranks keeps the others' places), with one arrow (an agreed flow id) per pair."""
+    owner = {stage: pp_rank for pp_rank, rank in zip(pp_ranks, ranks) for stage in rank.stages}
+    position_of = {pp_rank: position for position, pp_rank in enumerate(pp_ranks)}
     channels: dict[tuple[int, int], tuple[list[P2POp], list[P2POp]]] = defaultdict(lambda: ([], []))
     result = Transfers()
     for position, rank in enumerate(ranks):
         for op in rank.ops:
-            peer, evidence = _peer(op, position, len(ranks), owner)
+            peer_pp_rank, evidence = _peer(op, pp_ranks[position], pp_size, owner)
+            peer = position_of.get(peer_pp_rank) if peer_pp_rank is not None else None
             if peer is None:
+                why = "no known peer" if peer_pp_rank is None else f"its peer, PP rank {peer_pp_rank}, is not merged"
                 result.no_peer.append(f"{op.label or (SEND if op.send else RECEIVE)} at {op.start} ns on global rank "
-                                      f"{global_ranks[position]}: no known peer")
+                                      f"{global_ranks[position]}: {why}")
                 continue
             sender, receiver = (position, peer) if op.send else (peer, position)
             channels[(sender, receiver)][0 if op.send else 1].append(op)
@@ -218,16 +222,16 @@ def pair_transfers(ranks: list[RankOps], global_ranks: list[int]) -> Transfers:
     return result
 
 
-def _peer(op: P2POp, position: int, size: int, owner: dict[int, int]) -> tuple[Optional[int], str]:
-    """The position of the op's peer, and the evidence it came from."""
+def _peer(op: P2POp, pp_rank: int, size: int, owner: dict[int, int]) -> tuple[Optional[int], str]:
+    """The PP rank of the op's peer, and the evidence it came from."""
     downstream = op.send == op.forward  # activations flow to the next stage, gradients back
     if op.stage is not None:
         return owner.get(op.stage + (1 if downstream else -1)), PP_ANNOTATION
-    if size == 2 or position in (0, size - 1):
-        return (1 if position == 0 else position - 1), CHAIN_END
+    if size == 2 or pp_rank in (0, size - 1):
+        return (1 if pp_rank == 0 else pp_rank - 1), CHAIN_END
     if op.forward is None:
         return None, ""
-    return position + (1 if downstream else -1), op.evidence
+    return pp_rank + (1 if downstream else -1), op.evidence
 
 
 def _draw(result: Transfers, sender: int, send: P2POp, receiver: int, receive: P2POp, sender_rank: int) -> None:

@@ -164,7 +164,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
              for k, info in enumerate(members)]
     extents, global_ranks = [info.blocks for info in members], [info.global_rank for info in members]
     # The c10d ops, where a pipeline has them, are every transfer; annotations then name the peers.
-    transfers = pair_transfers([info.p2p for info in members], global_ranks) \
+    transfers = pair_transfers([info.p2p for info in members], global_ranks, *_pipeline_places(members)) \
         if any(info.p2p.ops for info in members) else None
     stageless = all(info.pp_annotations == STAGELESS for info in members)
     arrows = CrossRankArrows() if transfers is not None else pair_stages(extents) if stageless else \
@@ -226,6 +226,16 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     if verified:
         result["verified"] = verified
     return result
+
+
+def _pipeline_places(members: list[RankInfo]) -> tuple[list[int], int]:
+    """The members' PP ranks and the pipeline's size, whichever of its ranks are merged: from
+    the PP group, else (the world is the pipeline) from the global ranks."""
+    group = members[0].pp_group
+    if group is not None:
+        return [group.index(info.global_rank) for info in members], len(group)
+    ranks = [info.global_rank for info in members]
+    return ranks, members[0].world_size or max(ranks) + 1
 
 
 def _in_workers(workers: Optional[Workers], function: Callable[..., Any], tasks: list, files: list[str],
