@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from converter.generator import write_pp_run
+from converter.engine.transfers import P2POp, RankOps, pair_transfers
 from converter.kineto import rank_header
 from converter.lane_rules import load_lane_rules
 
@@ -111,3 +112,42 @@ def test_merging_some_ranks_keeps_their_places_in_the_pipeline(tmp_path):
     assert {(a["src_rank"], a["dst_rank"]) for a in arrows} == {(1, 2), (2, 1)}
     assert [a for a in arrows if drawn_backwards(a)] == []
     assert summary["pp_transfers_no_peer"] == 32 and summary["pp_transfers_unpaired"] == 0
+
+
+def _op(row: int, send: bool, start: int, end: int, done: int = 0, stage=None, forward=None) -> P2POp:
+    return P2POp(row, send, start, end, max(done, end), stage, forward, "PP annotation" if stage is not None else "",
+                 "" if stage is None else f"PP:{stage}{'SEND' if send else 'RECV'}_{'F' if forward else 'B'}0")
+
+
+def test_pairing_is_in_order_per_channel_with_markers_for_early_receives():
+    """Without ../shared: two chain ends; a receive posted before its send (a marker at the send's
+    end), one after it (the receive itself), and a send whose receive lies beyond the receiver's capture."""
+    sender = RankOps([_op(10, True, 100, 150), _op(11, True, 400, 450), _op(12, True, 2000, 2050)], first=0,
+                     last=2100)
+    receiver = RankOps([_op(20, False, 50, 60, done=160), _op(21, False, 500, 520)], first=0, last=1000)
+    result = pair_transfers([sender, receiver], [4, 5], [0, 1], 2)
+    assert result.pairs == 2 and result.markers == 1 and result.causality_violations == []
+    ends = [(e.position, e.row, e.outgoing, e.marker_at, e.marker_name) for e in result.ends]
+    assert ends == [(0, 10, True, None, ""), (1, 20, False, 150, "recv from rank 4"),
+                    (0, 11, True, None, ""), (1, 21, False, None, "")]
+    assert len(result.outside_capture) == 1 and result.unpaired == []
+
+
+def test_a_receive_done_before_its_send_began_is_no_partner():
+    sender = RankOps([_op(10, True, 100, 150), _op(11, True, 600, 650)], first=0, last=2000)
+    receiver = RankOps([_op(20, False, 200, 210), _op(21, False, 500, 520), _op(22, False, 900, 910)], first=0,
+                       last=2000)
+    result = pair_transfers([sender, receiver], [0, 1], [0, 1], 2)
+    assert result.pairs == 1 and len(result.causality_violations) == 1
+    assert len(result.unpaired) == 1 and result.outside_capture == []
+
+
+def test_annotated_peers_come_from_the_stages_each_rank_holds():
+    """A V-shaped pipeline: stage 1 (rank 1) sends forward to stage 2, back on rank 0."""
+    rank0 = RankOps([_op(1, False, 300, 310, stage=2, forward=True)], frozenset({0, 2}), 0, 1000)
+    rank1 = RankOps([_op(2, True, 100, 200, stage=1, forward=True)], frozenset({1}), 0, 1000)
+    result = pair_transfers([rank0, rank1], [0, 1], [0, 1], 2)
+    assert result.pairs == 1 and dict(result.peers_from) == {"PP annotation": 1} and result.markers == 0
+    marked = pair_transfers([RankOps([_op(1, False, 150, 160, stage=2, forward=True)], frozenset({0, 2}), 0, 1000),
+                             rank1], [0, 1], [0, 1], 2)
+    assert marked.ends[1].marker_name == "arrival of PP:1SEND_F0 from rank 1" and marked.ends[1].marker_at == 200

@@ -188,7 +188,7 @@ class Transfers:
     no_peer: list[str] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)
     outside_capture: list[str] = field(default_factory=list)
-    causality_violations: int = 0
+    causality_violations: list[str] = field(default_factory=list)
 
 
 def pair_transfers(ranks: list[RankOps], global_ranks: list[int], pp_ranks: list[int], pp_size: int) -> Transfers:
@@ -235,10 +235,14 @@ def _peer(op: P2POp, pp_rank: int, size: int, owner: dict[int, int]) -> tuple[Op
 
 
 def _draw(result: Transfers, sender: int, send: P2POp, receiver: int, receive: P2POp, sender_rank: int) -> None:
-    """The pair's arrow: to the receive if it began once the data was sent, else to a marker."""
+    """The pair's arrow: to the receive if it began once the data was sent, else to a marker.
+    A receive done before its send began is no partner: the channel's ends are out of step."""
+    if receive.done < send.start:
+        result.causality_violations.append(f"rank {sender_rank}: a receive done at {receive.done} ns, before its "
+                                           f"send began at {send.start} ns")
+        return
     flow_id = CROSS_RANK_FLOW_BASE + 1 + result.pairs
     result.pairs += 1
-    result.causality_violations += receive.done < send.start
     result.ends.append(TransferEnd(sender, send.row, flow_id, True))
     if receive.start >= send.end:
         result.ends.append(TransferEnd(receiver, receive.row, flow_id, False))
@@ -269,7 +273,9 @@ def attach_transfer_ends(trace: Trace, ends: list[TransferEnd]) -> None:
 def summary(transfers: Transfers) -> dict:
     """The summary's account of the transfers: how many, whence their peers, what is left."""
     return {"pp_transfers": {"c10d ops": transfers.pairs}, "pp_transfer_peers_from": dict(transfers.peers_from),
-            "pp_arrival_markers": transfers.markers, "pp_transfer_causality_violations": transfers.causality_violations,
+            "pp_arrival_markers": transfers.markers,
+            "pp_transfer_causality_violations": len(transfers.causality_violations),
             "pp_transfers_no_peer": len(transfers.no_peer), "pp_transfers_unpaired": len(transfers.unpaired),
             "pp_transfers_outside_capture": len(transfers.outside_capture),
-            "pp_transfer_examples": (transfers.no_peer + transfers.unpaired + transfers.outside_capture)[:20]}
+            "pp_transfer_examples": (transfers.no_peer + transfers.unpaired + transfers.outside_capture +
+                                     transfers.causality_violations)[:20]}
