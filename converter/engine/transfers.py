@@ -181,6 +181,8 @@ class TransferEnd:
 
 @dataclass
 class Transfers:
+    """A pipeline's pairs as arrow ends for pass two, and what could not be paired, and why."""
+
     ends: list[TransferEnd] = field(default_factory=list)
     pairs: int = 0
     markers: int = 0
