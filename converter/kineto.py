@@ -68,11 +68,16 @@ class RankHeader:
     pp_group: Optional[tuple[int, ...]]   # the ranks of this rank's PP group, in pipeline order
     has_distributed_info: bool
     problem: Optional[str] = None
+    # pg_config lists only groups of the whole world (default_pg): a 1-D mesh, where the world is
+    # the pipeline and the global rank order its PP order (torch lists no mesh_pp then)
+    one_dimensional: bool = False
 
     @property
     def pp_rank(self) -> int:
-        """Its place in the PP group (0 without one)."""
-        return self.pp_group.index(self.rank) if self.pp_group and self.rank is not None else 0
+        """Its place in the PP group, or in a 1-D world its global rank (else 0)."""
+        if self.pp_group and self.rank is not None:
+            return self.pp_group.index(self.rank)
+        return self.rank if self.one_dimensional and self.rank is not None else 0
 
     @property
     def pp_rank_source(self) -> str:
@@ -81,6 +86,8 @@ class RankHeader:
             return "distributedInfo.pg_config"
         if not self.has_distributed_info:
             return "default: no distributedInfo"
+        if self.one_dimensional:
+            return "global rank: a 1-D world (only default_pg in distributedInfo.pg_config)"
         return "default: no PP group in distributedInfo.pg_config"
 
 
@@ -99,19 +106,19 @@ def rank_header(metadata: dict, source: str) -> RankHeader:
     problem = next((f"distributedInfo.{name} is {value!r:.40}, not a non-negative integer; fix the trace's header"
                     for name, value in invalid), None)
     usable_rank = rank if is_rank(rank) else None
+    config = info.get("pg_config")
+    groups = _groups(config)
+    one_dimensional = bool(groups) and is_rank(world_size) and all(
+        isinstance(group.get("ranks"), list) and len(group["ranks"]) == world_size for group in groups)
     return RankHeader(usable_rank, world_size if is_rank(world_size) else None,
-                      _pp_group(info.get("pg_config"), usable_rank, source), True, problem)
+                      _pp_group(config, usable_rank, source), True, problem, one_dimensional)
 
 
 def _pp_group(config: Any, rank: Optional[int], source: str) -> Optional[tuple[int, ...]]:
-    """The ranks of the PP group containing `rank`: pg_desc "mesh_pp" or pg_name
-    "torchtitan_real_pp"; pg_config may be a list of groups or a single one."""
+    """The ranks of the PP group containing `rank`: pg_desc "mesh_pp" or pg_name "torchtitan_real_pp"."""
     if rank is None:
         return None
-    groups = config if isinstance(config, list) else [config] if isinstance(config, dict) else []
-    for group in groups:
-        if not isinstance(group, dict):
-            continue
+    for group in _groups(config):
         if group.get("pg_desc") == "mesh_pp" or group.get("pg_name") == "torchtitan_real_pp":
             ranks = group.get("ranks")
             if not (isinstance(ranks, list) and all(map(is_rank, ranks)) and len(set(ranks)) == len(ranks)):
@@ -120,6 +127,11 @@ def _pp_group(config: Any, rank: Optional[int], source: str) -> Optional[tuple[i
             if rank in ranks:
                 return tuple(ranks)
     return None
+
+
+def _groups(config: Any) -> list[dict]:
+    """pg_config's groups: it may be a list of groups or a single one."""
+    return [group for group in (config if isinstance(config, list) else [config]) if isinstance(group, dict)]
 
 
 def inline_laned(metadata: dict) -> bool:

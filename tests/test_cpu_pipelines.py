@@ -1,5 +1,5 @@
 """Real torch.distributed.pipelining traces (torch 2.14.1, gloo, CPU only): `PP:` annotations
-exist only on the CPU, so they are the blocks and the arrows join CPU slices."""
+exist only on the CPU, so they are the blocks; the c10d ops inside them are the transfers."""
 
 from __future__ import annotations
 
@@ -19,13 +19,13 @@ PP_NAME = re.compile(r"^PP:(\d+)(SEND_F|SEND_B|RECV_F|RECV_B|[A-Z_]+?)(\d*)$")
 # A merge writes a rank's threads as rows under its process's group of rows: the arrow's ends'
 # parents tell ranks apart.
 CROSS_RANK_SQL = """
-    select so.name src, si.name dst, so.ts src_ts, si.ts dst_ts, parent.name dst_parent,
-           tto.parent_id src_rank, tti.parent_id dst_rank
+    select so.name src, sp.name src_parent, si.name dst, so.ts src_ts, so.dur src_dur, si.ts dst_ts,
+           parent.name dst_parent, tto.parent_id src_rank, tti.parent_id dst_rank
     from flow f
     join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in
-    left join slice parent on parent.id = si.parent_id
+    left join slice sp on sp.id = so.parent_id left join slice parent on parent.id = si.parent_id
     join track tto on tto.id = so.track_id join track tti on tti.id = si.track_id
-    where so.name glob 'PP:*'"""
+    where so.name glob 'PP:*' or sp.name glob 'PP:*'"""
 
 pytestmark = pytest.mark.skipif(not PP_CPU.is_dir(), reason="../shared/traces is absent")
 
@@ -64,28 +64,32 @@ def test_interleaved_cpu_pipeline_gets_its_arrows_on_cpu_tracks(tmp_path):
     assert (summary["pp_send_recv_pairs"], summary["pp_send_recv_unmatched"]) == (expected, 0)
     arrows = rows(output, CROSS_RANK_SQL)
     across = [a for a in arrows if a["src_rank"] != a["dst_rank"]]
-    # One arrow per matched pair, each forward in time: gloo's CPU RECV is a non-blocking post,
-    # so where it and the compute that waits for the data both began before the send, the
-    # arrow lands on that compute's first child to start after the send.
+    # One arrow per matched pair, from the c10d send inside SEND_x, each forward in time: gloo's
+    # receive is a non-blocking post, so where it began before the send ended, the arrow lands on
+    # an arrival marker at the send's end; else on the receive, whose RECV_x is the SEND_x's peer.
     assert len(across) == expected and summary["pp_send_recv_not_drawn"] == 0
-    assert all(PP_NAME.match(a["src"]).group(2).startswith("SEND") for a in across)
-    assert all(a["dst_ts"] > a["src_ts"] for a in across)
+    assert all(a["src"] == "c10d::send" and PP_NAME.match(a["src_parent"]).group(2).startswith("SEND")
+               for a in across)
+    assert all(a["dst_ts"] >= a["src_ts"] + a["src_dur"] for a in across)
     landed = Counter(_landing(a) for a in across)
-    assert set(landed) <= {"receive", "compute", "compute's child"} and landed["compute's child"] > 0
+    assert set(landed) == {"receive", "marker"} and landed["marker"] == summary["pp_arrival_markers"]
     assert summary["pp_clock_skew_pairs"] == 0  # one machine, one clock
     assert summary["pp_compute_dependency_pairs"] > 0 and summary["pp_compute_dependency_unmatched"] == 0
-    local = [a for a in arrows if a["src_rank"] == a["dst_rank"]]
+    local = [a for a in arrows if a["src_rank"] == a["dst_rank"] and PP_NAME.match(a["src"])]
     assert all(PP_NAME.match(a["dst"]) for a in local)
     assert len(local) == summary["pp_compute_dependency_pairs"] + summary["pp_unshard_compute_pairs"]
 
 
 def _landing(arrow: dict) -> str:
-    """What a cross-rank arrow ends on: the receive, the compute it feeds, or that compute's child."""
-    for name, kind in ((arrow["dst"], ""), (arrow["dst_parent"] or "", "'s child")):
-        match = PP_NAME.match(name)
-        if match:
-            return ("receive" if match.group(2).startswith("RECV") else "compute") + kind
-    return "elsewhere: " + arrow["dst"]
+    """What a cross-rank arrow ends on: the receive of the SEND_x's peer, or an arrival marker."""
+    if arrow["dst"].startswith(f"arrival of {arrow['src_parent']} from rank "):
+        return "marker"
+    sent, received = PP_NAME.match(arrow["src_parent"]), PP_NAME.match(arrow["dst_parent"] or "")
+    if arrow["dst"] != "c10d::recv_" or received is None:
+        return "elsewhere: " + arrow["dst"]
+    downstream = 1 if sent.group(2) == "SEND_F" else -1
+    peer = (int(sent.group(1)) + downstream, "RECV_" + sent.group(2)[-1], sent.group(3))
+    return "receive" if (int(received.group(1)), received.group(2), received.group(3)) == peer else "other receive"
 
 def test_dp_by_pp_set_is_two_pipelines_in_pp_order(tmp_path):
     ranks = tmp_path / "dp2_pp2"
@@ -93,6 +97,7 @@ def test_dp_by_pp_set_is_two_pipelines_in_pp_order(tmp_path):
     summary = merge_files([ranks], lambda group, groups: tmp_path / f"pipeline{group}.perfetto-trace")
     pipelines = summary["pipelines"]
     assert [[r["global_rank"] for r in p["pp_ranks"]] for p in pipelines] == [[0, 2], [1, 3]]
-    # Schedule1F1B writes no PP annotations: nothing to draw, and the summary says why.
+    # Schedule1F1B writes no PP annotations: the c10d ops alone give the transfers (chain ends).
     assert _expected_send_recv_pairs(sorted(ranks.glob("rank*_trace.json.gz"))) == 0
-    assert all(p["pp_annotations"] == ["none"] and p["pp_send_recv_pairs"] == 0 for p in pipelines)
+    assert all(p["pp_annotations"] == ["none"] and p["pp_send_recv_pairs"] == 16 for p in pipelines)
+    assert all(p["pp_transfer_peers_from"] == {"chain end": 16} for p in pipelines)

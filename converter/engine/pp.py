@@ -32,7 +32,7 @@ PP_FLOW_CATEGORY = "pp_dependency"
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
 # A receive feeds, and a send follows, the compute of the same stage and microbatch.
 COMPUTE_OF = {"RECV_F": ("F",), "SEND_F": ("F",), "RECV_B": ("B", "I"), "SEND_B": ("B", "I")}
-_CROSS_RANK_FLOW_BASE = 1 << 61
+CROSS_RANK_FLOW_BASE = 1 << 61
 # The lane kind each action's work runs on (UNSHARD, RESHARD, REDUCE_GRAD are FSDP collectives).
 _ACTION_KIND = {**{action: LaneKind.COMPUTE for action in COMPUTE_ACTIONS},
                 **{action: LaneKind.COMMUNICATION for action in (*COMPUTE_OF, "UNSHARD", "RESHARD", "REDUCE_GRAD")}}
@@ -138,7 +138,7 @@ class Extent:
 # Which annotations a trace's PP blocks came from (the summary's `pp_annotations`).
 GPU_PP, CPU_PP, STAGELESS, NO_PP = "GPU PP annotations", "CPU PP annotations only", "stage-less", "none"
 # ScheduleGPipe's record_function names: no stage (it is the rank's PP rank), no send or receive.
-_STAGELESS = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
+STAGELESS_PATTERN = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
 _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
 _BLOCK_START = attrgetter("start")
 
@@ -172,7 +172,7 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
     steps: list[tuple[int, int]] = []                 # (start, step number)
     pp, stageless = _Annotations(), _Annotations(stage_of_all=pp_rank)
     named = trace.slices.named(lambda name: profiler_step(name) is not None or rules.pp_match(name) is not None
-                               or _STAGELESS.match(name) is not None)
+                               or STAGELESS_PATTERN.match(name) is not None)
     for slice_ in trace.slices.rows(named):
         name = slice_.name
         step = profiler_step(name)
@@ -182,7 +182,7 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
         match = rules.pp_match(name)
         if match is not None:
             pp.add(slice_, match, categories)
-        elif (match := _STAGELESS.match(name)) is not None:
+        elif (match := STAGELESS_PATTERN.match(name)) is not None:
             stageless.add(slice_, match, categories)
     found, scheme = (pp, GPU_PP if pp.fragments else CPU_PP) if pp.fragments or pp.cpu else \
         (stageless, STAGELESS) if stageless.fragments or stageless.cpu else (pp, NO_PP)
@@ -348,7 +348,7 @@ class CrossRankArrows:
 
     def draw(self, source: tuple[int, BlockKey, Anchor], target: tuple[int, BlockKey, Anchor]) -> None:
         """One arrow between (rank position, block, anchor) ends, with the next agreed flow id."""
-        flow_id = _CROSS_RANK_FLOW_BASE + 1 + len(self.ends) // 2
+        flow_id = CROSS_RANK_FLOW_BASE + 1 + len(self.ends) // 2
         self.ends.append(ArrowEnd(*source, flow_id, True))
         self.ends.append(ArrowEnd(*target, flow_id, False))
 

@@ -24,7 +24,10 @@ from .. import kineto
 from ..engine.activity import busy_gpu_changes, running_totals
 from ..engine.layout import separate_overlaps
 from ..engine.placement import place_rank, root_name, root_trace
-from ..engine.pp import STAGELESS, Anchor, BlockKey, Extent, link_rank_local, pair_sends_and_receives, pair_stages
+from ..engine.pp import (CPU_PP, GPU_PP, STAGELESS, Anchor, BlockKey, CrossRankArrows, Extent, link_rank_local,
+                         pair_sends_and_receives, pair_stages)
+from ..engine.transfers import RankOps, TransferEnd, attach_transfer_ends, find_ops, pair_transfers
+from ..engine.transfers import summary as transfers_summary
 from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
 from ..inputs.source import json_size
@@ -51,6 +54,7 @@ class RankInfo:
     absolute_clock: bool
     blocks: dict[BlockKey, Extent] = field(default_factory=dict)
     pp_annotations: str = ""  # which annotations its blocks came from (engine.pp's schemes)
+    p2p: RankOps = field(default_factory=RankOps)  # its c10d sends and receives (engine.transfers)
     snapshot: str = ""  # where pass one kept the prepared rank for pass two
 
 
@@ -66,6 +70,7 @@ class RankPlan:
     in_pp_group: bool
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
+    transfer_ends: list[TransferEnd] = field(default_factory=list)
 
 
 def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
@@ -130,12 +135,18 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
                       in_pp_group=info.pp_group is not None,
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
-    extents = [info.blocks for info in members]
+    extents, global_ranks = [info.blocks for info in members], [info.global_rank for info in members]
+    # The c10d ops, where a pipeline has them, are every transfer; annotations then name the peers.
+    transfers = pair_transfers([info.p2p for info in members], global_ranks, *_pipeline_places(members)) \
+        if any(info.p2p.ops for info in members) else None
     stageless = all(info.pp_annotations == STAGELESS for info in members)
-    arrows = pair_stages(extents) if stageless else \
-        pair_sends_and_receives(extents, [info.global_rank for info in members])
+    arrows = CrossRankArrows() if transfers is not None else pair_stages(extents) if stageless else \
+        pair_sends_and_receives(extents, global_ranks)
     for end in arrows.ends:
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
+    for transfer_end in transfers.ends if transfers is not None else []:
+        plans[transfer_end.position].transfer_ends.append(transfer_end)
+    cross_rank_arrows = len(arrows.ends) // 2 + (transfers.pairs if transfers is not None else 0)
     base = min(info.base_time_ns or 0 for info in members)
     parts: list[RankPart] = _in_workers(workers, _write_rank_part,
                                         [(plan, f"{plan.snapshot}.group{group_index}.part", options.tuning)
@@ -143,7 +154,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
                                         [plan.file for plan in plans], "writing ranks")
     busy_gpus = running_totals(change for part in parts for change in part.busy_gpu_changes)
     expected = Expected(sum(part.expected.slices for part in parts),
-                        sum(part.expected.flows for part in parts) + len(arrows.ends) // 2,
+                        sum(part.expected.flows for part in parts) + cross_rank_arrows,
                         sum(part.expected.counter_samples for part in parts) + len(busy_gpus))
     verified: dict[str, int] = {}
 
@@ -167,7 +178,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         "pp_ranks": [{"pp_rank": plan.pp_rank, "global_rank": plan.global_rank, "file": plan.file} for plan in plans],
         "time_offsets_ns": [(info.base_time_ns or 0) - base for info in members],
         "pp_annotations": sorted({r["pp_annotations"] for r in per_rank}),
-        "pp_send_recv_pairs": arrows.pairs,
+        "pp_send_recv_pairs": arrows.pairs if transfers is None else transfers.pairs,
         "pp_stage_dependency_pairs": arrows.stage_pairs,
         "pp_stage_dependency_unmatched": arrows.stage_unmatched,
         "pp_send_recv_unmatched": len(arrows.unmatched),
@@ -184,9 +195,21 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         "per_rank_compaction": per_rank,
         "output_bytes": output.stat().st_size,
     }
+    if transfers is not None:
+        result.update(transfers_summary(transfers))
     if verified:
         result["verified"] = verified
     return result
+
+
+def _pipeline_places(members: list[RankInfo]) -> tuple[list[int], int]:
+    """The members' PP ranks and the pipeline's size, whichever of its ranks are merged: from
+    the PP group, else (the world is the pipeline) from the global ranks."""
+    group = members[0].pp_group
+    if group is not None:
+        return [group.index(info.global_rank) for info in members], len(group)
+    ranks = [info.global_rank for info in members]
+    return ranks, members[0].world_size or max(ranks) + 1
 
 
 def _in_workers(workers: Optional[Workers], function: Callable[..., Any], tasks: list, files: list[str],
@@ -205,13 +228,16 @@ def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:
         raise CgtraceError(f"{file}: {header.problem}")
     base = kineto.base_time_ns(trace.metadata)  # the reader has checked it
     first_ts = int(trace.slices.ts.min()) if len(trace.slices) else 0
+    stages = frozenset(key.stage for key in prepared.blocks) if prepared.pp_annotations in (CPU_PP, GPU_PP) \
+        else frozenset()
+    p2p = find_ops(trace, options.lanes, stages)  # before the snapshot takes the trace
     return RankInfo(
         file=file, global_rank=header.rank, world_size=header.world_size, pp_group=header.pp_group,
         base_time_ns=base,
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=base is None and first_ts > 10**15,
         blocks={key: block.extent() for key, block in prepared.blocks.items()},
-        pp_annotations=prepared.pp_annotations, snapshot=_saved(prepared, snapshot))
+        pp_annotations=prepared.pp_annotations, p2p=p2p, snapshot=_saved(prepared, snapshot))
 
 
 def _saved(prepared: Prepared, snapshot: str) -> str:
@@ -275,6 +301,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     summary.update(link_rank_local(trace, blocks))
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         trace.flow_ends.append(FlowEnd(blocks[key].slice_at(anchor).row, flow_id, outgoing))
+    attach_transfer_ends(trace, plan.transfer_ends)
     place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank), plan.in_pp_group)
     summary["overlaps_moved"] = separate_overlaps(trace, tuning)
     stride = plan.position + 1
