@@ -22,7 +22,7 @@ from . import __version__, progress  # noqa: E402
 from .engine.window import parse_steps, parse_window  # noqa: E402
 from .errors import CgtraceError  # noqa: E402
 from .fileio.regular import read_small_text  # noqa: E402
-from .heap import end_process, keep_models_to_the_end, reuse_freed_memory_after_reads  # noqa: E402
+from .heap import end_process, models_kept_to_the_end, reuse_freed_memory_after_reads  # noqa: E402
 from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E402
 from .jobs.merge import merge_ranks  # noqa: E402
 from .jobs.rank_files import default_merge_output, parse_rank_list  # noqa: E402
@@ -429,8 +429,9 @@ def _say(line: str) -> None:
 def console() -> NoReturn:
     """The `cgtrace` command: main(), each converted model kept to the end rather than freed
     object by object (heap.py)."""
-    keep_models_to_the_end()
-    end_process(main())
+    with models_kept_to_the_end() as kept:
+        status = main()
+    end_process(status, kept)
 
 
 if __name__ == "__main__":

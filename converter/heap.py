@@ -24,7 +24,8 @@ from __future__ import annotations
 import ctypes
 import os
 import sys
-from typing import NoReturn
+from contextlib import contextmanager
+from typing import Iterator, NoReturn, Optional, Sequence
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (malloc.h)
 
@@ -69,26 +70,38 @@ def give_back_freed_memory() -> None:
         return
 
 
-_kept_to_the_end: list[object] = []
-_keeping = False
+# The models kept to the process's end, while a command that ends with end_process runs.
+_kept: Optional[list[object]] = None
 
 
-def keep_models_to_the_end() -> None:
-    """For a process that ends with end_process: models given to keep_to_the_end stay."""
-    global _keeping
-    _keeping = True
+@contextmanager
+def models_kept_to_the_end() -> Iterator[list[object]]:
+    """For a command that ends with end_process: the models given to keep_to_the_end meanwhile
+    stay, in the list yielded, which the caller hands to end_process."""
+    global _kept
+    kept: list[object] = []
+    _kept = kept
+    try:
+        yield kept
+    finally:
+        _kept = None
+
+
+def keeping() -> bool:
+    """Whether keep_to_the_end keeps what it is given now (never in a running process)."""
+    return _kept is not None
 
 
 def keep_to_the_end(model: object) -> None:
     """A finished job's model: kept (never freed) where the process ends with end_process."""
-    if _keeping:
-        _kept_to_the_end.append(model)
+    if _kept is not None:
+        _kept.append(model)
 
 
-def end_process(status: int) -> NoReturn:
+def end_process(status: int, kept: Sequence[object] = ()) -> NoReturn:
     """Exit with `status`; where a model was kept, at once (its objects are not freed, and no
     exit handler runs: everything the jobs write is closed by the time they return)."""
-    if _kept_to_the_end:
+    if kept:
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(status)

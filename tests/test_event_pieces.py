@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from converter.inputs import event_pieces
 from converter.inputs import kineto_reader as reader
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
@@ -23,18 +24,11 @@ BASE_NS = 1_700_000_000_000_000_000
 TINY_PIECES = Tuning(piece_bytes=1)
 
 
-@pytest.fixture
-def pieces_seen(monkeypatch):
-    """A count of the pieces the reader took."""
-    seen = []
-    original = reader.iter_pieces
-
-    def counting(text, layout, decoders, piece_bytes):
-        for piece in original(text, layout, decoders, piece_bytes):
-            seen.append(len(piece[0]))
-            yield piece
-    monkeypatch.setattr(reader, "iter_pieces", counting)
-    return seen
+def pieces_of(document: bytes, piece_bytes: int) -> list[int]:
+    """How many events each piece the reader's cutter gives holds."""
+    layout = event_pieces.locate_events(document)
+    assert layout is not None
+    return [len(events) for events, _, _ in event_pieces.iter_pieces(document, layout, piece_bytes=piece_bytes)]
 
 
 def whole_document_output(monkeypatch, convert, source, output):
@@ -63,12 +57,13 @@ def tricky_document(events_last: bool) -> bytes:
 
 
 @pytest.mark.parametrize("events_last", [True, False], ids=["header-after-events", "header-before-events"])
-def test_tricky_cuts_match_whole_document(tmp_path, monkeypatch, pieces_seen, events_last):
+def test_tricky_cuts_match_whole_document(tmp_path, monkeypatch, events_last):
     source = tmp_path / "tricky.json"
     source.write_bytes(tricky_document(events_last))
     output = tmp_path / "pieces.perfetto-trace"
     convert_file(source, output, tuning=TINY_PIECES)
-    assert sum(pieces_seen) == 4 and len(pieces_seen) >= 2, pieces_seen
+    pieces = pieces_of(source.read_bytes(), TINY_PIECES.piece_bytes)
+    assert sum(pieces) == 4 and len(pieces) >= 2, pieces
     assert output.read_bytes() == whole_document_output(monkeypatch, convert_file, source, tmp_path / "whole.pt")
     got = {(r["name"], r["ts"], r["dur"]) for r in rows(output, "select name, ts, dur from slice")}
     assert got == {('has },{ and }, { inside', BASE_NS + 10_500, 5_000), ("plain", BASE_NS + 11_000, 2_000),

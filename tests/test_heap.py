@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,12 +17,11 @@ from converter.jobs.runner import JobOptions, run_job
 
 
 @pytest.fixture
-def keeping(monkeypatch) -> list[object]:
+def keeping() -> Iterator[list[object]]:
     """As the `cgtrace` console script runs: models that end the command are kept."""
-    kept: list[object] = []
-    monkeypatch.setattr(heap, "_kept_to_the_end", kept)
-    monkeypatch.setattr(heap, "_keeping", True)
-    return kept
+    with heap.models_kept_to_the_end() as kept:
+        yield kept
+    assert not heap.keeping()
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +46,7 @@ def test_only_the_job_that_ends_the_command_keeps_its_model(keeping, ranks, tmp_
 def test_a_running_process_keeps_nothing(ranks, tmp_path, capsys):
     first = sorted(ranks.glob("*.json*"))[0]
     assert main(["convert", str(first), "-o", str(tmp_path / "one.perfetto-trace"), "-q"]) == 0
-    assert heap._kept_to_the_end == []
+    assert not heap.keeping()  # so keep_to_the_end kept nothing of it
     capsys.readouterr()
 
 

@@ -27,10 +27,11 @@ MEMORY64_ABOVE = 1_500_000_000
 
 
 def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
-               shown_as: str | os.PathLike | None = None, memory64_above: int = MEMORY64_ABOVE) -> TraceProcessor:
+               shown_as: str | os.PathLike | None = None, memory64_above: int = MEMORY64_ABOVE,
+               heap_limit_bytes: int | None = None) -> TraceProcessor:
     """Loads `trace` (Chrome JSON, gzipped JSON or Perfetto protobuf; a path or the bytes) for SQL queries.
     The WebAssembly build runs the memory64 module for traces over `memory64_above` bytes
-    (uncompressed).
+    (uncompressed), its heap growing up to `heap_limit_bytes` (default: as far as the build allows).
 
     Raises CgtraceError, naming the trace (as `shown_as` where it is a temporary file made from
     that one), if it cannot be read or loaded, or if loading or a query runs past the time
@@ -51,7 +52,8 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
             limit = TimeLimit(name, size)
             if tp_bin:
                 return LimitedTraceProcessor(source, limit, TraceProcessorConfig(bin_path=tp_bin))
-            return WasmTraceProcessor(source, limit, WasmTransport(size > memory64_above))
+            return WasmTraceProcessor(source, limit, WasmTransport(size > memory64_above,
+                                                                   heap_limit_bytes=heap_limit_bytes))
     except TimeLimitExceeded:
         raise  # names the trace already
     except CgtraceError as e:

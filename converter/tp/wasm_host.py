@@ -24,7 +24,7 @@ import struct
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import Any, Callable, Optional, cast
 
 import wasmtime
 from perfetto.common.exceptions import PerfettoException
@@ -149,13 +149,15 @@ class _Emscripten:
     make a cycle the garbage collector cannot see through wasmtime's handles.
     """
 
-    def __init__(self, memory_type: wasmtime.MemoryType):
+    def __init__(self, memory_type: wasmtime.MemoryType, heap_limit_bytes: Optional[int] = None):
         self.is_64 = memory_type.is_64
         self.ptr_size = 8 if self.is_64 else 4
         self.ptr_mask = 2**64 - 1 if self.is_64 else 0xFFFFFFFF
         max_pages = memory_type.limits.max or (2**18 if self.is_64 else 2**16)
         # A 32-bit heap stops one page short of 4 GiB so its size fits in a u32.
         self.heap_max = max_pages * _PAGE if self.is_64 else min(max_pages * _PAGE, 2**32 - _PAGE)
+        if heap_limit_bytes is not None:  # the module grows no further: it aborts as out of memory
+            self.heap_max = min(self.heap_max, heap_limit_bytes)
         self.memory: wasmtime.Memory | None = None  # set once instantiated
         self.replies = bytearray()
         self.stderr: collections.deque[str] = collections.deque(maxlen=3)  # the last lines, to explain a crash
@@ -326,14 +328,16 @@ class WasmTransport:
     _memory: wasmtime.Memory | None
     _on_request: wasmtime.Func | None
 
-    def __init__(self, memory64: bool = False, request_buffer_size: int = REQUEST_BUFFER_SIZE):
-        """`request_buffer_size`: the module's request buffer, which every request is fed through."""
+    def __init__(self, memory64: bool = False, request_buffer_size: int = REQUEST_BUFFER_SIZE,
+                 heap_limit_bytes: Optional[int] = None):
+        """`request_buffer_size`: the module's request buffer, which every request is fed through;
+        `heap_limit_bytes`: how far the module's heap may grow (default: as far as the build allows)."""
         self.wasm = find_wasm(memory64)
         self.request_buffer_size = request_buffer_size
         engine, module = compiled_module(self.wasm, memory64)
         memory_type = next(e.type for e in module.exports if e.name == "memory")
         assert isinstance(memory_type, wasmtime.MemoryType)
-        self._host = host = _Emscripten(memory_type)
+        self._host = host = _Emscripten(memory_type, heap_limit_bytes)
         self._engine = engine
         self._store = store = wasmtime.Store(engine)
         # Core wasm imports always have a name; this module imports only functions.
