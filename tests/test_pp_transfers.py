@@ -63,10 +63,12 @@ def test_every_send_of_every_schedule_gets_one_forward_arrow(tmp_path, name):
         assert expected > 0
         assert len(arrows) == expected == summary["pp_send_recv_pairs"]
         assert [a for a in arrows if drawn_backwards(a)] == []
-        markers = [a for a in arrows if a["dst_cat"] == "pp_p2p"]
-        assert len(markers) == summary["pp_arrival_markers"] and all(a["dst_dur"] == 0 for a in markers)
-        # An arrow lands on the receive itself, or on a marker where the receive was posted early.
-        assert {a["dst"] for a in arrows if a["dst_cat"] != "pp_p2p"} == {"c10d::recv_"}
+        # Every arrow lands on a zero-duration marker of its own category (what the UI's Flow Events
+        # panel filters by), at the receive's start or, for a receive posted early, the send's end.
+        assert {a["dst_cat"] for a in arrows} == {"pp_p2p"} and all(a["dst_dur"] == 0 for a in arrows)
+        assert len(arrows) == summary["pp_arrival_markers"]
+        at_send_end = [a for a in arrows if a["dst_ts"] == a["src_ts"] + a["src_dur"]]
+        assert len(at_send_end) >= summary["pp_receives_posted_early"] > 0
         assert summary["pp_transfers_no_peer"] == summary["pp_transfers_unpaired"] == 0
         assert summary["pp_transfer_causality_violations"] == summary["pp_transfers_outside_capture"] == 0
         assert problem_stats(output) == []
@@ -126,10 +128,10 @@ def test_pairing_is_in_order_per_channel_with_markers_for_early_receives():
                      last=2100)
     receiver = RankOps([_op(20, False, 50, 60, done=160), _op(21, False, 500, 520)], first=0, last=1000)
     result = pair_transfers([sender, receiver], [4, 5], [0, 1], 2)
-    assert result.pairs == 2 and result.markers == 1 and result.causality_violations == []
+    assert result.pairs == 2 and result.early_receives == 1 and result.causality_violations == []
     ends = [(e.position, e.row, e.outgoing, e.marker_at, e.marker_name) for e in result.ends]
     assert ends == [(0, 10, True, None, ""), (1, 20, False, 150, "recv from rank 4"),
-                    (0, 11, True, None, ""), (1, 21, False, None, "")]
+                    (0, 11, True, None, ""), (1, 21, False, 500, "recv from rank 4")]
     assert len(result.outside_capture) == 1 and result.unpaired == []
 
 
@@ -147,7 +149,7 @@ def test_annotated_peers_come_from_the_stages_each_rank_holds():
     rank0 = RankOps([_op(1, False, 300, 310, stage=2, forward=True)], frozenset({0, 2}), 0, 1000)
     rank1 = RankOps([_op(2, True, 100, 200, stage=1, forward=True)], frozenset({1}), 0, 1000)
     result = pair_transfers([rank0, rank1], [0, 1], [0, 1], 2)
-    assert result.pairs == 1 and dict(result.peers_from) == {"PP annotation": 1} and result.markers == 0
+    assert result.pairs == 1 and dict(result.peers_from) == {"PP annotation": 1} and result.early_receives == 0
     marked = pair_transfers([RankOps([_op(1, False, 150, 160, stage=2, forward=True)], frozenset({0, 2}), 0, 1000),
                              rank1], [0, 1], [0, 1], 2)
     assert marked.ends[1].marker_name == "arrival of PP:1SEND_F0 from rank 1" and marked.ends[1].marker_at == 200

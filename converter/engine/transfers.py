@@ -9,10 +9,12 @@ only each op's peer. The peer comes from the best evidence the trace has: the en
 talk to one neighbour), GPipe's enclosing `Forward <mb>` / `Backward <mb>`, else the compute
 around the op (forward ops, or autograd's evaluate_function).
 
-An arrow leaves the send and lands where the data could first have arrived: on the receive
-when it started after the send ended, else (a receive posted early) on a zero-duration
-arrival marker written on the receive's row at the send's end, so the UI never draws it
-backwards and no measured slice moves.
+An arrow leaves the send and lands on a zero-duration arrival marker on the receive's row,
+where the data could first have arrived: at the receive's start, or, for a receive posted
+before the send ended, at the send's end, so the UI never draws it backwards and no measured
+slice moves. Perfetto v52 has no name or category of its own for a TrackEvent flow: its Flow
+Events panel lists an arrow under its end slices' categories, so the markers' category
+(ARRIVAL_CATEGORY) is the one that shows, or hides, exactly the transfers.
 """
 
 from __future__ import annotations
@@ -168,8 +170,8 @@ def _computes(trace: Trace) -> list[tuple[int, bool]]:
 
 @dataclass(frozen=True)
 class TransferEnd:
-    """One end of a transfer's arrow, on the rank at `position`: the op's slice, or (target of
-    an early receive) an arrival marker at `marker_at` on the op's row."""
+    """One end of a transfer's arrow, on the rank at `position`: the send's slice, or the
+    arrival marker at `marker_at` on the receive's row."""
 
     position: int
     row: int
@@ -185,7 +187,7 @@ class Transfers:
 
     ends: list[TransferEnd] = field(default_factory=list)
     pairs: int = 0
-    markers: int = 0
+    early_receives: int = 0   # posted before their send ended: their markers sit at the send's end
     peers_from: Counter[str] = field(default_factory=Counter)
     no_peer: list[str] = field(default_factory=list)
     unpaired: list[str] = field(default_factory=list)
@@ -237,8 +239,8 @@ def _peer(op: P2POp, pp_rank: int, size: int, owner: dict[int, int]) -> tuple[Op
 
 
 def _draw(result: Transfers, sender: int, send: P2POp, receiver: int, receive: P2POp, sender_rank: int) -> None:
-    """The pair's arrow: to the receive if it began once the data was sent, else to a marker.
-    A receive done before its send began is no partner: the channel's ends are out of step."""
+    """The pair's arrow, to an arrival marker on the receive's row. A receive done before its
+    send began is no partner: the channel's ends are out of step."""
     if receive.done < send.start:
         result.causality_violations.append(f"rank {sender_rank}: a receive done at {receive.done} ns, before its "
                                            f"send began at {send.start} ns")
@@ -246,12 +248,9 @@ def _draw(result: Transfers, sender: int, send: P2POp, receiver: int, receive: P
     flow_id = CROSS_RANK_FLOW_BASE + 1 + result.pairs
     result.pairs += 1
     result.ends.append(TransferEnd(sender, send.row, flow_id, True))
-    if receive.start >= send.end:
-        result.ends.append(TransferEnd(receiver, receive.row, flow_id, False))
-        return
     name = f"arrival of {send.label} from rank {sender_rank}" if send.label else f"recv from rank {sender_rank}"
-    result.ends.append(TransferEnd(receiver, receive.row, flow_id, False, send.end, name))
-    result.markers += 1
+    result.ends.append(TransferEnd(receiver, receive.row, flow_id, False, max(send.end, receive.start), name))
+    result.early_receives += receive.start < send.end
 
 
 def _leftovers(result: Transfers, ops: list[P2POp], partner: RankOps, what: str) -> None:
@@ -275,7 +274,7 @@ def attach_transfer_ends(trace: Trace, ends: list[TransferEnd]) -> None:
 def summary(transfers: Transfers) -> dict:
     """The summary's account of the transfers: how many, whence their peers, what is left."""
     return {"pp_transfers": {"c10d ops": transfers.pairs}, "pp_transfer_peers_from": dict(transfers.peers_from),
-            "pp_arrival_markers": transfers.markers,
+            "pp_arrival_markers": transfers.pairs, "pp_receives_posted_early": transfers.early_receives,
             "pp_transfer_causality_violations": len(transfers.causality_violations),
             "pp_transfers_no_peer": len(transfers.no_peer), "pp_transfers_unpaired": len(transfers.unpaired),
             "pp_transfers_outside_capture": len(transfers.outside_capture),
