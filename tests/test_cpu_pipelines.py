@@ -69,7 +69,7 @@ def test_interleaved_cpu_pipeline_gets_its_arrows_on_cpu_tracks(tmp_path):
     # arrival marker on the receiving thread: at the receive's start, inside the RECV_x that is
     # the SEND_x's peer, or, where the receive (gloo's is a non-blocking post) began before the
     # send ended, at the send's end, whatever that thread was doing by then.
-    assert len(across) == expected and summary["pp_send_recv_not_drawn"] == 0
+    assert len(across) == expected
     assert all(a["src"] == "c10d::send" and PP_NAME.match(a["src_parent"]).group(2).startswith("SEND")
                for a in across)
     assert all(a["dst_ts"] >= a["src_ts"] + a["src_dur"] for a in across)

@@ -28,13 +28,15 @@ from .test_convert_roundtrip import actual_slices
 
 RANK = re.compile(r"^(?:PP )?rank (\d+) \(global (\d+)\)")
 ARROWS_SQL = """
-    select so.name src, si.name dst, so.ts sts, si.ts dts,
-           coalesce(ps.name, ts_.name) src_rank, coalesce(pd.name, td.name) dst_rank
+    select so.name src, si.name dst, so.ts sts, so.dur sdur, si.ts dts, si.dur ddur, si.category dcat,
+           coalesce(ps.name, ts_.name) src_rank, coalesce(pd.name, td.name) dst_rank,
+           (select r.name from slice r where r.track_id = si.track_id and r.name glob 'PP:*RECV*'
+              and r.ts <= si.ts and si.ts <= r.ts + r.dur order by r.ts desc limit 1) dst_receive
     from flow f
     join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id
     join track ts_ on so.track_id = ts_.id left join track ps on ts_.parent_id = ps.id
     join track td on si.track_id = td.id left join track pd on td.parent_id = pd.id
-    where so.name glob 'PP:*' and si.name glob 'PP:*'"""
+    where so.name glob 'PP:*' and (si.name glob 'PP:*' or si.name glob 'arrival of PP:*')"""
 
 
 def merge(tmp_path, files, **options):
@@ -60,10 +62,13 @@ def classify_arrows(output) -> Counter:
         same_rank = RANK.match(arrow["src_rank"]).group(1) == RANK.match(arrow["dst_rank"]).group(1)
         source = re.match(r"PP:(\d+)([A-Z_]+?)(\d*)$", arrow["src"]).group(2)
         if not same_rank:
-            # A send's arrow ends on its receive, or on the compute the receive feeds when the
-            # receive was already waiting (began before the send).
-            target = re.match(r"PP:(\d+)([A-Z_]+?)(\d*)$", arrow["dst"]).group(2)
-            assert source.startswith("SEND") and target in ("RECV" + source[4:], "F", "B", "I")
+            # A send's arrow leaves its end and lands on a zero-duration arrival marker named
+            # after it, on its receive's row: at the receive's start, or at the send's end where
+            # the receive (an NCCL kernel waiting for its peer) began earlier.
+            assert source.startswith("SEND") and arrow["dst"].startswith(f"arrival of {arrow['src']} from rank ")
+            assert (arrow["dcat"], arrow["ddur"]) == ("pp_p2p", 0) and arrow["dts"] >= arrow["sts"] + arrow["sdur"]
+            if arrow["dst_receive"] is not None:  # at the receive's start; after the send's end it may lie past it
+                assert re.match(r"PP:\d+([A-Z_]+?)\d*$", arrow["dst_receive"]).group(1) == "RECV" + source[4:]
             kinds["send_recv"] += 1
         elif source == "UNSHARD":
             kinds["unshard"] += 1
@@ -172,7 +177,7 @@ def test_generated_pipelines_merge_with_exact_arrows(tmp_path, pp_size, schedule
     assert [r["global_rank"] for r in summary["pp_ranks"]] != sorted(r["global_rank"] for r in summary["pp_ranks"])
     assert len(set(summary["time_offsets_ns"])) > 1
     assert (summary["pp_send_recv_pairs"], summary["pp_send_recv_unmatched"]) == (expected["send_recv"], 0)
-    assert summary["pp_send_recv_not_drawn"] == 0
+    assert summary["pp_arrival_markers"] == expected["send_recv"]
     assert (summary["pp_compute_dependency_pairs"], summary["pp_compute_dependency_unmatched"]) == \
         (expected["compute"], 0)
     assert (summary["pp_unshard_compute_pairs"], summary["pp_unshard_compute_unmatched"]) == (expected["unshard"], 0)
@@ -216,11 +221,12 @@ def test_pp_arrows_meet_the_work_not_a_memcpy_it_covers(tmp_path):
                              + summary["pp_unshard_compute_pairs"]) > 0
     landed = Counter()
     for end in ends:
-        action = re.match(r"PP:\d+([A-Z_]+?)\d*$", end["name"]).group(1)
+        action = re.match(r"(?:arrival of )?PP:\d+([A-Z_]+?)\d*(?: from rank \d+)?$", end["name"]).group(1)
         row = roles[end["uuid"]]
         assert row.role is TrackRole.ANNOTATIONS
         landed[(action in ("F", "B", "I", "W"), roles[row.home].kind)] += 1
-    # Compute ends above compute lanes; sends, receives and UNSHARD (an all-gather) above communication.
+    # Compute ends above compute lanes; sends, receives' arrival markers and UNSHARD (an
+    # all-gather) above communication.
     assert set(landed) == {(True, LaneKind.COMPUTE), (False, LaneKind.COMMUNICATION)}
 
 
@@ -248,7 +254,7 @@ def test_truncated_capture_reports_the_missing_receive(tmp_path):
     (example,) = summary["pp_send_recv_unmatched_examples"]
     assert "step 1" in example and "SEND" in example and "RECV" in example
     drawn = classify_arrows(output)["send_recv"]
-    assert drawn == summary["pp_send_recv_pairs"] - summary["pp_send_recv_not_drawn"]
+    assert drawn == summary["pp_send_recv_pairs"] == summary["pp_arrival_markers"]
 
 
 def test_directory_merge_leaves_other_json_files_alone(tmp_path):

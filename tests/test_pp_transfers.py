@@ -81,7 +81,10 @@ def test_generated_pipelines_keep_one_forward_arrow_per_pair(tmp_path, profiler_
     summary, arrows = merged_arrows(files, tmp_path / "merged.perfetto-trace")
     assert len(arrows) == summary["pp_send_recv_pairs"] > 0
     assert [a for a in arrows if drawn_backwards(a)] == []
-    assert "pp_arrival_markers" not in summary  # no c10d ops: the annotations are the transfers
+    assert "pp_transfers" not in summary  # no c10d ops: the annotations are the transfers
+    # Each lands on an arrival marker of its own category (what the UI's Flow Events panel filters by).
+    assert {a["dst_cat"] for a in arrows} == {"pp_p2p"} and all(a["dst_dur"] == 0 for a in arrows)
+    assert summary["pp_arrival_markers"] == len(arrows)
 
 
 def test_wait_annotations_are_no_action():

@@ -19,14 +19,10 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Optional, Protocol
 
-import numpy as np
-
 from ..errors import CgtraceError
 from ..kineto import profiler_step
 from ..lane_rules import LaneRules
-from ..model import Flow, LaneKind, SliceRow, Trace
-from ..model.columns import grouped_in_order
-from ..model.nesting import sort_by_start
+from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace
 
 PP_FLOW_CATEGORY = "pp_dependency"
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
@@ -53,10 +49,13 @@ class BlockKey:
     action: str
     microbatch: Optional[int]
 
+    def annotation(self) -> str:
+        """The `PP:<stage><action><microbatch>` name of the block's annotation."""
+        return f"PP:{self.stage}{self.action}{'' if self.microbatch is None else self.microbatch}"
+
     def describe(self) -> str:
-        microbatch = "" if self.microbatch is None else self.microbatch
         run = f" run {self.run + 1}" if self.run else ""
-        return f"step {self.step}{run} PP:{self.stage}{self.action}{microbatch}"
+        return f"step {self.step}{run} {self.annotation()}"
 
     def with_action(self, stage: int, action: str) -> "BlockKey":
         """The block of another action (and stage) in the same step, run and microbatch."""
@@ -65,15 +64,20 @@ class BlockKey:
 
 @dataclass(frozen=True)
 class Anchor:
-    """Which slice of a block an arrow end sits on: its first-starting fragment ("first"), its
-    last-ending one ("last"), or the first slice nested in its first fragment that starts after
-    `after` ("inner": where a compute that waited for data starts its real work)."""
+    """Where on a block an arrow end sits: its first-starting fragment ("first"), its last-ending
+    one ("last"), or an arrival marker named `name` at `at` on the last fragment's row
+    ("arrival": where a transfer's data could first have arrived)."""
 
     which: str
-    after: int = 0
+    at: int = 0
+    name: str = ""
 
 
 FIRST, LAST = Anchor("first"), Anchor("last")
+# Derived slices a cross-rank arrow lands on: Perfetto v52's Flow Events panel lists an arrow under
+# its end slices' categories (TrackEvent flows have none of their own), so this one shows or
+# hides exactly the transfers between ranks.
+ARRIVAL_CATEGORY = "pp_p2p"
 
 
 @dataclass
@@ -83,7 +87,6 @@ class Block:
 
     key: BlockKey
     fragments: list[SliceRow] = field(default_factory=list)
-    inner: list[SliceRow] = field(default_factory=list)  # compute blocks: slices nested in the first fragment
 
     @property
     def start(self) -> int:
@@ -106,33 +109,32 @@ class Block:
                if f.track.home is not None and f.track.home.group is not None and f.track.home.group.kind is kind]
         return own or self.fragments
 
-    def slice_at(self, anchor: Anchor) -> SliceRow:
-        """The slice an anchor names: both passes of a merge resolve it alike."""
-        if anchor.which == "inner":
-            return next(s for s in self.inner if s.ts > anchor.after)
-        return self.first_fragment() if anchor.which == "first" else self.last_fragment()
+    def attach(self, trace: Trace, anchor: Anchor, flow_id: int, outgoing: bool) -> None:
+        """An arrow end where `anchor` says (both passes of a merge resolve it alike)."""
+        if anchor.which == "arrival":
+            row = add_arrival_marker(trace, anchor.at, anchor.name, self.last_fragment().row)
+        else:
+            row = (self.first_fragment() if anchor.which == "first" else self.last_fragment()).row
+        trace.flow_ends.append(FlowEnd(row, flow_id, outgoing))
 
     def extent(self) -> "Extent":
         first, last = self.first_fragment(), self.last_fragment()
-        return Extent(first.ts, first.ts + first.dur, last.ts, last.ts + last.dur,
-                      tuple(s.ts for s in self.inner))
+        return Extent(first.ts, first.ts + first.dur, last.ts, last.ts + last.dur)
+
+
+def add_arrival_marker(trace: Trace, at: int, name: str, beside: int) -> int:
+    """A zero-duration, derived slice at `at` on the row of slice `beside`; its row."""
+    return trace.slices.append(at, 0, name, ARRIVAL_CATEGORY, NO_ARGS, trace.slices.row(beside).track, instant=True)
 
 
 @dataclass(frozen=True)
 class Extent:
-    """Where a block's first fragment starts and ends, where its last-ending one does, and where
-    the slices nested in its first fragment start (compute blocks only)."""
+    """Where a block's first fragment starts and ends, and where its last-ending one does."""
 
     first_start: int
     first_end: int
     last_start: int
     last_end: int
-    inner_starts: tuple[int, ...] = ()
-
-    def inner_after(self, ts: int) -> Optional[Anchor]:
-        """The first nested slice starting after `ts`, if any."""
-        index = bisect_right(self.inner_starts, ts)
-        return Anchor("inner", ts) if index < len(self.inner_starts) else None
 
 
 # Which annotations a trace's PP blocks came from (the summary's `pp_annotations`).
@@ -209,33 +211,7 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
         key = BlockKey(step, run, int(_stage(match, found.stage_of_all)), _STAGELESS_ACTION.get(action, action),
                        int(microbatch) if microbatch else None)
         blocks.setdefault(key, Block(key)).fragments.append(fragment)
-    _nest_inner(trace, [block for key, block in blocks.items() if key.action in COMPUTE_ACTIONS])
     return blocks, scheme
-
-
-def _nest_inner(trace: Trace, compute: list[Block]) -> None:
-    """Each compute block's `inner`: its first fragment's children (the outermost slices within
-    it on its track), by start. Only children: a merge ships their starts between passes."""
-    if not compute:
-        return  # no second pass over the slices of a trace without PP compute
-    table = trace.slices
-    track_column = table.track
-    firsts = [(block, block.first_fragment()) for block in compute]
-    candidates = np.flatnonzero(np.isin(track_column, [track_column[first.row] for _, first in firsts]))
-    on_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}  # track id -> rows, starts, ends
-    for track_id, at in grouped_in_order(track_column[candidates]):
-        rows = sort_by_start(table, candidates[at], longest_first=True)
-        on_track[track_id] = rows, *table.spans(rows)
-    for block, first in firsts:
-        rows, starts, ends = on_track[int(track_column[first.row])]
-        begin, stop = int(np.searchsorted(starts, first.ts, "left")), int(np.searchsorted(starts, first.end, "right"))
-        children, covered_until = [], first.ts
-        for row, start, finish in zip(rows[begin:stop].tolist(), starts[begin:stop].tolist(),
-                                      ends[begin:stop].tolist()):
-            if row != first.row and finish <= first.end and start >= covered_until:
-                children.append(row)
-                covered_until = finish
-        block.inner = table.rows(children)
 
 
 def _stage(match: Groups, stage_of_all: Optional[int]) -> str:
@@ -340,11 +316,10 @@ class CrossRankArrows:
     stage_pairs: int = 0        # F(s) -> F(s+1), B(s) -> B(s-1) of stage-less schedules
     stage_unmatched: int = 0
     pairs: int = 0
-    retargeted: int = 0
+    early_receives: int = 0     # posted before their send ended: their markers sit at the send's end
     skew_pairs: int = 0
     max_skew: int = 0
     unmatched: list[str] = field(default_factory=list)
-    not_drawn: list[str] = field(default_factory=list)
 
     def draw(self, source: tuple[int, BlockKey, Anchor], target: tuple[int, BlockKey, Anchor]) -> None:
         """One arrow between (rank position, block, anchor) ends, with the next agreed flow id."""
@@ -363,13 +338,12 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
     microbatch, across the ranks of one pipeline (`extents[position]`: that rank's blocks);
     each arrow gets one agreed flow id.
 
-    Perfetto points every arrow from the slice that starts first, so an arrow must end on a
-    slice that starts after the send began. A receive is often posted early (gloo's and
-    NCCL's are non-blocking) and the compute that needs the data waits: then the arrow ends
-    on the receive's last fragment if that starts after the send, else on the consuming
-    compute, at its start or, when that too began before the send, at its first child to
-    start after the send, where its real work begins (`retargeted`). A receive and consumer
-    that both ended before their send began mean the ranks' clocks disagree (`skew_pairs`).
+    An arrow leaves the send's last-ending fragment, whose end is when the data was sent, and
+    lands on an arrival marker on the receive's row: at the receive's start, or, for a receive
+    posted before the send ended (gloo's and NCCL's are non-blocking, and an NCCL receive kernel
+    waits for its peer), at the send's end, since the UI draws an arrow into a slice that
+    began before its source ended backwards. A receive and consumer that both ended before
+    their send began mean the ranks' clocks disagree (`skew_pairs`).
     """
     owner = _owners(extents)
     result = CrossRankArrows()
@@ -388,7 +362,7 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
         if key.action.startswith("RECV"):
             continue  # each pair is handled once, from its send
         sender, receiver = owner[key], owner[peer]
-        send_start = extents[sender][key].first_start
+        send_start, send_end = extents[sender][key].first_start, extents[sender][key].last_end
         received = extents[receiver][peer]
         consumer = next((k for k in (peer.with_action(peer.stage, action) for action in COMPUTE_OF[peer_action])
                          if k in extents[receiver]), None)
@@ -398,27 +372,11 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
             result.skew_pairs += 1
             result.max_skew = max(result.max_skew, send_start - finished)
         result.pairs += 1
-        target = _receiving_end(peer, received, consumer, consumed, send_start)
-        if target is None:
-            result.not_drawn.append(f"{key.describe()} -> {peer.describe()}: neither the receive nor the "
-                                    "compute it feeds starts after the send begins (capture window cut?)")
-            continue
-        result.retargeted += target[0] != peer
-        result.draw((sender, key, FIRST), (receiver, *target))
+        result.early_receives += received.last_start < send_end
+        arrival = Anchor("arrival", max(send_end, received.last_start),
+                         f"arrival of {key.annotation()} from rank {global_ranks[sender]}")
+        result.draw((sender, key, LAST), (receiver, peer, arrival))
     return result
-
-
-def _receiving_end(receive: BlockKey, received: Extent, consumer: Optional[BlockKey], consumed: Optional[Extent],
-                   send_start: int) -> Optional[tuple[BlockKey, Anchor]]:
-    """Where an arrow from a send that began at `send_start` lands: see pair_sends_and_receives."""
-    if received.last_start > send_start:
-        return receive, LAST
-    if consumer is None or consumed is None:
-        return None
-    if consumed.first_start > send_start:
-        return consumer, FIRST
-    inner = consumed.inner_after(send_start)
-    return (consumer, inner) if inner is not None else None
 
 
 def pair_stages(extents: list[dict[BlockKey, Extent]]) -> CrossRankArrows:

@@ -14,7 +14,7 @@ where the data could first have arrived: at the receive's start, or, for a recei
 before the send ended, at the send's end, so the UI never draws it backwards and no measured
 slice moves. Perfetto v52 has no name or category of its own for a TrackEvent flow: its Flow
 Events panel lists an arrow under its end slices' categories, so the markers' category
-(ARRIVAL_CATEGORY) is the one that shows, or hides, exactly the transfers.
+(pp.ARRIVAL_CATEGORY) is the one that shows, or hides, exactly the transfers.
 """
 
 from __future__ import annotations
@@ -27,11 +27,10 @@ from typing import Optional
 import numpy as np
 
 from ..lane_rules import LaneRules
-from ..model import NO_ARGS, FlowEnd, SliceRow, Trace
-from .pp import CROSS_RANK_FLOW_BASE, STAGELESS_PATTERN
+from ..model import FlowEnd, SliceRow, Trace
+from .pp import CROSS_RANK_FLOW_BASE, STAGELESS_PATTERN, add_arrival_marker
 
 SEND, RECEIVE = "c10d::send", "c10d::recv_"
-ARRIVAL_CATEGORY = "pp_p2p"  # derived slices: the UI lists their arrows under this category
 _BACKWARD_COMPUTE = "autograd::engine::evaluate_function"
 _NOT_COMPUTE = ("c10d::", "aten::detach", "aten::empty", "detach")
 _SEQUENCE_NUMBER = b'"Sequence number"'   # autograd records it on forward ops
@@ -266,8 +265,7 @@ def attach_transfer_ends(trace: Trace, ends: list[TransferEnd]) -> None:
     for end in ends:
         row = end.row
         if end.marker_at is not None:
-            row = trace.slices.append(end.marker_at, 0, end.marker_name, ARRIVAL_CATEGORY, NO_ARGS,
-                                      trace.slices.row(end.row).track, instant=True)
+            row = add_arrival_marker(trace, end.marker_at, end.marker_name, end.row)
         trace.flow_ends.append(FlowEnd(row, end.flow_id, end.outgoing))
 
 

@@ -31,7 +31,7 @@ from ..engine.transfers import summary as transfers_summary
 from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
 from ..inputs.source import json_size
-from ..model import FlowEnd, RankIdentity
+from ..model import RankIdentity
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import Tuning
 from .executors import Workers, for_cluster, open_workers, run_tasks
@@ -183,9 +183,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         "pp_stage_dependency_unmatched": arrows.stage_unmatched,
         "pp_send_recv_unmatched": len(arrows.unmatched),
         "pp_send_recv_unmatched_examples": arrows.unmatched[:20],
-        "pp_send_recv_retargeted": arrows.retargeted,
-        "pp_send_recv_not_drawn": len(arrows.not_drawn),
-        "pp_send_recv_not_drawn_examples": arrows.not_drawn[:20],
+        "pp_arrival_markers": arrows.pairs,
+        "pp_receives_posted_early": arrows.early_receives,
         "pp_clock_skew_pairs": arrows.skew_pairs,
         "pp_max_clock_skew_ns": arrows.max_skew,
         "pp_compute_dependency_pairs": sum(r["pp_compute_dependency_pairs"] for r in per_rank),
@@ -300,7 +299,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     trace, summary, blocks = prepared.trace, prepared.summary, prepared.blocks
     summary.update(link_rank_local(trace, blocks))
     for key, anchor, flow_id, outgoing in plan.flow_ends:
-        trace.flow_ends.append(FlowEnd(blocks[key].slice_at(anchor).row, flow_id, outgoing))
+        blocks[key].attach(trace, anchor, flow_id, outgoing)
     attach_transfer_ends(trace, plan.transfer_ends)
     place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank), plan.in_pp_group)
     summary["overlaps_moved"] = separate_overlaps(trace, tuning)
