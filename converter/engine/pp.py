@@ -27,6 +27,7 @@ from ..lane_rules import LaneRules
 from ..model import Flow, LaneKind, SliceRow, Trace
 from ..model.columns import grouped_in_order
 from ..model.nesting import sort_by_start
+from .clock import Bound
 
 PP_FLOW_CATEGORY = "pp_dependency"
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
@@ -112,6 +113,11 @@ class Block:
             return next(s for s in self.inner if s.ts > anchor.after)
         return self.first_fragment() if anchor.which == "first" else self.last_fragment()
 
+    def shifted(self, offset: int) -> "Block":
+        """The block on a clock `offset` ns later, as its rank's shifted slices are."""
+        return Block(self.key, [f._replace(ts=f.ts + offset) for f in self.fragments],
+                     [s._replace(ts=s.ts + offset) for s in self.inner])
+
     def extent(self) -> "Extent":
         first, last = self.first_fragment(), self.last_fragment()
         return Extent(first.ts, first.ts + first.dur, last.ts, last.ts + last.dur,
@@ -128,6 +134,11 @@ class Extent:
     last_start: int
     last_end: int
     inner_starts: tuple[int, ...] = ()
+
+    def shifted(self, offset: int) -> "Extent":
+        """The extent on a clock `offset` ns later."""
+        return Extent(self.first_start + offset, self.first_end + offset, self.last_start + offset,
+                      self.last_end + offset, tuple(ts + offset for ts in self.inner_starts))
 
     def inner_after(self, ts: int) -> Optional[Anchor]:
         """The first nested slice starting after `ts`, if any."""
@@ -345,6 +356,7 @@ class CrossRankArrows:
     max_skew: int = 0
     unmatched: list[str] = field(default_factory=list)
     not_drawn: list[str] = field(default_factory=list)
+    bounds: list[Bound] = field(default_factory=list)  # every SEND -> RECV pair's, for the clock estimate
 
     def draw(self, source: tuple[int, BlockKey, Anchor], target: tuple[int, BlockKey, Anchor]) -> None:
         """One arrow between (rank position, block, anchor) ends, with the next agreed flow id."""
@@ -394,6 +406,7 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
                          if k in extents[receiver]), None)
         consumed = extents[receiver][consumer] if consumer is not None else None
         finished = max(received.last_end, consumed.last_end if consumed else 0)
+        result.bounds.append(Bound(sender, receiver, send_start, finished))
         if finished <= send_start:
             result.skew_pairs += 1
             result.max_skew = max(result.max_skew, send_start - finished)
