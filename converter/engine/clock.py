@@ -51,6 +51,7 @@ class Collectives:
     stream), in issue order: their kinds and end times."""
 
     channels: dict[str, tuple[tuple[str, ...], np.ndarray]] = field(default_factory=dict)
+    span: tuple[int, int] = (0, 0)  # the capture's first start and last end: how far a drift reaches
 
     def count(self) -> int:
         return sum(len(ends) for _, ends in self.channels.values())
@@ -75,7 +76,8 @@ def find_collectives(trace: Trace) -> Collectives:
         match = _KIND.match(table.texts[int(table.name[row])])
         kinds.append(match.group(1) if match else "")
         ends.append(int(table.ts[row] + table.dur[row]))
-    return Collectives({channel: (tuple(kinds), np.array(ends, np.int64)) for channel, (kinds, ends) in found.items()})
+    return Collectives({channel: (tuple(kinds), np.array(ends, np.int64)) for channel, (kinds, ends) in found.items()},
+                       (int(table.ts.min()), int(table.end.max())) if len(table) else (0, 0))
 
 
 @dataclass(frozen=True)
@@ -139,6 +141,8 @@ def estimate_clocks(collectives: list[Collectives], bounds: list[Bound], labels:
         clocks.ranks[bound.receiver].evidence[BOUND] += 1
     _place_by_bounds(clocks.ranks, placed, intervals)
     _check_bounds(clocks, bounds, labels)
+    clocks.warnings += [f"{label}: no collective or transfer shared with the other ranks; keeps its base time"
+                        for label, rank in zip(labels, clocks.ranks) if not rank.evidence and len(labels) > 1]
     return clocks
 
 
@@ -157,7 +161,8 @@ def _collective_edges(collectives: list[Collectives], labels: list[str], warning
                 warnings.append(f"{labels[position]}: its {channel} collectives match no order of "
                                 f"{labels[positions[0]]}'s; not used")
                 continue
-            edge, drift = _edge(positions[0], position, *matched)
+            edge, drift = _edge(positions[0], position, *matched, collectives[positions[0]].span,
+                                collectives[position].span)
             if drift is not None:
                 warnings.append(f"{labels[position]} vs {labels[positions[0]]}: clocks drift {drift / 1000:.1f} us "
                                 f"over the capture ({channel}); the offset is their middle")
@@ -190,17 +195,27 @@ def _spread(differences: np.ndarray) -> float:
     return float(_MAD_TO_SIGMA * np.median(np.abs(differences - np.median(differences))))
 
 
-def _edge(source: int, to: int, ends_a: np.ndarray, ends_b: np.ndarray) -> tuple[_Edge, Optional[int]]:
-    """The clock difference of two ranks from the ends of their shared collectives, its spread
-    (at least half of any drift between the capture's halves), and that drift if it exceeds
-    what the spread explains."""
+def _edge(source: int, to: int, ends_a: np.ndarray, ends_b: np.ndarray, span_a: tuple[int, int],
+          span_b: tuple[int, int]) -> tuple[_Edge, Optional[int]]:
+    """The clock difference of two ranks from the ends of their shared collectives (their
+    median: the difference in the evidence's middle), its uncertainty (the spread, and how far
+    the drift between the evidence's halves carries it by either end of the two captures), and that
+    drift if it exceeds what the spread explains."""
     differences = ends_a - ends_b
-    spread = _spread(differences)
     half = len(differences) // 2
-    drift = int(np.median(differences[-half:]) - np.median(differences[:half])) if half >= 2 else 0
-    uncertainty = int(max(spread, abs(drift) / 2, _FLOOR_NS))
+    middle = float(np.median(ends_a))
+    drift, rate = 0, 0.0
+    if half >= 2:
+        drift = int(np.median(differences[-half:]) - np.median(differences[:half]))
+        apart = float(np.median(ends_a[-half:]) - np.median(ends_a[:half]))
+        rate = drift / apart if apart > 0 else 0.0
+    residuals = differences - rate * (ends_a - middle)  # the drift taken out: what is left is noise
+    spread = _spread(residuals)
+    reach = abs(rate) * max(middle - min(span_a[0], span_b[0] + middle - float(np.median(ends_b))),
+                            max(span_a[1], span_b[1] + middle - float(np.median(ends_b))) - middle)
+    uncertainty = int(max(spread + reach, _FLOOR_NS))
     significant = abs(drift) > 2 * spread + _FLOOR_NS
-    return _Edge(source, to, int(np.median(differences)), uncertainty, len(differences)), \
+    return _Edge(source, to, int(np.median(residuals)), uncertainty, len(differences)), \
         drift if significant else None
 
 
