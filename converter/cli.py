@@ -24,7 +24,7 @@ from .errors import CgtraceError  # noqa: E402
 from .fileio.regular import read_small_text  # noqa: E402
 from .heap import end_process, models_kept_to_the_end, reuse_freed_memory_after_reads  # noqa: E402
 from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E402
-from .jobs.merge import merge_ranks  # noqa: E402
+from .jobs.merge import ALIGN_MODES, merge_ranks  # noqa: E402
 from .jobs.rank_files import default_merge_output, parse_rank_list  # noqa: E402
 from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
 from .jobs.stopping import exit_status, signals_unwind  # noqa: E402
@@ -224,6 +224,11 @@ def _add_merge_options(command: argparse.ArgumentParser) -> None:
                          help="accept ranks without baseTimeNanoseconds as sharing one clock")
     command.add_argument("--pp-group", type=_int_from(0, _MAX_RANK), metavar="K",
                          help="with several pipelines (DP x PP), merge only pipeline K (from 0)")
+    command.add_argument("--align", choices=ALIGN_MODES, default="auto",
+                         help="ranks' clocks: auto (default) estimates each rank's offset from its NCCL collectives "
+                              "and transfers and moves ranks whose base times disagree beyond the estimate's "
+                              "uncertainty; base-time reports the estimate but aligns on baseTimeNanoseconds; "
+                              "none aligns on baseTimeNanoseconds without estimating")
 
 
 def _add_workers_options(command: argparse.ArgumentParser) -> None:
@@ -301,7 +306,7 @@ def _run_merge(args: argparse.Namespace) -> int:
     options = _job_options(args, compact=True)
     summary = merge_ranks(args.inputs, output_for, options, jobs=args.jobs,
                           assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks,
-                          scheduler=scheduler_address(args.scheduler))
+                          scheduler=scheduler_address(args.scheduler), align=args.align)
     merged = summary.get("pipelines", [summary])
     lines = [f"{len(r['pp_ranks'])} ranks ({r['pp_order_source']}), {r['pp_send_recv_pairs']} send/recv arrows, "
              f"{r['pp_send_recv_unmatched']} unmatched -> {r['output']}" for r in merged]

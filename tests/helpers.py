@@ -76,13 +76,13 @@ def compact_file(source: Path, output: Path, **options) -> dict:
 
 
 def merge_files(files: list[Path], output_for, jobs=None, assume_aligned=False, pp_group=None, ranks=None,
-                **options) -> dict:
+                align="auto", **options) -> dict:
     """`cgtrace merge` as a library call (see convert_file)."""
     from converter.jobs.merge import merge_ranks
     from converter.jobs.runner import JobOptions
 
     return merge_ranks(files, output_for, JobOptions(**options), jobs=jobs, assume_aligned=assume_aligned,
-                       pp_group=pp_group, ranks=ranks)
+                       pp_group=pp_group, ranks=ranks, align=align)
 
 
 def view_and_fetch(trace: Path, served_name: str) -> tuple[str, bytes, int, str]:

@@ -23,6 +23,7 @@ from ..errors import CgtraceError
 from ..kineto import profiler_step
 from ..lane_rules import LaneRules
 from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace
+from .clock import Bound
 
 PP_FLOW_CATEGORY = "pp_dependency"
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
@@ -117,6 +118,10 @@ class Block:
             row = (self.first_fragment() if anchor.which == "first" else self.last_fragment()).row
         trace.flow_ends.append(FlowEnd(row, flow_id, outgoing))
 
+    def shifted(self, offset: int) -> "Block":
+        """The block on a clock `offset` ns later, as its rank's shifted slices are."""
+        return Block(self.key, [f._replace(ts=f.ts + offset) for f in self.fragments])
+
     def extent(self) -> "Extent":
         first, last = self.first_fragment(), self.last_fragment()
         return Extent(first.ts, first.ts + first.dur, last.ts, last.ts + last.dur)
@@ -135,6 +140,11 @@ class Extent:
     first_end: int
     last_start: int
     last_end: int
+
+    def shifted(self, offset: int) -> "Extent":
+        """The extent on a clock `offset` ns later."""
+        return Extent(self.first_start + offset, self.first_end + offset, self.last_start + offset,
+                      self.last_end + offset)
 
 
 # Which annotations a trace's PP blocks came from (the summary's `pp_annotations`).
@@ -320,6 +330,7 @@ class CrossRankArrows:
     skew_pairs: int = 0
     max_skew: int = 0
     unmatched: list[str] = field(default_factory=list)
+    bounds: list[Bound] = field(default_factory=list)  # every SEND -> RECV pair's, for the clock estimate
 
     def draw(self, source: tuple[int, BlockKey, Anchor], target: tuple[int, BlockKey, Anchor]) -> None:
         """One arrow between (rank position, block, anchor) ends, with the next agreed flow id."""
@@ -368,6 +379,7 @@ def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks:
                          if k in extents[receiver]), None)
         consumed = extents[receiver][consumer] if consumer is not None else None
         finished = max(received.last_end, consumed.last_end if consumed else 0)
+        result.bounds.append(Bound(sender, receiver, send_start, finished))
         if finished <= send_start:
             result.skew_pairs += 1
             result.max_skew = max(result.max_skew, send_start - finished)

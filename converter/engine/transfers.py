@@ -21,13 +21,14 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Optional
 
 import numpy as np
 
 from ..lane_rules import LaneRules
 from ..model import FlowEnd, SliceRow, Trace
+from .clock import Bound
 from .pp import CROSS_RANK_FLOW_BASE, STAGELESS_PATTERN, add_arrival_marker
 
 SEND, RECEIVE = "c10d::send", "c10d::recv_"
@@ -62,6 +63,11 @@ class RankOps:
     stages: frozenset[int] = frozenset()
     first: int = 0
     last: int = 0
+
+    def shifted(self, offset: int) -> "RankOps":
+        """The same ops on a clock `offset` ns later (a merge aligning ranks)."""
+        ops = [replace(op, start=op.start + offset, end=op.end + offset, done=op.done + offset) for op in self.ops]
+        return RankOps(ops, self.stages, self.first + offset, self.last + offset)
 
 
 def find_ops(trace: Trace, rules: LaneRules, stages: frozenset[int]) -> RankOps:
@@ -192,6 +198,7 @@ class Transfers:
     unpaired: list[str] = field(default_factory=list)
     outside_capture: list[str] = field(default_factory=list)
     causality_violations: list[str] = field(default_factory=list)
+    bounds: list[Bound] = field(default_factory=list)  # every pair's, for the clock estimate
 
 
 def pair_transfers(ranks: list[RankOps], global_ranks: list[int], pp_ranks: list[int], pp_size: int) -> Transfers:
@@ -217,6 +224,7 @@ def pair_transfers(ranks: list[RankOps], global_ranks: list[int], pp_ranks: list
                 result.peers_from[evidence] += 1
     for (sender, receiver), (sends, receives) in sorted(channels.items()):
         for send, receive in zip(sends, receives):
+            result.bounds.append(Bound(sender, receiver, send.start, receive.done))
             _draw(result, sender, send, receiver, receive, global_ranks[sender])
         _leftovers(result, sends[len(receives):], ranks[receiver], f"{global_ranks[sender]} -> "
                    f"{global_ranks[receiver]}: a send")

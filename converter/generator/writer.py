@@ -14,7 +14,7 @@ import io
 import os
 import random
 from pathlib import Path
-from typing import BinaryIO, Iterator, Optional, Union
+from typing import BinaryIO, Iterator, Optional, Sequence, Union
 
 import orjson
 
@@ -118,6 +118,8 @@ def write_pp_run(
     time_format: str = "relative",
     base_time_ns: int = DEFAULT_BASE_TIME_NS,
     gzip: bool = False,
+    clock_offsets_ns: Optional[Sequence[int]] = None,
+    clock_drift_ppm: Optional[Sequence[float]] = None,
     **config,
 ) -> list[Path]:
     """A pipeline-parallel job: one ``rank{G}_trace.json`` per global rank.
@@ -129,7 +131,10 @@ def write_pp_run(
     clock.  `truncate_last_recv`: the capture window of the first pipeline's PP
     rank 0 ends where its last receive of the last step would start, so that
     receive is missing.  `events_per_rank`: choose the step count so each file
-    has about that many events (overrides `steps`).  Extra keyword arguments go
+    has about that many events (overrides `steps`).  `clock_offsets_ns` and
+    `clock_drift_ppm` (per global rank) give each rank's host a clock that is off
+    by that much at `base_time_ns` and runs that many parts per million fast, so
+    tests know the truth a clock estimate should find.  Extra keyword arguments go
     to :class:`GeneratorConfig` (e.g. ``kernels_per_replay=16``).
     Returns the paths, ordered by global rank.
     """
@@ -168,4 +173,27 @@ def write_pp_run(
     for rank in range(world):
         name = f"rank{rank}_trace.json" + (".gz" if gzip else "")
         paths.append(write_trace(cfg_for(rank, steps, rank == truncated), out / name, gzip=gzip))
+        offset = clock_offsets_ns[rank] if clock_offsets_ns else 0
+        drift = clock_drift_ppm[rank] if clock_drift_ppm else 0.0
+        if offset or drift:
+            if time_format != "relative":
+                raise ValueError("clock offsets and drift need time_format 'relative'")
+            _skew_clock(paths[-1], offset, drift, base_time_ns)
     return paths
+
+
+def _skew_clock(path: Path, offset: int, drift_ppm: float, origin: int) -> None:
+    """Rewrite a written trace as a host whose clock reads `offset` ns off at `origin` and
+    gains `drift_ppm` per million: the offset moves baseTimeNanoseconds, the drift every ts."""
+    packed = path.name.endswith(".gz")
+    document = orjson.loads(_gzip.decompress(path.read_bytes()) if packed else path.read_bytes())
+    base = document["baseTimeNanoseconds"]
+    for event in document["traceEvents"]:
+        if "ts" in event:
+            ts = round(event["ts"] * 1000)
+            ts += round((base + ts - origin) * drift_ppm / 1e6)
+            sign, ts = ("-", -ts) if ts < 0 else ("", ts)
+            event["ts"] = _Frag("%s%d.%03d" % (sign, ts // 1000, ts % 1000))
+    document["baseTimeNanoseconds"] = base + offset
+    text = _dumps(document)
+    path.write_bytes(_gzip.compress(text, _GZIP_LEVEL, mtime=0) if packed else text)

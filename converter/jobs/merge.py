@@ -22,11 +22,12 @@ from typing import Any, BinaryIO, Callable, Container, Optional, cast
 
 from .. import kineto
 from ..engine.activity import busy_gpu_changes, running_totals
+from ..engine.clock import Clocks, Collectives, estimate_clocks, find_collectives
 from ..engine.layout import separate_overlaps
 from ..engine.placement import place_rank, root_name, root_trace
 from ..engine.pp import (CPU_PP, GPU_PP, STAGELESS, Anchor, BlockKey, CrossRankArrows, Extent, link_rank_local,
                          pair_sends_and_receives, pair_stages)
-from ..engine.transfers import RankOps, TransferEnd, attach_transfer_ends, find_ops, pair_transfers
+from ..engine.transfers import RankOps, TransferEnd, Transfers, attach_transfer_ends, find_ops, pair_transfers
 from ..engine.transfers import summary as transfers_summary
 from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
@@ -40,6 +41,12 @@ from .runner import JobOptions, Prepared, prepare
 from .snapshot import load_snapshot, save_snapshot
 from .verify import Expected, verify_output
 
+
+# How a merge sets ranks' clocks: "auto" estimates each rank's offset from its collectives and
+# transfers and moves the ranks where their base times disagree beyond the estimate's
+# uncertainty; "base-time" estimates and reports but keeps the base times; "none" only
+# keeps the base times (no estimate).
+ALIGN_MODES = ("auto", "base-time", "none")
 
 
 @dataclass
@@ -55,6 +62,7 @@ class RankInfo:
     blocks: dict[BlockKey, Extent] = field(default_factory=dict)
     pp_annotations: str = ""  # which annotations its blocks came from (engine.pp's schemes)
     p2p: RankOps = field(default_factory=RankOps)  # its c10d sends and receives (engine.transfers)
+    collectives: Collectives = field(default_factory=Collectives)  # its clock's evidence (engine.clock)
     snapshot: str = ""  # where pass one kept the prepared rank for pass two
 
 
@@ -68,6 +76,7 @@ class RankPlan:
     pp_rank: int   # its place in the PP group, or in global rank order without one
     global_rank: int
     in_pp_group: bool
+    clock_offset_ns: int = 0  # added to all its times: its clock set to the pipeline's
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
     transfer_ends: list[TransferEnd] = field(default_factory=list)
@@ -75,13 +84,15 @@ class RankPlan:
 
 def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
                 jobs: Optional[int] = None, assume_aligned: bool = False, pp_group: Optional[int] = None,
-                ranks: Optional[Container[int]] = None, scheduler: Optional[str] = None) -> dict[str, Any]:
+                ranks: Optional[Container[int]] = None, scheduler: Optional[str] = None,
+                align: str = "auto") -> dict[str, Any]:
     """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
     only those global ranks. The args strategy "auto" gives pass one's ranks an args helper
     where cores and memory allow (Tuning.helper_fits). With a Dask `scheduler`, both passes run on
     its cluster: only block summaries and busy-GPU changes travel back; snapshots and part
-    files stay on the output's file system."""
+    files stay on the output's file system. `align` (ALIGN_MODES) says whether ranks' clocks
+    are estimated from their collectives and transfers, and moved where they disagree."""
     files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
@@ -121,7 +132,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
         outputs = {index: output_for_group(index, len(groups)) for index in chosen}
         for output in outputs.values():
             check_output_path(output, options.overwrite)
-        results = [_merge_pipeline(groups[index], index, output, options, workers, order_source)
+        results = [_merge_pipeline(groups[index], index, output, options, workers, order_source, align)
                    for index, output in outputs.items()]
     for result in results:
         result.update(ranks_at_once=None if scheduler else jobs, args_helpers=helpers,
@@ -130,18 +141,19 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
 
 
 def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions,
-                    workers: Optional[Workers], order_source: str) -> dict[str, Any]:
+                    workers: Optional[Workers], order_source: str, align: str) -> dict[str, Any]:
+    transfers, arrows = _pair(members)
+    clocks = None if align == "none" else estimate_clocks(
+        [info.collectives for info in members], (transfers or arrows).bounds,
+        [f"global rank {info.global_rank}" for info in members])
+    offsets = [rank.offset_ns if align == "auto" and clocks.skewed() else 0 for rank in clocks.ranks] \
+        if clocks is not None else [0] * len(members)
+    if any(offsets):  # pair again on the one clock: which arrows can be drawn depends on it
+        transfers, arrows = _pair([_shifted(info, offset) for info, offset in zip(members, offsets)])
     plans = [RankPlan(file=info.file, snapshot=info.snapshot, position=k, global_rank=info.global_rank,
-                      in_pp_group=info.pp_group is not None,
+                      in_pp_group=info.pp_group is not None, clock_offset_ns=offsets[k],
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
-    extents, global_ranks = [info.blocks for info in members], [info.global_rank for info in members]
-    # The c10d ops, where a pipeline has them, are every transfer; annotations then name the peers.
-    transfers = pair_transfers([info.p2p for info in members], global_ranks, *_pipeline_places(members)) \
-        if any(info.p2p.ops for info in members) else None
-    stageless = all(info.pp_annotations == STAGELESS for info in members)
-    arrows = CrossRankArrows() if transfers is not None else pair_stages(extents) if stageless else \
-        pair_sends_and_receives(extents, global_ranks)
     for end in arrows.ends:
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     for transfer_end in transfers.ends if transfers is not None else []:
@@ -196,9 +208,40 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     }
     if transfers is not None:
         result.update(transfers_summary(transfers))
+    if clocks is not None:
+        result["clock_alignment"] = _clock_summary(clocks, offsets, members)
     if verified:
         result["verified"] = verified
     return result
+
+
+def _pair(members: list[RankInfo]) -> tuple[Optional[Transfers], CrossRankArrows]:
+    """The pipeline's cross-rank pairs: from c10d ops where it has them (annotations then name
+    the peers), else from its SEND/RECV annotations, else from its stage-less compute."""
+    extents, global_ranks = [info.blocks for info in members], [info.global_rank for info in members]
+    transfers = pair_transfers([info.p2p for info in members], global_ranks, *_pipeline_places(members)) \
+        if any(info.p2p.ops for info in members) else None
+    stageless = all(info.pp_annotations == STAGELESS for info in members)
+    arrows = CrossRankArrows() if transfers is not None else pair_stages(extents) if stageless else \
+        pair_sends_and_receives(extents, global_ranks)
+    return transfers, arrows
+
+
+def _shifted(info: RankInfo, offset: int) -> RankInfo:
+    """The rank's blocks and ops on a clock `offset` ns later."""
+    if not offset:
+        return info
+    return replace(info, blocks={key: extent.shifted(offset) for key, extent in info.blocks.items()},
+                   p2p=info.p2p.shifted(offset))
+
+
+def _clock_summary(clocks: Clocks, offsets: list[int], members: list[RankInfo]) -> dict[str, Any]:
+    """Per rank: the offset estimated and the one applied, its uncertainty and evidence."""
+    return {"applied": any(offsets), "warnings": clocks.warnings,
+            "ranks": [{"global_rank": info.global_rank, "estimated_offset_ns": rank.offset_ns,
+                       "applied_offset_ns": offset, "uncertainty_ns": rank.uncertainty_ns,
+                       "evidence": dict(rank.evidence)}
+                      for info, rank, offset in zip(members, clocks.ranks, offsets)]}
 
 
 def _pipeline_places(members: list[RankInfo]) -> tuple[list[int], int]:
@@ -230,13 +273,14 @@ def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:
     stages = frozenset(key.stage for key in prepared.blocks) if prepared.pp_annotations in (CPU_PP, GPU_PP) \
         else frozenset()
     p2p = find_ops(trace, options.lanes, stages)  # before the snapshot takes the trace
+    collectives = find_collectives(trace)
     return RankInfo(
         file=file, global_rank=header.rank, world_size=header.world_size, pp_group=header.pp_group,
         base_time_ns=base,
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=base is None and first_ts > 10**15,
         blocks={key: block.extent() for key, block in prepared.blocks.items()},
-        pp_annotations=prepared.pp_annotations, p2p=p2p, snapshot=_saved(prepared, snapshot))
+        pp_annotations=prepared.pp_annotations, p2p=p2p, collectives=collectives, snapshot=_saved(prepared, snapshot))
 
 
 def _saved(prepared: Prepared, snapshot: str) -> str:
@@ -297,6 +341,9 @@ class RankPart:
 def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     prepared = load_snapshot(Path(plan.snapshot))
     trace, summary, blocks = prepared.trace, prepared.summary, prepared.blocks
+    if plan.clock_offset_ns:  # first: the arrow ends' times are on the pipeline's clock
+        trace.shift_clock(plan.clock_offset_ns)
+        blocks = {key: block.shifted(plan.clock_offset_ns) for key, block in blocks.items()}
     summary.update(link_rank_local(trace, blocks))
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         blocks[key].attach(trace, anchor, flow_id, outgoing)

@@ -8,7 +8,8 @@ relies on.
 
 Start, duration, name, category, args and `instant` are measured data, set once when a slice
 is added; `track` (its display row) is what stages change, through `move`. The one other
-change is coalescing identical GPU annotations into their union (`set_duration`, `keep`).
+change is coalescing identical GPU annotations into their union (`set_duration`, `keep`); a
+merge may move every start of a rank by one clock offset (`shift`).
 """
 
 from __future__ import annotations
@@ -223,6 +224,10 @@ class SliceTable:
         """Show `rows` on `track`: the one change a stage makes to measured slices."""
         track_id = self.track_id(track)
         self._joined()[_TRACK][rows] = track_id
+
+    def shift(self, offset: int) -> None:
+        """Every start `offset` ns later: a merge moving a rank onto the others' clock, as a whole."""
+        self._joined()[_TS] += offset
 
     def set_duration(self, row: int, dur: int) -> None:
         """A coalesced annotation's duration: the union of those it stands for."""

@@ -230,6 +230,13 @@ class Trace:
         return flows, [FlowEnd(new_row[end.row], end.flow_id, end.outgoing) for end in self.flow_ends
                        if new_row[end.row] >= 0]
 
+    def shift_clock(self, offset: int) -> None:
+        """Every slice, instant and counter sample `offset` ns later: the rank's clock set to the
+        others' (durations and order untouched)."""
+        self.slices.shift(offset)
+        for sample in self.counters:
+            sample.ts += offset
+
     def add_track(self, track: Track) -> Track:
         self.tracks.append(track)
         return track
