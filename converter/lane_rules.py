@@ -28,6 +28,12 @@ LANES_FILE_LIMIT = 1 << 20
 # The rules' regexes run on every distinct kernel name; a sane one takes microseconds, one that
 # backtracks without end (`^(a+)+$`) would hang the run: `regex` stops it past this budget.
 MATCH_SECONDS = 0.1
+# `regex` unrolls counted repeats when it compiles: 83 bytes, (?:(?:a{1000}){1000}){1000}, would
+# take 24 GB, and ~1,000 nested groups overflow its recursive parser. A pattern is refused first
+# past these bounds (a kernel-name regex needs neither).
+UNROLLED_LIMIT = 10_000
+NESTING_LIMIT = 100
+_COUNTED_REPEAT = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
 
 DEFAULT_LANES_TOML = r'''# cgtrace lane rules. Pass a copy with --lanes FILE.
 # GPU slices (categories below) are grouped by the first rule whose regexes match
@@ -190,8 +196,10 @@ def load_lane_rules(path: Optional[Path] = None) -> LaneRules:
     try:
         data = tomllib.loads(text)
         return _parse(source, data)
-    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, regex.error) as error:
-        raise CgtraceError(f"{source}: invalid lane rules ({error}); start from "
+    except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, RecursionError) as error:
+        detail = "arrays or tables nested too deep to read" if isinstance(error, RecursionError) else \
+            f"missing key {error}" if isinstance(error, KeyError) else error
+        raise CgtraceError(f"{source}: invalid lane rules ({detail}); fix it, starting from "
                            "`cgtrace lanes --print-default`") from None
 
 
@@ -207,23 +215,84 @@ def _parse(source: str, data: dict) -> LaneRules:
     if len(ids) != len(groups) or not groups:
         raise ValueError("[[groups]] must list at least one group, each id once")
     rules = []
-    for rule in data.get("rules", []):
+    for number, rule in enumerate(data.get("rules", []), start=1):
         if rule["group"] not in ids:
             raise ValueError(f"rule names unknown group {rule['group']!r}")
         if "name" not in rule and "category" not in rule:
             raise ValueError("each rule needs `name` and/or `category`")
+        where = f"rule {number} (group {rule['group']!r})"
         rules.append(Rule(group=rule["group"],
-                          name=regex.compile(rule["name"]) if "name" in rule else None,
-                          category=regex.compile(rule["category"]) if "category" in rule else None))
+                          name=_compile(rule["name"], f"{where} name") if "name" in rule else None,
+                          category=_compile(rule["category"], f"{where} category") if "category" in rule else None))
     if default_group not in ids:
         raise ValueError(f"default_group {default_group!r} is not a group")
-    pp_pattern = regex.compile(data.get("pp_pattern", r"^PP:(?P<stage>\d+)(?P<action>[A-Z_]+)(?P<microbatch>\d*)$"))
+    pp_pattern = _compile(data.get("pp_pattern", r"^PP:(?P<stage>\d+)(?P<action>[A-Z_]+)(?P<microbatch>\d*)$"),
+                          "pp_pattern")
     if not {"stage", "action", "microbatch"} <= set(pp_pattern.groupindex):
         raise ValueError("pp_pattern needs the named groups stage, action and microbatch")
     return LaneRules(source, groups, rules, default_group,
                      frozenset(data.get("gpu_categories", kineto.GPU_CATEGORIES)),
                      frozenset(data.get("annotation_categories", kineto.GPU_ANNOTATION_CATEGORIES)),
                      pp_pattern)
+
+
+def _compile(pattern: object, where: str) -> regex.Pattern:
+    """`pattern` compiled, once its size unrolled and its nesting are known to be bounded;
+    ValueError naming `where` otherwise."""
+    if not isinstance(pattern, str):
+        raise ValueError(f"{where}: a regex must be a string")
+    unrolled, depth = _unrolled_size(pattern)
+    if depth > NESTING_LIMIT:
+        raise ValueError(f"{where}: groups nest over {NESTING_LIMIT} deep; simplify the regex")
+    if unrolled > UNROLLED_LIMIT:
+        raise ValueError(f"{where}: counted repeats unroll to over {UNROLLED_LIMIT:,} items, like "
+                         "(?:a{1000}){1000}; make the counts smaller, or use + and *")
+    try:
+        return regex.compile(pattern)
+    except regex.error as error:
+        raise ValueError(f"{where}: {error}") from None
+
+
+def _unrolled_size(pattern: str) -> tuple[int, int]:
+    """An upper bound on how many items `pattern` unrolls to (each counted repeat multiplies
+    what it repeats by its largest count), and how deep its groups nest. Read lexically, so
+    it errs large: `regex` itself would recurse past Python's limit on the nesting."""
+    levels = [[0, 0]]  # per open group: [its size so far, the size of its last item]
+    depth, at = 1, 0
+    while at < len(pattern):
+        char, item = pattern[at], 1
+        repeat = _COUNTED_REPEAT.match(pattern, at) if char == "{" else None
+        if char == "\\":
+            at += 1
+        elif char == "[":
+            at = _class_end(pattern, at)
+        elif char == "(":
+            levels.append([0, 0])
+            depth = max(depth, len(levels))
+            at += 1
+            continue
+        elif char == ")" and len(levels) > 1:
+            item = max(levels.pop()[0], 1)
+        elif repeat is not None and (repeat.group(1) or repeat.group(2)):
+            count = max(int(text) if len(text) < 9 else UNROLLED_LIMIT + 1 for text in repeat.groups("") if text)
+            level = levels[-1]
+            level[0] = min(level[0] + level[1] * (count - 1), UNROLLED_LIMIT + 1)
+            level[1] = min(level[1] * count, UNROLLED_LIMIT + 1)
+            at = repeat.end()
+            continue
+        levels[-1][0] += item
+        levels[-1][1] = item
+        at += 1
+    return sum(level[0] for level in levels), depth
+
+
+def _class_end(pattern: str, at: int) -> int:
+    """Where the character class opening at `at` ends (its `]`; a `]` first in it is a member)."""
+    at += 2 if pattern.startswith("[^", at) else 1
+    at += pattern.startswith("]", at)
+    while at < len(pattern) and pattern[at] != "]":
+        at += 2 if pattern[at] == "\\" else 1
+    return at
 
 
 def _kind(group: dict, default_group: object) -> LaneKind:

@@ -1,0 +1,73 @@
+"""Input that once got through: a tiny lanes file that ate 24 GB, quadratic layouts, two inputs
+for one output, terminal escapes in names. Each is refused in one line (exit 2, nothing written)
+or handled, quickly and within bounded memory."""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+import pytest
+
+from tests.test_bad_input import KERNELS_OF_AS, assert_clean_error, make_input, run_cli, snapshot
+
+MEMORY_LIMIT = 2 << 30
+
+GROUPS = '[[groups]]\nid = "c"\nlabel = "C"\n'
+NASTY_LANES = {
+    "unrolls_to_a_billion": GROUPS + '[[rules]]\nname = "(?:(?:a{1000}){1000}){1000}"\ngroup = "c"\n',
+    "unrolls_in_a_class": GROUPS + '[[rules]]\nname = "(?:[ab]{100000}){100000}"\ngroup = "c"\n',
+    "huge_count": GROUPS + '[[rules]]\nname = "a{' + "9" * 200 + '}"\ngroup = "c"\n',
+    "regex_nested_deep": GROUPS + '[[rules]]\nname = "' + "(" * 400 + ")" * 400 + '"\ngroup = "c"\n',
+    "pp_pattern_nested_deep": "pp_pattern = '" + "(?:" * 150 + ")" * 150 + "'\n" + GROUPS,
+    "toml_nested_deep": "a = " + "[" * 500 + "]" * 500,
+    "toml_tables_nested_deep": "a = " + "{b=" * 250 + "1" + "}" * 250,
+}
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
+@pytest.mark.parametrize("command", ["compact", "report"])
+@pytest.mark.parametrize("case", sorted(NASTY_LANES))
+def test_small_lanes_files_are_refused_quickly_in_bounded_memory(tmp_path, case, command):
+    text = NASTY_LANES[case]
+    assert len(text.encode()) < 1024
+    source = make_input(tmp_path, KERNELS_OF_AS, "trace.json")
+    (tmp_path / "lanes.toml").write_text(text)
+    before = snapshot(tmp_path)
+    started = time.monotonic()
+
+    run = subprocess.run([sys.executable, "-m", "converter.cli", command, str(source), "--lanes", "lanes.toml"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60, preexec_fn=_limit_memory)
+
+    assert time.monotonic() - started < 30
+    assert_clean_error(run, "lanes.toml: invalid lane rules", tmp_path, before)
+    if case.startswith(("unrolls", "huge", "regex")):
+        assert "rule 1 (group 'c') name" in run.stderr
+    elif case.startswith("pp_pattern"):
+        assert "pp_pattern" in run.stderr
+
+
+def test_a_rule_with_a_bad_regex_is_named(tmp_path):
+    source = make_input(tmp_path, KERNELS_OF_AS, "trace.json")
+    (tmp_path / "lanes.toml").write_text(GROUPS + '[[rules]]\ncategory = "kernel"\ngroup = "c"\n'
+                                         '[[rules]]\nname = "(unclosed"\ngroup = "c"\n')
+    before = snapshot(tmp_path)
+
+    assert_clean_error(run_cli(tmp_path, "compact", source, "--lanes", "lanes.toml"),
+                       "rule 2 (group 'c') name: missing )", tmp_path, before)
+
+
+def test_rules_within_the_bounds_still_work(tmp_path):
+    source = make_input(tmp_path, KERNELS_OF_AS, "trace.json")
+    (tmp_path / "lanes.toml").write_text(GROUPS + '[[groups]]\nid = "m"\nlabel = "M"\n'
+                                         '[[rules]]\nname = "^(?:a{3}){11}b"\ngroup = "m"\n')
+
+    run = run_cli(tmp_path, "compact", source, "--lanes", "lanes.toml")
+
+    assert run.returncode == 0, run.stderr[-1500:]
+    assert json.loads(run.stdout)["slice_groups"] == {"C": 2, "M": 1}
