@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import functools
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional, TypeVar
 
 import regex
 
@@ -28,6 +29,9 @@ LANES_FILE_LIMIT = 1 << 20
 # The rules' regexes run on every distinct kernel name; a sane one takes microseconds, one that
 # backtracks without end (`^(a+)+$`) would hang the run: `regex` stops it past this budget.
 MATCH_SECONDS = 0.1
+# Each match within its budget still adds up: 20 slow rules on 300 names ran past 150 s. All
+# matching in one process stops past this total, naming the rule that took the most of it.
+TOTAL_MATCH_SECONDS = 10.0
 # `regex` unrolls counted repeats when it compiles: 83 bytes, (?:(?:a{1000}){1000}){1000}, would
 # take 24 GB, and ~1,000 nested groups overflow its recursive parser. A pattern is refused first
 # past these bounds (a kernel-name regex needs neither).
@@ -121,15 +125,19 @@ group = "nccl_other"
 '''
 
 
+T = TypeVar("T")
+
+
 @dataclass(frozen=True)
 class Rule:
     group: str
     name: Optional[regex.Pattern]
     category: Optional[regex.Pattern]
+    where: str  # "rule 3 (group 'nccl_other')", for messages
 
-    def matches(self, name: str, category: str) -> bool:
-        return (self.name is None or self.name.search(name, timeout=MATCH_SECONDS) is not None) and \
-            (self.category is None or self.category.search(category, timeout=MATCH_SECONDS) is not None)
+    def matches(self, name: str, category: str, timeout: float) -> bool:
+        return (self.name is None or self.name.search(name, timeout=timeout) is not None) and \
+            (self.category is None or self.category.search(category, timeout=timeout) is not None)
 
 
 class LaneRules:
@@ -148,36 +156,50 @@ class LaneRules:
         self.group_order = {group.id: index for index, group in enumerate(groups)}
         self._cache: dict[tuple[str, str], str] = {}
         self._pp_cache: dict[str, Optional[regex.Match]] = {}
+        self._spent: dict[str, float] = {}  # seconds matching, per rule (its `where`) and pp_pattern
 
     def __getstate__(self) -> dict:
         """Rules travel to worker processes and Dask workers as they are; their caches (which
-        hold unpicklable matches) start afresh there."""
-        return {**self.__dict__, "_cache": {}, "_pp_cache": {}}
+        hold unpicklable matches) and their time spent start afresh there."""
+        return {**self.__dict__, "_cache": {}, "_pp_cache": {}, "_spent": {}}
 
     def group_of(self, name: str, category: str) -> str:
         key = (name, category)
         group = self._cache.get(key)
         if group is None:
-            try:
-                group = next((rule.group for rule in self.rules if rule.matches(name, category)),
-                             self.default_group)
-            except TimeoutError:
-                raise self._too_slow("a rule", name) from None
+            group = next((rule.group for rule in self.rules
+                          if self._timed(rule.where, name, lambda timeout: rule.matches(name, category, timeout))),
+                         self.default_group)
             self._cache[key] = group
         return group
 
     def pp_match(self, name: str) -> Optional[regex.Match]:
         """`pp_pattern` matched at the start of `name`, or None."""
         if name not in self._pp_cache:
-            try:
-                self._pp_cache[name] = self.pp_pattern.match(name, timeout=MATCH_SECONDS)
-            except TimeoutError:
-                raise self._too_slow("pp_pattern", name) from None
+            self._pp_cache[name] = self._timed("pp_pattern", name,
+                                               lambda timeout: self.pp_pattern.match(name, timeout=timeout))
         return self._pp_cache[name]
 
-    def _too_slow(self, what: str, name: str) -> CgtraceError:
-        return CgtraceError(f"{self.source}: {what} took over {MATCH_SECONDS} s to match {name[:60]!r}; simplify "
-                            "its regex (a repeat inside a repeat, like (a+)+, can backtrack without end)")
+    def _timed(self, what: str, name: str, match: Callable[[float], T]) -> T:
+        """match(timeout) within both budgets, its time counted to `what`; CgtraceError past either."""
+        timeout = min(MATCH_SECONDS, TOTAL_MATCH_SECONDS - sum(self._spent.values()))
+        started = time.perf_counter()
+        try:
+            if timeout > 0:
+                return match(timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._spent[what] = self._spent.get(what, 0.0) + time.perf_counter() - started
+        raise self._too_slow(what, name, over_total=timeout < MATCH_SECONDS)
+
+    def _too_slow(self, what: str, name: str, over_total: bool) -> CgtraceError:
+        simplify = "simplify its regex (a repeat inside a repeat, like (a+)+, can backtrack without end)"
+        if over_total:
+            slowest = max(self._spent, key=self._spent.__getitem__)
+            return CgtraceError(f"{self.source}: matching kernel names took over {TOTAL_MATCH_SECONDS:g} s in all, "
+                                f"{self._spent[slowest]:.1f} s of it in {slowest}; {simplify}")
+        return CgtraceError(f"{self.source}: {what} took over {MATCH_SECONDS} s to match {name[:60]!r}; {simplify}")
 
     def group(self, group_id: str) -> LaneGroup:
         return self.groups[self.group_order[group_id]]
@@ -221,7 +243,7 @@ def _parse(source: str, data: dict) -> LaneRules:
         if "name" not in rule and "category" not in rule:
             raise ValueError("each rule needs `name` and/or `category`")
         where = f"rule {number} (group {rule['group']!r})"
-        rules.append(Rule(group=rule["group"],
+        rules.append(Rule(group=rule["group"], where=where,
                           name=_compile(rule["name"], f"{where} name") if "name" in rule else None,
                           category=_compile(rule["category"], f"{where} category") if "category" in rule else None))
     if default_group not in ids:

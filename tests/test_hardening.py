@@ -5,6 +5,7 @@ or handled, quickly and within bounded memory."""
 from __future__ import annotations
 
 import json
+import re
 import resource
 import subprocess
 import sys
@@ -71,3 +72,23 @@ def test_rules_within_the_bounds_still_work(tmp_path):
 
     assert run.returncode == 0, run.stderr[-1500:]
     assert json.loads(run.stdout)["slice_groups"] == {"C": 2, "M": 1}
+
+
+def test_matching_time_in_all_is_bounded_and_the_slowest_rule_named(tmp_path):
+    """Every match within its own budget, 20 rules on 300 names would still take minutes."""
+    kernels = [{"name": "x" * 13 + f"_{i}", "cat": "kernel", "ph": "X", "ts": 10 * i, "dur": 5, "pid": 1, "tid": 7}
+               for i in range(300)]
+    source = tmp_path / "trace.json"
+    source.write_text(json.dumps({"traceEvents": kernels}))
+    slow = '[[rules]]\nname = "^(?:x|x)+y"\ngroup = "c"\n'
+    (tmp_path / "lanes.toml").write_text(GROUPS + '[[rules]]\ncategory = "memset"\ngroup = "c"\n' + slow * 20)
+    before = snapshot(tmp_path)
+    budget_of_2_s = "import converter.lane_rules as r; r.TOTAL_MATCH_SECONDS = 2; from converter.cli import console; console()"
+    started = time.monotonic()
+
+    run = subprocess.run([sys.executable, "-c", budget_of_2_s, "compact", "trace.json", "--lanes", "lanes.toml"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=60)
+
+    assert time.monotonic() - started < 30
+    assert_clean_error(run, "matching kernel names took over 2 s in all", tmp_path, before)
+    assert re.search(r"s of it in rule \d+ \(group 'c'\); simplify its regex", run.stderr), run.stderr
