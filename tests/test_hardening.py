@@ -10,6 +10,7 @@ import resource
 import subprocess
 import sys
 import time
+import numpy as np
 import pytest
 
 from tests.test_bad_input import KERNELS_OF_AS, assert_clean_error, make_input, run_cli, snapshot
@@ -92,3 +93,44 @@ def test_matching_time_in_all_is_bounded_and_the_slowest_rule_named(tmp_path):
     assert time.monotonic() - started < 30
     assert_clean_error(run, "matching kernel names took over 2 s in all", tmp_path, before)
     assert re.search(r"s of it in rule \d+ \(group 'c'\); simplify its regex", run.stderr), run.stderr
+
+
+def _staircase(count: int) -> list[dict]:
+    """`count` slices on one thread, each starting inside all earlier ones and ending after
+    them: every one partially overlaps every later one, so each takes an overlap track."""
+    return [{"name": f"s{i}", "cat": "cpu_op", "ph": "X", "ts": i, "dur": count, "pid": 1, "tid": 1}
+            for i in range(count)]
+
+
+def _layering_seconds(count: int) -> float:
+    from converter.model import NO_ARGS, SliceTable, Track
+    from converter.model.nesting import nested_layers
+
+    table, track = SliceTable(), Track(name="thread")
+    for event in _staircase(count):
+        table.append(event["ts"], event["dur"], event["name"], "cpu_op", NO_ARGS, track)
+    rows = np.arange(count)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        assert len(nested_layers(table, rows)) == count
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def test_overlap_layers_of_a_staircase_take_about_linear_time():
+    """Quadratic, 4x the slices would take 16x the time; n log n takes a little over 4x."""
+    assert _layering_seconds(8000) < 10 * _layering_seconds(2000)
+
+
+def test_a_6_mb_staircase_converts_in_seconds(tmp_path):
+    source = tmp_path / "stair.json"
+    source.write_text(json.dumps({"traceEvents": _staircase(60_000)}))
+    started = time.monotonic()
+
+    run = subprocess.run([sys.executable, "-m", "converter.cli", "convert", str(source), "-q"],
+                         capture_output=True, text=True, timeout=120)
+
+    assert run.returncode == 0, run.stderr[-1500:]
+    assert json.loads(run.stdout)["overlaps_moved"] == 60_000 - 1
+    assert time.monotonic() - started < 30
