@@ -134,3 +134,27 @@ def test_a_6_mb_staircase_converts_in_seconds(tmp_path):
     assert run.returncode == 0, run.stderr[-1500:]
     assert json.loads(run.stdout)["overlaps_moved"] == 60_000 - 1
     assert time.monotonic() - started < 30
+
+
+TWO_STEPS = {"traceEvents": [
+    {"name": f"ProfilerStep#{step}", "cat": "cpu_op", "ph": "X", "ts": 100 * step, "dur": 90, "pid": 1, "tid": 1}
+    for step in (1, 2)] + [
+    {"name": f"k{step}", "cat": "kernel", "ph": "X", "ts": 100 * step + 10, "dur": 5, "pid": 1, "tid": 7}
+    for step in (1, 2)]}
+
+
+def test_split_steps_checks_only_the_files_it_writes(tmp_path):
+    source = tmp_path / "trace.json"
+    source.write_text(json.dumps(TWO_STEPS))
+    unsplit = tmp_path / "trace_compacted.perfetto-trace"
+    unsplit.write_text("an earlier compact, not split")
+
+    run = run_cli(tmp_path, "compact", source, "--split-steps", "-q")
+
+    assert run.returncode == 0, run.stderr[-1500:]
+    assert unsplit.read_text() == "an earlier compact, not split"
+    assert sorted(p.name for p in tmp_path.glob("*_step*")) == ["trace_compacted_step1.perfetto-trace",
+                                                                 "trace_compacted_step2.perfetto-trace"]
+    before = snapshot(tmp_path)
+    assert_clean_error(run_cli(tmp_path, "compact", source, "--split-steps"),
+                       "trace_compacted_step1.perfetto-trace: already exists", tmp_path, before)
