@@ -176,9 +176,21 @@ class LaneRules:
     def pp_match(self, name: str) -> Optional[regex.Match]:
         """`pp_pattern` matched at the start of `name`, or None."""
         if name not in self._pp_cache:
-            self._pp_cache[name] = self._timed("pp_pattern", name,
-                                               lambda timeout: self.pp_pattern.match(name, timeout=timeout))
+            match = self._timed("pp_pattern", name, lambda timeout: self.pp_pattern.match(name, timeout=timeout))
+            if match is not None:
+                self._check_numbers(match)
+            self._pp_cache[name] = match
         return self._pp_cache[name]
+
+    def _check_numbers(self, match: regex.Match) -> None:
+        """The stage (and the microbatch, where there is one) are read as numbers: a pattern whose
+        groups take other text is the file's mistake, not the trace's."""
+        stage, microbatch = match.group("stage"), match.group("microbatch")
+        for group, text in (("stage", stage), ("microbatch", microbatch or "0")):
+            if not isinstance(text, str) or not text.isdecimal():
+                raise CgtraceError(f"{self.source}: pp_pattern's {group} group took {text!r:.40} from "
+                                   f"{match.string[:60]!r}, which is no number; make it match digits "
+                                   f"only, like (?P<{group}>\\d+)")
 
     def _timed(self, what: str, name: str, match: Callable[[float], T]) -> T:
         """match(timeout) within both budgets, its time counted to `what`; CgtraceError past either."""

@@ -158,3 +158,27 @@ def test_split_steps_checks_only_the_files_it_writes(tmp_path):
     before = snapshot(tmp_path)
     assert_clean_error(run_cli(tmp_path, "compact", source, "--split-steps"),
                        "trace_compacted_step1.perfetto-trace: already exists", tmp_path, before)
+
+
+@pytest.mark.parametrize("base", [b'"' + b"9" * 5000 + b'"', b"9" * 5000], ids=["text", "number"])
+def test_a_5000_digit_base_time_is_refused_in_one_line(tmp_path, base):
+    source = tmp_path / "trace.json"
+    source.write_bytes(b'{"baseTimeNanoseconds":' + base + b',"traceEvents":' + json.dumps(TWO_STEPS["traceEvents"]).encode() + b"}")
+    before = snapshot(tmp_path)
+
+    assert_clean_error(run_cli(tmp_path, "convert", source), "trace.json: baseTimeNanoseconds", tmp_path, before)
+
+
+@pytest.mark.parametrize("command", ["compact", "report"])
+def test_a_pp_pattern_whose_stage_takes_text_is_refused_in_one_line(tmp_path, command):
+    source = tmp_path / "trace.json"
+    source.write_text(json.dumps({"traceEvents": [
+        {"name": "PP:xF1", "cat": "gpu_user_annotation", "ph": "X", "ts": 1, "dur": 20, "pid": 1, "tid": 7},
+        {"name": "PP:xF1", "cat": "user_annotation", "ph": "X", "ts": 0, "dur": 20, "pid": 2, "tid": 2},
+        {"name": "k", "cat": "kernel", "ph": "X", "ts": 2, "dur": 2, "pid": 1, "tid": 7}]}))
+    (tmp_path / "lanes.toml").write_text(r"pp_pattern = '^PP:(?P<stage>\w+)(?P<action>F|B)(?P<microbatch>\d*)$'"
+                                         "\n" + GROUPS)
+    before = snapshot(tmp_path)
+
+    assert_clean_error(run_cli(tmp_path, command, source, "--lanes", "lanes.toml"),
+                       "lanes.toml: pp_pattern's stage group took 'x' from 'PP:xF1'", tmp_path, before)
