@@ -4,6 +4,7 @@ or handled, quickly and within bounded memory."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import resource
@@ -182,3 +183,17 @@ def test_a_pp_pattern_whose_stage_takes_text_is_refused_in_one_line(tmp_path, co
 
     assert_clean_error(run_cli(tmp_path, command, source, "--lanes", "lanes.toml"),
                        "lanes.toml: pp_pattern's stage group took 'x' from 'PP:xF1'", tmp_path, before)
+
+
+@pytest.mark.parametrize("overwrite", [(), ("--overwrite",)], ids=["plain", "overwrite"])
+def test_two_rank_files_for_one_output_are_refused_naming_both(tmp_path, overwrite):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "rank0_trace.json").write_text(json.dumps(TWO_STEPS))
+    (traces / "rank0_trace.json.gz").write_bytes(gzip.compress(json.dumps(TWO_STEPS).encode()))
+    before = snapshot(tmp_path)
+
+    run = run_cli(tmp_path, "compact", traces, *overwrite)
+
+    assert_clean_error(run, "rank0_trace.json and ", tmp_path, before)
+    assert "rank0_trace.json.gz: both would be written to" in run.stderr
