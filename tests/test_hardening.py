@@ -11,6 +11,7 @@ import resource
 import subprocess
 import sys
 import time
+from pathlib import Path
 import numpy as np
 import pytest
 
@@ -197,3 +198,39 @@ def test_two_rank_files_for_one_output_are_refused_naming_both(tmp_path, overwri
 
     assert_clean_error(run, "rank0_trace.json and ", tmp_path, before)
     assert "rank0_trace.json.gz: both would be written to" in run.stderr
+
+
+OSC_52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
+HOSTILE_NAME = f"k{OSC_52}\x1b[2J\x9b31m\x7f"
+
+
+@pytest.fixture(scope="module")
+def hostile_trace(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("hostile") / "trace.json"
+    path.write_text(json.dumps({"traceEvents": [
+        {"name": HOSTILE_NAME, "cat": "kernel", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 7, "args": {"device": 0}}]}))
+    return path
+
+
+def _controls(text: str) -> list[str]:
+    return [char for char in text if ord(char) < 0x20 and char != "\n" or 0x7f <= ord(char) < 0xa0]
+
+
+@pytest.mark.parametrize("args", [("query", "{trace}", "select name from slice"),
+                                  ("query", "{trace}", f"select 1 as \"{OSC_52}\""),
+                                  ("report", "{trace}")], ids=["query_cell", "query_column", "report_text"])
+def test_control_characters_in_names_reach_the_terminal_escaped(hostile_trace, args):
+    run = run_cli(hostile_trace.parent, *[arg.format(trace=hostile_trace) for arg in args])
+
+    assert run.returncode == 0, run.stderr[-1500:]
+    assert _controls(run.stdout) == []
+    assert "\\x1b]52;c;" in run.stdout
+
+
+def test_json_and_csv_keep_names_as_they_are(hostile_trace):
+    sql = "select name from slice"
+    as_json = run_cli(hostile_trace.parent, "query", hostile_trace, sql, "--format", "json")
+    as_csv = run_cli(hostile_trace.parent, "query", hostile_trace, sql, "--format", "csv")
+
+    assert json.loads(as_json.stdout) == [{"name": HOSTILE_NAME}]
+    assert HOSTILE_NAME in as_csv.stdout
