@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import resource
 import subprocess
@@ -234,3 +235,24 @@ def test_json_and_csv_keep_names_as_they_are(hostile_trace):
 
     assert json.loads(as_json.stdout) == [{"name": HOSTILE_NAME}]
     assert HOSTILE_NAME in as_csv.stdout
+
+
+@pytest.mark.parametrize("odd", ["fifo", "dangling_symlink"])
+@pytest.mark.parametrize("command", ["merge", "compact"])
+def test_a_special_file_named_like_a_rank_trace_is_named(tmp_path, odd, command):
+    traces = tmp_path / "traces"
+    traces.mkdir()
+    (traces / "rank0_trace.json").write_text(json.dumps(TWO_STEPS))
+    odd_path = traces / "rank1_trace.json"
+    if odd == "fifo":
+        os.mkfifo(odd_path)
+    else:
+        odd_path.symlink_to(traces / "moved_away.json")
+    before = sorted(os.listdir(traces))  # snapshot() would follow the dangling link
+
+    run = run_cli(tmp_path, command, traces)
+
+    assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr[-1500:]
+    assert run.stderr.startswith(f"cgtrace: error: {odd_path}: named like a trace but"), run.stderr
+    assert "; remove it, or make it the trace file" in run.stderr
+    assert sorted(os.listdir(traces)) == before
