@@ -43,8 +43,8 @@ def base_time_ns(metadata: dict) -> Optional[int]:
     base = metadata.get("baseTimeNanoseconds")
     if base is None:
         return None
-    if isinstance(base, str) and base.strip().isascii() and base.strip().isdigit():
-        base = int(base)
+    if isinstance(base, str) and base.strip().isascii() and base.strip().isdigit() and len(base.strip()) <= 19:
+        base = int(base)  # more digits are beyond int64, and past 4,300 more than int() reads
     if type(base) is not int or not 0 <= base <= MAX_NS:
         raise CgtraceError(f"baseTimeNanoseconds {base!r:.40} is not a time in ns (0 to {MAX_NS}); "
                            "fix it in the trace's header or remove it")

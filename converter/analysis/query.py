@@ -16,7 +16,15 @@ from ..tp import open_trace
 
 # trace_processor's SQL errors read "Traceback ...\n  File "stdin" line L col C\n    <sql line>\n    ^\n<message>".
 _ERROR_PLACE = re.compile(r'line (\d+) col (\d+)\n(.*)\n( *)\^')
-_ESCAPES = str.maketrans({"\n": "\\n", "\r": "\\r", "\t": "\\t"})
+# Control characters (C0, DEL, C1) as escapes: a trace's names reach the terminal in tables and
+# text reports, where ESC, BEL or an OSC 52 sequence would act (set the clipboard, the title).
+_ESCAPES = str.maketrans({**{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0))},
+                          **{"\n": "\\n", "\r": "\\r", "\t": "\\t"}})
+
+
+def terminal_safe(text: str) -> str:
+    """`text` with its control characters escaped, for a terminal (JSON and CSV keep them)."""
+    return text.translate(_ESCAPES)
 
 
 class Result:
@@ -73,7 +81,8 @@ def format_table(columns: Sequence[str], rows: Sequence[Sequence], numeric_colum
     """Aligned text table; numbers (and cells of `numeric_columns`) are right-aligned. With
     `width`, the widest text columns are narrowed until a line fits, their cells cut with
     "…"; numbers are never cut (a cut number would read as another number)."""
-    texts = [[_cell_text(value, "NULL").translate(_ESCAPES) for value in row] for row in rows]
+    texts = [[terminal_safe(_cell_text(value, "NULL")) for value in row] for row in rows]
+    columns = [terminal_safe(name) for name in columns]
     widths = [max([len(name)] + [len(row[i]) for row in texts]) for i, name in enumerate(columns)]
     numeric_heads = [i in numeric_columns or _all_numbers(row[i] for row in rows) for i in range(len(columns))]
     if width is not None:

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 import orjson
 
 from .intervals import Intervals
-from .query import format_table
+from .query import format_table, terminal_safe
 from .report import Report, Timeline, gpu_label
 
 
@@ -88,7 +88,7 @@ def _short(name: str, limit: int = 100) -> str:
 
 def render_text(figures: dict) -> str:
     source = figures["input"]
-    parts = [f"cgtrace report: {source['trace']} (lanes from {source['lanes_from']})\n"]
+    parts = [terminal_safe(f"cgtrace report: {source['trace']} (lanes from {source['lanes_from']})") + "\n"]
     if not figures["gpus"]:
         parts.append("\nNo GPU slices found.\n")
     for table in _tables(figures, _short):

@@ -33,7 +33,7 @@ def check_output_path(path: Path, overwrite: bool) -> None:
     if mode is not None and stat.S_ISDIR(mode):
         raise CgtraceError(f"{path}: is a directory; pass a file path with -o")
     if mode is not None and not stat.S_ISREG(mode):
-        raise CgtraceError(f"{path}: is a {_kind(mode)}, which cgtrace never replaces, not even with --overwrite; "
+        raise CgtraceError(f"{path}: is a {file_kind(mode)}, which cgtrace never replaces, not even with --overwrite; "
                            "choose another path with -o")
     if mode is not None and not overwrite:
         raise CgtraceError(f"{path}: already exists; pass --overwrite to replace it or -o to choose another path")
@@ -160,7 +160,8 @@ def atomic_output(path: Path, overwrite: bool, check: Optional[Check] = None) ->
         files.commit(check)
 
 
-def _kind(mode: int) -> str:
+def file_kind(mode: int) -> str:
+    """What a file that is no regular file is, in words."""
     if stat.S_ISLNK(mode):
         return "symbolic link"
     if stat.S_ISFIFO(mode):

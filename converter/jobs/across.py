@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 import orjson
 
-from ..analysis.query import Result, format_table, open_checked, run_sql
+from ..analysis.query import Result, format_table, open_checked, run_sql, terminal_safe
 from ..analysis.report import DEFINITIONS, build_report
 from ..errors import CgtraceError
 from ..lane_rules import LaneRules, load_lane_rules
@@ -128,9 +128,10 @@ def render_across(report: dict[str, Any], fmt: str) -> str:
           f"{row['step_ns'] / 1e6:.3f}", f"{row['vs_median_ns'] / 1e6:+.3f}", f"{row['busy_share'] * 100:.1f}%",
           f"{row['exposed_comm_share'] * 100:.1f}%", f"{row['bubble_share'] * 100:.1f}%"] for row in report["ranks"]],
         numeric_columns=[1, 3, 4, 5, 6, 7, 8])
-    named = ", ".join(("" if s["global_rank"] is None else f"rank {s['global_rank']} ")
-                      + f"({s['file']}, {s['gpu']}, {s['vs_median_ns'] / 1e6:+.3f} ms)" for s in report["stragglers"])
-    return (f"cgtrace report: {report['directory']}, {report['traces']} traces\n\n"
+    named = terminal_safe(", ".join(("" if s["global_rank"] is None else f"rank {s['global_rank']} ")
+                                    + f"({s['file']}, {s['gpu']}, {s['vs_median_ns'] / 1e6:+.3f} ms)"
+                                    for s in report["stragglers"]))
+    return (f"cgtrace report: {terminal_safe(report['directory'])}, {report['traces']} traces\n\n"
             f"GPUs: step time, busy, exposed communication and bubble, over each GPU's window\n{table}\n"
             f"Median step time {report['median_step_ns'] / 1e6:.3f} ms; stragglers: {named or 'none'}\n"
             "\nDefinitions\n" + "".join(f"  {term}: {text}\n" for term, text in report["definitions"].items()))

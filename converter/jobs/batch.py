@@ -39,6 +39,7 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
                            "this is not one; create it or choose another")
     files = find_rank_files([directory])
     targets = [batch_output(path, output_dir, options) for path in files]
+    _refuse_shared_outputs(files, targets)
     todo = [k for k, target in enumerate(targets) if options.overwrite or not target.exists()]
     for k in todo:
         check_output_path(targets[k], options.overwrite)  # every output can be written, before any work
@@ -66,3 +67,14 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
     counts = {status: sum(1 for entry in entries if entry["status"] == status)
               for status in ("written", "skipped", "failed")}
     return {"directory": str(directory), "workers": workers.where, "traces": len(entries), **counts, "ranks": entries}
+
+
+def _refuse_shared_outputs(files: list[Path], targets: list[Path]) -> None:
+    """Two inputs for one output (`rank0_trace.json` and `rank0_trace.json.gz`) would race for
+    it, the winner left to chance: refused before any work, naming both."""
+    first_for: dict[Path, Path] = {}
+    for path, target in zip(files, targets):
+        other = first_for.setdefault(target, path)
+        if other != path:
+            raise CgtraceError(f"{other} and {path}: both would be written to {target}; "
+                               "move or remove one of them (or pass each as its own trace)")

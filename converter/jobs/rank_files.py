@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import argparse
 import re
+import stat
 from pathlib import Path
 
 from ..errors import CgtraceError
+from ..fileio.atomic import file_kind
 from .runner import PROFILER_OUTPUT
 
 _RANK_TRACE_NAME = re.compile(r"^(rank.*_trace|.*\.pt\.trace)\.json(\.gz)?$")
@@ -34,8 +36,10 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
     beside them is left alone; otherwise every JSON file there."""
     if len(inputs) == 1 and inputs[0].is_dir():
         directory = inputs[0]
-        files = sorted(p for p in directory.iterdir()
-                       if p.is_file() and p.name.endswith(PROFILER_OUTPUT) and not p.name.startswith("."))
+        entries = sorted(p for p in directory.iterdir() if p.name.endswith(PROFILER_OUTPUT) and not p.name.startswith("."))
+        for entry in entries:
+            _refuse_special(entry)
+        files = [p for p in entries if p.is_file()]
         if not files:
             raise CgtraceError(f"{directory}: is a directory with no trace files (*.json, *.json.gz); pass a trace "
                                "file or a directory of rank traces")
@@ -45,6 +49,19 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
         if not path.is_file():
             raise CgtraceError(f"{path}: no such file; pass rank trace files or one directory")
     return list(inputs)
+
+
+def _refuse_special(path: Path) -> None:
+    """A FIFO or dangling symlink named like a trace was skipped unseen, so a merge then said it
+    found too few ranks: it is named instead (a directory so named is no trace, and skipped)."""
+    try:
+        mode = path.stat().st_mode
+    except OSError as error:
+        raise CgtraceError(f"{path}: named like a trace but cannot be opened ({error.strerror}; a symbolic link "
+                           "to nothing?); remove it, or make it the trace file") from None
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise CgtraceError(f"{path}: named like a trace but is a {file_kind(mode)}; remove it, or make it "
+                           "the trace file")
 
 
 class RankList:

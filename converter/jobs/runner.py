@@ -95,9 +95,10 @@ def args_store(strategy: str, output_format: str = "perfetto", written_here: boo
 def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[str, Any]:
     """convert (or, with `options.compact`, compact) one trace; returns the summary."""
     rules = options.lanes if options.compact else None
-    check_output_path(output_path, options.overwrite)
-    if output_path.exists() and input_path.exists() and output_path.samefile(input_path):
-        raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
+    if not options.split_steps:  # which step files it writes is known once it is read (_write_steps)
+        check_output_path(output_path, options.overwrite)
+        if output_path.exists() and input_path.exists() and output_path.samefile(input_path):
+            raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
     prepared = prepare(input_path, options, rules, written_here=True)
     trace, summary = prepared.trace, prepared.summary
     if options.ends_command:

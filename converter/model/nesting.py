@@ -6,6 +6,8 @@ written in nesting order and never partially overlap on one track.
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 
 from ..tuning import DEFAULT_TUNING, Tuning
@@ -60,7 +62,8 @@ def nested_layers(table: SliceTable, rows: np.ndarray, tuning: Tuning = DEFAULT_
     positions = np.sort(np.concatenate(looped))
     layers = np.zeros(len(ordered), np.int64)
     layers[positions] = _first_fit(starts[positions], ends[positions], table.instant[ordered[positions]], chunk)
-    return [ordered[layers == layer] for layer in range(int(layers.max()) + 1)]
+    by_layer = ordered[np.argsort(layers, kind="stable")]  # each layer's rows, still in nesting order
+    return np.split(by_layer, np.cumsum(np.bincount(layers))[:-1])
 
 
 def _stretches_holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarray, first: int,
@@ -85,30 +88,87 @@ def _enclosing(ends: np.ndarray) -> int:
 
 def _first_fit(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, chunk: int) -> np.ndarray:
     """Each slice's layer: the first whose stack of open ends it nests in (fits_nested,
-    inline: it runs once per slice); times made Python ints `chunk` slices at a time."""
+    inline: it runs once per slice); times made Python ints `chunk` slices at a time. The first
+    layer, where nearly every slice goes, is tested apart; the others (_OverlapLayers) are
+    searched in log time, since a staircase (each slice overlapping all later ones) makes one
+    per slice."""
     layer_of: list[int] = []
-    first_ends: list[int] = []  # the first layer's, where nearly every slice goes: tested apart
-    open_ends: list[list[int]] = [first_ends]
+    first_ends: list[int] = []
+    others = _OverlapLayers()
+    closing = others.tops  # a heap: every other layer's innermost open end
     for first in range(0, len(starts), chunk):
         part = slice(first, first + chunk)
         for start, end, is_instant in zip(starts[part].tolist(), ends[part].tolist(), instant[part].tolist()):
             while first_ends and first_ends[-1] <= start:
                 first_ends.pop()
+            if closing and closing[0][0] <= start:
+                others.close(start)
             if not first_ends or first_ends[-1] >= end:
-                layer = 0
+                if not is_instant:
+                    first_ends.append(end)
+                layer_of.append(0)
             else:
-                for layer, layer_ends in enumerate(open_ends[1:], start=1):
-                    while layer_ends and layer_ends[-1] <= start:
-                        layer_ends.pop()
-                    if not layer_ends or layer_ends[-1] >= end:
-                        break
-                else:
-                    layer = len(open_ends)
-                    open_ends.append([])
-            if not is_instant:
-                open_ends[layer].append(end)
-            layer_of.append(layer)
+                layer_of.append(others.place(end, is_instant))
     return np.array(layer_of, np.int64)
+
+
+class _OverlapLayers:
+    """Layers 1, 2, ...: a stack of open ends each (innermost last, so ascending from the
+    top), closed at every start as first-fit would close them when it came to test them
+    (closing earlier changes nothing: starts only grow). A tree over them keeps each subtree's
+    largest innermost end, so the first layer a slice nests in (innermost end at or after
+    its end, or empty) is found by descending it: n log n for n slices."""
+
+    _EMPTY = 1 << 64  # an empty layer's innermost end: every slice nests in it
+    _NONE = -(1 << 64)  # a layer not made yet: no slice nests in it
+
+    def __init__(self) -> None:
+        self.stacks: list[list[int]] = []
+        self.tops: list[tuple[int, int]] = []  # (innermost end, layer index) per non-empty layer, and stale ones
+        self._size = 1
+        self._tree = [self._NONE] * 2
+
+    def close(self, start: int) -> None:
+        """Pop, in every layer, the ends at or before `start`."""
+        while self.tops and self.tops[0][0] <= start:
+            index = heapq.heappop(self.tops)[1]
+            stack = self.stacks[index]
+            if stack and stack[-1] <= start:
+                while stack and stack[-1] <= start:
+                    stack.pop()
+                self._set(index, stack[-1] if stack else self._EMPTY)
+
+    def place(self, end: int, is_instant: bool) -> int:
+        """The first layer (counting the first as 0) the slice ending at `end` nests in, made
+        when none does; the slice opens there unless it is an instant."""
+        tree = self._tree
+        if tree[1] >= end:
+            node = 1
+            while node < self._size:
+                node = 2 * node if tree[2 * node] >= end else 2 * node + 1
+            index = node - self._size
+        else:
+            index = len(self.stacks)
+            self.stacks.append([])
+        if not is_instant:
+            self.stacks[index].append(end)
+        self._set(index, self.stacks[index][-1] if self.stacks[index] else self._EMPTY)
+        return index + 1
+
+    def _set(self, index: int, top: int) -> None:
+        if index >= self._size:
+            leaves = self._tree[self._size:] + [self._NONE] * self._size
+            self._size *= 2
+            self._tree = [self._NONE] * self._size + leaves
+            for node in range(self._size - 1, 0, -1):
+                self._tree[node] = max(self._tree[2 * node], self._tree[2 * node + 1])
+        node = self._size + index
+        self._tree[node] = top
+        if top != self._EMPTY:
+            heapq.heappush(self.tops, (top, index))
+        while node > 1:
+            node //= 2
+            self._tree[node] = max(self._tree[2 * node], self._tree[2 * node + 1])
 
 
 def clear_points(starts: np.ndarray, ends: np.ndarray, every: int) -> np.ndarray:
