@@ -166,8 +166,8 @@ class _Annotations:
 
     def add(self, slice_: SliceRow, match: Groups, annotation_categories: frozenset[str]) -> None:
         stage, microbatch = _stage(match, self.stage_of_all), match.group("microbatch")
-        if len(stage) > 18 or len(microbatch or "") > 18:
-            return  # not a stage or microbatch number (user patterns may allow any digits)
+        if not (is_number(stage) and is_number(microbatch or "0")):
+            return
         if slice_.cat in annotation_categories:
             self.fragments.append((slice_, match))
         else:
@@ -222,6 +222,12 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
                        int(microbatch) if microbatch else None)
         blocks.setdefault(key, Block(key)).fragments.append(fragment)
     return blocks, scheme
+
+
+def is_number(digits: str) -> bool:
+    """Whether a pattern's stage or microbatch text is one: user patterns may allow any digits,
+    and one beyond int64 is no stage."""
+    return len(digits) <= 18
 
 
 def _stage(match: Groups, stage_of_all: Optional[int]) -> str:

@@ -29,7 +29,7 @@ import numpy as np
 from ..lane_rules import LaneRules
 from ..model import FlowEnd, SliceRow, Trace
 from .clock import Bound
-from .pp import CROSS_RANK_FLOW_BASE, STAGELESS_PATTERN, add_arrival_marker
+from .pp import CROSS_RANK_FLOW_BASE, STAGELESS_PATTERN, add_arrival_marker, is_number
 
 SEND, RECEIVE = "c10d::send", "c10d::recv_"
 _BACKWARD_COMPUTE = "autograd::engine::evaluate_function"
@@ -123,7 +123,8 @@ def _enclosing_annotations(trace: Trace, rules: LaneRules) -> list[tuple[SliceRo
     the stage) and GPipe's Forward/Backward <mb>, by start."""
     def direction(name: str) -> Optional[tuple[Optional[int], bool]]:
         match = rules.pp_match(name)
-        if match is not None and match.group("action") in ("SEND_F", "SEND_B", "RECV_F", "RECV_B"):
+        if match is not None and match.group("action") in ("SEND_F", "SEND_B", "RECV_F", "RECV_B") \
+                and is_number(match.group("stage")):
             return int(match.group("stage")), match.group("action").endswith("F")
         stageless = STAGELESS_PATTERN.match(name)
         return (None, stageless.group("action") == "Forward") if stageless is not None else None
