@@ -32,6 +32,9 @@ _MAX_LAG = 8           # collectives one rank's capture may have ahead of anothe
 # The kernels of one collective end within 1-7 us of each other on one host (measured on a
 # real capture): no clock difference is known better than this from their ends.
 _FLOOR_NS = 5_000
+# Fewer collectives than this cannot show that their ends agree this well: the floor grows as
+# the evidence thins (one collective: 8x), so a rank is not moved on one or two noisy ends.
+_WELL_SAMPLED = 8
 _MAD_TO_SIGMA = 1.4826
 
 
@@ -213,7 +216,7 @@ def _edge(source: int, to: int, ends_a: np.ndarray, ends_b: np.ndarray, span_a: 
     spread = _spread(residuals)
     reach = abs(rate) * max(middle - min(span_a[0], span_b[0] + middle - float(np.median(ends_b))),
                             max(span_a[1], span_b[1] + middle - float(np.median(ends_b))) - middle)
-    uncertainty = int(max(spread + reach, _FLOOR_NS))
+    uncertainty = int(max(spread + reach, _FLOOR_NS * max(1.0, _WELL_SAMPLED / len(differences))))
     significant = abs(drift) > 2 * spread + _FLOOR_NS
     return _Edge(source, to, int(np.median(residuals)), uncertainty, len(differences)), \
         drift if significant else None
