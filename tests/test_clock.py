@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from converter.analysis.render import render_text
+from converter.analysis.report import build_report
 from converter.engine.clock import Bound, Collectives, estimate_clocks
 from converter.generator.writer import write_pp_run
 
@@ -155,3 +157,22 @@ def test_a_rank_sharing_nothing_keeps_its_prior_and_says_so():
     assert clocks.warnings == ["rank c: no collective or transfer shared with the other ranks; keeps its base time"]
     # A one-sided bound moves rank b just far enough that its receive ends after the send began.
     assert clocks.ranks[1].offset_ns == 3_000 and clocks.skewed()
+
+
+def test_the_report_of_a_merge_says_how_each_rank_was_moved(tmp_path):
+    """What the merge's summary says of the clocks travels in the trace (its track roles), so
+    `cgtrace report` on the merged file gives the same offsets, uncertainties and evidence."""
+    files = write_pp_run(tmp_path / "ranks", 4, steps=4, seed=3, kernels_per_replay=8,
+                         clock_offsets_ns=[0, 3_000_000, -1_500_000, 700_000])
+    output = tmp_path / "merged.perfetto-trace"
+    summary = merge_files(files, lambda group, groups: output)
+    placed = {rank["global_rank"]: rank for rank in summary["clock_alignment"]["ranks"]}
+    figures = build_report(output).figures
+    assert len(figures["clocks"]) == 4
+    assert [clock["pp_rank"] for clock in figures["clocks"]] == [0, 1, 2, 3]
+    for clock in figures["clocks"]:
+        rank = placed[clock["global_rank"]]
+        assert (clock["offset_ns"], clock["uncertainty_ns"], clock["evidence"]) == \
+            (rank["applied_offset_ns"], rank["uncertainty_ns"], rank["evidence"])
+    assert any(clock["offset_ns"] for clock in figures["clocks"])
+    assert "Clocks: how the merge moved each rank's times" in render_text(figures)

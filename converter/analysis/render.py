@@ -71,6 +71,14 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[_Table]:
          + [_ms(step[key]) if key in step else "-" for key in
             (("recv_ns", "recv_compute_ns", "send_ns", "send_compute_ns") if pp else ())] for g, step in steps],
         list(range(2, 6 + len(pp_columns))), (5, [step["bubble_share"] for _, step in steps])))
+    clocks = figures.get("clocks", [])
+    tables.append(_Table(
+        "Clocks: how the merge moved each rank's times onto one clock",
+        ["rank", "moved by us", "known to within us", "evidence"],
+        [[f"PP rank {c['pp_rank']} (global rank {c['global_rank']})", f"{c['offset_ns'] / 1e3:.1f}",
+          "-" if c["uncertainty_ns"] is None else f"{c['uncertainty_ns'] / 1e3:.1f}",
+          ", ".join(f"{kind} {count}" for kind, count in sorted(c["evidence"].items())) or "none"] for c in clocks],
+        [1, 2]))
     kernels = figures["top_kernels"]
     longest = max((k["total_ns"] for k in kernels), default=0) or 1
     tables.append(_Table(

@@ -82,6 +82,7 @@ class _Roles:
     rank_of_uuid: dict[int, Rank] = field(default_factory=dict)  # tracks and a rank's groups of rows
     group_order: dict[str, int] = field(default_factory=dict)  # lane groups as compaction ordered them
     only_rank: Rank = None  # the rank of a trace that holds one (a compacted rank trace): all of it
+    clocks: list[dict[str, Any]] = field(default_factory=list)  # how a merge set each rank's clock
 
     @classmethod
     def read(cls, documents: list[RolesDocument]) -> "_Roles":
@@ -101,6 +102,10 @@ class _Roles:
                     place = order.index(lane.id) + 1
             for uuid in rank.groups if rank else ():
                 roles.rank_of_uuid[uuid] = identity
+            if rank is not None and rank.clock is not None:
+                roles.clocks.append({"pp_rank": rank.pp_rank, "global_rank": rank.global_rank,
+                                     "offset_ns": rank.clock.offset_ns, "uncertainty_ns": rank.clock.uncertainty_ns,
+                                     "evidence": rank.clock.evidence})
         roles.group_order = {group: index for index, group in enumerate(order)}
         if len(documents) == 1:
             roles.only_rank = next(iter(set(roles.rank_of_uuid.values())), None)
@@ -122,6 +127,7 @@ class _Trace:
         self.track_owners: dict[int, str] = {}   # owner id of a parent track -> its name
         self.owner_ranks: dict[int, Rank] = {}
         self.only_rank: Rank = None
+        self.clocks: list[dict[str, Any]] = []    # how a merge set each rank's clock, where it did
         self.groups: dict[str, LaneGroup] = {}    # lane group id -> group, in display order
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
@@ -142,7 +148,7 @@ class _Trace:
         track named after that rank's GPU process.
         """
         roles = _Roles.read([roles_document.decode(text, self.path) for (text,) in self.rows(roles_document.SQL)])
-        self.only_rank = roles.only_rank
+        self.only_rank, self.clocks = roles.only_rank, sorted(roles.clocks, key=lambda c: c["pp_rank"])
         tracks = self.rows("""
             select t.id, t.parent_id, coalesce(t.name, th.name), coalesce(pt.upid, th.upid),
               (select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')
@@ -280,6 +286,8 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
         "top_kernels": [{"name": name, "count": count, "total_ns": total, "mean_ns": total / count}
                         for name, count, total in kernels],
     }
+    if trace.clocks:  # a merge that moved its ranks' clocks
+        figures["clocks"] = trace.clocks
     return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks])
 
 

@@ -32,7 +32,7 @@ from ..engine.transfers import summary as transfers_summary
 from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path
 from ..inputs.source import json_size
-from ..model import RankIdentity
+from ..model import ClockPlacement, RankIdentity
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import Tuning
 from .executors import Workers, for_cluster, open_workers, run_tasks
@@ -77,6 +77,7 @@ class RankPlan:
     global_rank: int
     in_pp_group: bool
     clock_offset_ns: int = 0  # added to all its times: its clock set to the pipeline's
+    clock: Optional[ClockPlacement] = None  # how, where the merge moved its ranks' clocks (kept in the track roles)
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
     transfer_ends: list[TransferEnd] = field(default_factory=list)
@@ -152,6 +153,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         transfers, arrows = _pair([_shifted(info, offset) for info, offset in zip(members, offsets)])
     plans = [RankPlan(file=info.file, snapshot=info.snapshot, position=k, global_rank=info.global_rank,
                       in_pp_group=info.pp_group is not None, clock_offset_ns=offsets[k],
+                      clock=None if clocks is None or not any(offsets) else ClockPlacement(
+                          offsets[k], clocks.ranks[k].uncertainty_ns, tuple(sorted(clocks.ranks[k].evidence.items()))),
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
              for k, info in enumerate(members)]
     for end in arrows.ends:
@@ -348,7 +351,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         blocks[key].attach(trace, anchor, flow_id, outgoing)
     attach_transfer_ends(trace, plan.transfer_ends)
-    place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank), plan.in_pp_group)
+    place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank, plan.clock), plan.in_pp_group)
     summary["overlaps_moved"] = separate_overlaps(trace, tuning)
     stride = plan.position + 1
     with open(path, "wb") as stream:

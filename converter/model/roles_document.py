@@ -9,14 +9,16 @@ and SQL finds them all in the order written. The value is JSON:
 
     {"version": 1,
      "tracks": [{"uuid", "role", "group", "label", "kind", "home", "layer"}],
-     "rank": {"pp_rank", "global_rank", "groups"}}
+     "rank": {"pp_rank", "global_rank", "groups", "clock": {"offset_ns", "uncertainty_ns", "evidence"}}}
 
 A track's uuid is its `trace_id` arg in trace_processor (`track.source_arg_set_id`). Only
 tracks with a role other than plain are listed; "group", "label" and "kind" are a lane's
 group, "home" the lane (or track) an annotation row or overlap track belongs to and "layer"
 its depth there, each left out where it does not apply. "rank" is there for a merged rank or
 a compacted trace that names its rank; "groups" are the uuids of the rows that stand for a
-merged rank's processes (their children are its threads' rows).
+merged rank's processes (their children are its threads' rows); "clock" (a merge that
+moved its ranks' clocks) how far the rank's times were moved, known to within how much
+(null: a one-sided bound, or nothing), from which evidence (counts by kind).
 """
 
 from __future__ import annotations
@@ -59,12 +61,21 @@ class TrackEntry(msgspec.Struct, frozen=True, omit_defaults=True):
         return LaneGroup(self.group, self.label, self.kind)
 
 
-class RankEntry(msgspec.Struct, frozen=True):
-    """Which rank the document's tracks belong to, and the uuids of its rows' groups."""
+class ClockEntry(msgspec.Struct, frozen=True):
+    """How a merge set the rank's clock (model.ClockPlacement)."""
+
+    offset_ns: int
+    uncertainty_ns: Optional[int]
+    evidence: dict[str, int]
+
+
+class RankEntry(msgspec.Struct, frozen=True, omit_defaults=True):
+    """Which rank the document's tracks belong to, the uuids of its rows' groups, and its clock."""
 
     pp_rank: int
     global_rank: int
     groups: tuple[int, ...]
+    clock: Optional[ClockEntry] = None
 
 
 class RolesDocument(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="version", tag=VERSION):
@@ -93,7 +104,9 @@ def document_of(trace: Trace, track_uuid: Callable[[Track], int],
     if trace.rank is None:
         return RolesDocument(tracks) if tracks else None
     groups = tuple(process_uuid(process) for process in trace.processes if process.row_group)
-    return RolesDocument(tracks, RankEntry(trace.rank.pp_rank, trace.rank.global_rank, groups))
+    placed = trace.rank.clock
+    clock = None if placed is None else ClockEntry(placed.offset_ns, placed.uncertainty_ns, dict(placed.evidence))
+    return RolesDocument(tracks, RankEntry(trace.rank.pp_rank, trace.rank.global_rank, groups, clock))
 
 
 def _entry(track: Track, track_uuid: Callable[[Track], int]) -> TrackEntry:

@@ -166,11 +166,24 @@ class FlowEnd(msgspec.Struct, gc=False, eq=False):
 
 
 @dataclass(frozen=True)
+class ClockPlacement:
+    """How a merge set a rank's clock: `offset_ns` added to all its times, known to within
+    `uncertainty_ns` (None: only a one-sided bound, or nothing, spoke for it), from `evidence`
+    (counts by kind: collectives, transfer bounds)."""
+
+    offset_ns: int
+    uncertainty_ns: Optional[int]
+    evidence: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
 class RankIdentity:
-    """Which rank of a pipeline a trace is, once a merge has placed it."""
+    """Which rank of a pipeline a trace is, once a merge has placed it (and its clock, where the
+    merge estimated one)."""
 
     pp_rank: int
     global_rank: int
+    clock: Optional[ClockPlacement] = None
 
 
 _SOURCE, _TARGET = attrgetter("source"), attrgetter("target")
