@@ -19,13 +19,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import orjson  # noqa: E402
 
 from . import __version__, progress  # noqa: E402
+from .api.options import job_options, merge_outputs  # noqa: E402
 from .engine.window import parse_steps, parse_window  # noqa: E402
 from .errors import CgtraceError  # noqa: E402
 from .fileio.regular import read_small_text  # noqa: E402
 from .heap import end_process, models_kept_to_the_end, reuse_freed_memory_after_reads  # noqa: E402
 from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E402
 from .jobs.merge import merge_ranks  # noqa: E402
-from .jobs.rank_files import default_merge_output, parse_rank_list  # noqa: E402
+from .jobs.rank_files import parse_rank_list  # noqa: E402
 from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
 from .jobs.stopping import exit_status, signals_unwind  # noqa: E402
 from .lane_rules import DEFAULT_LANES_TOML, load_lane_rules  # noqa: E402
@@ -258,11 +259,10 @@ def _add_lane_options(command: argparse.ArgumentParser) -> None:
 
 
 def _job_options(args: argparse.Namespace, compact: bool, ends_command: bool = False) -> JobOptions:
-    return JobOptions(compact=compact, lanes=load_lane_rules(getattr(args, "lanes", None)), strict=args.strict,
-                      window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
-                      relane=getattr(args, "relane", False),
-                      output_format=getattr(args, "format", "perfetto"), args_strategy="auto",
-                      overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command)
+    return job_options(compact, load_lane_rules(getattr(args, "lanes", None)), strict=args.strict, window=args.window or args.steps,
+                       split_steps=getattr(args, "split_steps", False), relane=getattr(args, "relane", False),
+                       output_format=getattr(args, "format", "perfetto"), overwrite=args.overwrite,
+                       verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command)
 
 
 def _run_convert(args: argparse.Namespace) -> int:
@@ -290,16 +290,8 @@ def _run_compact(args: argparse.Namespace) -> int:
 
 
 def _run_merge(args: argparse.Namespace) -> int:
-    def output_for(group: int, groups: int) -> Path:
-        if args.output and (groups == 1 or args.pp_group is not None):
-            return Path(args.output)
-        if args.output:
-            raise CgtraceError(f"{args.output}: the traces hold {groups} pipelines; pass --pp-group K to "
-                               "merge one, or leave out -o to write pp_group<k>_merged.perfetto-trace files")
-        return default_merge_output(args.inputs, group, groups)
-
     options = _job_options(args, compact=True)
-    summary = merge_ranks(args.inputs, output_for, options, jobs=args.jobs,
+    summary = merge_ranks(args.inputs, merge_outputs(args.output, args.inputs, args.pp_group), options, jobs=args.jobs,
                           assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks,
                           scheduler=scheduler_address(args.scheduler))
     merged = summary.get("pipelines", [summary])
