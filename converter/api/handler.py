@@ -17,6 +17,7 @@ import shutil
 import socket
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Protocol
 
@@ -35,20 +36,19 @@ class ChromeTraceExporter(Protocol):
     def export_chrome_trace(self, path: str) -> object: ...
 
 
+@dataclass
 class TraceHandler:
     """Called by the profiler with itself each time a trace is ready; see `trace_handler`."""
 
-    def __init__(self, directory: Path, worker_name: Optional[str], keep_json: bool, gzip_json: bool,
-                 lanes: LaneRules, split_steps: bool):
-        self.directory = directory
-        self.worker_name = worker_name
-        self.keep_json = keep_json
-        self.gzip_json = gzip_json
-        self.lanes = lanes
-        self.split_steps = split_steps
-        self.written: list[Path] = []   # every file written, in order
-        self.failures = 0               # traces whose export or compaction failed
-        self.last_error: Optional[str] = None
+    directory: Path
+    worker_name: Optional[str]
+    keep_json: bool
+    gzip_json: bool
+    lanes: LaneRules = field(repr=False)
+    split_steps: bool
+    written: list[Path] = field(default_factory=list)   # every file written, in order
+    failures: int = 0                                    # traces whose export or compaction failed
+    last_error: Optional[str] = None
 
     def __call__(self, profiler: ChromeTraceExporter) -> None:
         try:
