@@ -1,15 +1,31 @@
-"""cgtrace: PyTorch profiler (Kineto) traces of CUDA-graph runs -> readable native Perfetto traces."""
+"""cgtrace: PyTorch profiler (Kineto) traces of CUDA-graph runs -> readable native Perfetto traces.
+
+The Python API (converter/api): `convert`, `compact`, `merge`, `report`, `open_trace` and
+`trace_handler` (a torch.profiler callback); each raises `CgtraceError` with the command
+line's one-line message.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .errors import CgtraceError
+
+if TYPE_CHECKING:
+    from .api import compact, convert, merge, open_trace, report, trace_handler
 
 __version__ = "0.1.0"
 
-__all__ = ["open_trace", "__version__"]
+__all__ = ["CgtraceError", "compact", "convert", "merge", "open_trace", "report", "trace_handler", "__version__"]
+_API = frozenset(__all__) - {"CgtraceError", "__version__"}
 
 
-def __getattr__(name: str):
-    """`converter.open_trace`, imported on first use: trace_processor brings in perfetto and
-    wasmtime, which every CLI command would otherwise pay for at start-up, in time and memory."""
-    if name == "open_trace":
-        from .tp import open_trace
+def __getattr__(name: str) -> object:
+    """The API, imported on first use: it brings in the reader, numpy and (for open_trace)
+    perfetto and wasmtime, which `import converter` and every CLI command would otherwise pay
+    for at start-up, in time and memory."""
+    if name in _API:
+        from . import api
 
-        return open_trace
+        return getattr(api, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

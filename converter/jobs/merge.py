@@ -94,6 +94,8 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     its cluster: only block summaries and busy-GPU changes travel back; snapshots and part
     files stay on the output's file system. `align` (ALIGN_MODES) says whether ranks' clocks
     are estimated from their collectives and transfers, and moved where they disagree."""
+    if align not in ALIGN_MODES:
+        raise CgtraceError(f"align {align!r}: expected one of {', '.join(ALIGN_MODES)}")
     files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")

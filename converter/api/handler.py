@@ -1,0 +1,128 @@
+"""`on_trace_ready=converter.trace_handler(DIR)`: torch.profiler's callback that writes the
+Kineto JSON once and the compacted `.perfetto-trace` beside it, during the training run.
+
+It never imports torch (a profiler is already running when it is called, so torch is loaded;
+its rank is read from `torch.distributed` only if that is loaded and initialised, else from
+the trace's header), and never stops the run: a failure is logged, counted on the handler and
+leaves the JSON in place, so nothing profiled is lost.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import os
+import shutil
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Protocol
+
+from ..errors import CgtraceError
+
+if TYPE_CHECKING:
+    from ..lane_rules import LaneRules
+
+_LOG = logging.getLogger("cgtrace")
+_HEADER_BYTES = 1 << 20  # Kineto writes distributedInfo before traceEvents, within the first KiB
+
+
+class ChromeTraceExporter(Protocol):
+    """What the handler needs of a profiler: `torch.profiler.profile` is one."""
+
+    def export_chrome_trace(self, path: str) -> object: ...
+
+
+@dataclass
+class TraceHandler:
+    """Called by the profiler with itself each time a trace is ready; see `trace_handler`."""
+
+    directory: Path
+    worker_name: Optional[str]
+    keep_json: bool
+    gzip_json: bool
+    lanes: LaneRules = field(repr=False)
+    split_steps: bool
+    written: list[Path] = field(default_factory=list)   # every file written, in order
+    failures: int = 0                                    # traces whose export or compaction failed
+    last_error: Optional[str] = None
+
+    def __call__(self, profiler: ChromeTraceExporter) -> None:
+        try:
+            exported = self._export(profiler)
+        except Exception as error:  # never the training run's end: log, count, go on
+            self._failed(f"{self.directory}: exporting the profiler's trace failed ({error}); check that the "
+                         "directory is writable and has room")
+            return
+        try:
+            self._compact(exported)
+        except Exception as error:
+            message = error.message if isinstance(error, CgtraceError) else f"{exported}: {error!r}"
+            self._failed(f"{message} (the JSON is kept: run `cgtrace compact {exported}` once fixed)")
+            self.written.append(exported)
+            return
+        self.written.append(self._keep_or_drop(exported))
+
+    def _export(self, profiler: ChromeTraceExporter) -> Path:
+        """The Kineto JSON under its final name, `<worker>.step<N>.pt.trace.json`."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        scratch = self.directory / f".cgtrace-{os.getpid()}-{time.time_ns()}.pt.trace.json"
+        profiler.export_chrome_trace(str(scratch))
+        step = getattr(profiler, "step_num", None)
+        name = f"{self.worker_name or _worker(scratch)}.{f'step{step}' if step is not None else time.time_ns()}"
+        exported = self.directory / f"{name}.pt.trace.json"
+        os.replace(scratch, exported)
+        return exported
+
+    def _compact(self, exported: Path) -> None:
+        from ..jobs.runner import default_output_path, run_job
+        from .options import job_options
+        from .summaries import written_files
+
+        summary = run_job(exported, default_output_path(exported),
+                          job_options(True, self.lanes, split_steps=self.split_steps, overwrite=True))
+        self.written.extend(written_files(summary))
+
+    def _keep_or_drop(self, exported: Path) -> Path:
+        if not self.keep_json:
+            exported.unlink()
+            return exported
+        if not self.gzip_json:
+            return exported
+        packed = exported.with_name(exported.name + ".gz")
+        with open(exported, "rb") as source, gzip.open(packed, "wb", compresslevel=6) as target:
+            shutil.copyfileobj(source, target, 1 << 20)
+        exported.unlink()
+        return packed
+
+    def _failed(self, message: str) -> None:
+        self.failures += 1
+        self.last_error = message
+        _LOG.error("cgtrace: %s", message)
+
+
+def _worker(exported: Path) -> str:
+    """`rank<R>` from torch.distributed (if loaded and initialised) or the trace's header; else
+    torch's own default, host and process id."""
+    distributed = sys.modules.get("torch.distributed")
+    if distributed is not None and distributed.is_available() and distributed.is_initialized():
+        return f"rank{distributed.get_rank()}"
+    rank = _header_rank(exported)
+    return f"rank{rank}" if rank is not None else f"{socket.gethostname()}_{os.getpid()}"
+
+
+def _header_rank(exported: Path) -> Optional[int]:
+    """distributedInfo.rank, read from the head of the JSON only (it comes before the events)."""
+    with open(exported, "rb") as stream:
+        head = stream.read(_HEADER_BYTES).decode("utf-8", "replace")
+    start = head.find('"distributedInfo"')
+    brace = head.find("{", start) if start >= 0 else -1
+    try:
+        info, _ = json.JSONDecoder().raw_decode(head, brace) if brace >= 0 else (None, 0)
+    except ValueError:
+        return None
+    rank = info.get("rank") if isinstance(info, dict) else None
+    return rank if isinstance(rank, int) and not isinstance(rank, bool) and rank >= 0 else None

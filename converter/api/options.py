@@ -1,0 +1,63 @@
+"""The options the command line and the Python API share, built one way: a job's options from
+plain values, and where a merge writes each pipeline. So both say the same thing about the
+same mistake."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Callable, Optional, Union
+
+from ..engine.window import Window, parse_steps, parse_window
+from ..errors import CgtraceError
+from ..jobs.rank_files import RankList, default_merge_output, parse_rank_list
+from ..jobs.runner import JobOptions
+from ..lane_rules import LaneRules, load_lane_rules
+
+PathLike = Union[str, os.PathLike[str]]  # what open() takes, typed
+
+
+def job_options(compact: bool, lanes: Optional[LaneRules] = None, *, relane: bool = False, strict: bool = False,
+                window: Optional[Window] = None, split_steps: bool = False, output_format: str = "perfetto",
+                overwrite: bool = False, verify: bool = False, tp_bin: Optional[str] = None,
+                ends_command: bool = False) -> JobOptions:
+    """A job's options as the command line makes them: the built-in lane rules unless given,
+    the args helper where a core is free."""
+    return JobOptions(compact=compact, lanes=lanes or load_lane_rules(),
+                      strict=strict, window=window, split_steps=split_steps, relane=relane,
+                      output_format=output_format, args_strategy="auto", overwrite=overwrite, verify=verify,
+                      tp_bin=tp_bin, ends_command=ends_command)
+
+
+def lane_rules(path: Optional[PathLike]) -> LaneRules:
+    """The rules of a lanes TOML file, or the built-in ones."""
+    return load_lane_rules(Path(path) if path is not None else None)
+
+
+def cut(window: Optional[str], steps: Optional[str]) -> Optional[Window]:
+    """`window="START:END"` (ms) or `steps="N[-M]"`, the command line's --window and --steps."""
+    if window is not None and steps is not None:
+        raise CgtraceError(f"window {window!r} and steps {steps!r}: pass one of them, not both")
+    return parse_window(window) if window is not None else parse_steps(steps) if steps is not None else None
+
+
+def rank_list(text: Optional[str]) -> Optional[RankList]:
+    """--ranks as the API takes it, a string like `0,1,4-7`, with the command line's message."""
+    try:
+        return None if text is None else parse_rank_list(text)
+    except argparse.ArgumentTypeError as error:
+        raise CgtraceError(f"--ranks {error}") from None
+
+
+def merge_outputs(output: Optional[Path], inputs: list[Path], pp_group: Optional[int]) -> Callable[[int, int], Path]:
+    """Where a merge writes pipeline k of n: `output` for the one pipeline (or the one chosen),
+    else beside the rank traces, a file per pipeline."""
+    def output_for(group: int, groups: int) -> Path:
+        if output and (groups == 1 or pp_group is not None):
+            return output
+        if output:
+            raise CgtraceError(f"{output}: the traces hold {groups} pipelines; pass --pp-group K to merge one, "
+                               "or leave out -o to write pp_group<k>_merged.perfetto-trace files")
+        return default_merge_output(inputs, group, groups)
+    return output_for
