@@ -9,7 +9,7 @@ and SQL finds them all in the order written. The value is JSON:
 
     {"version": 1,
      "tracks": [{"uuid", "role", "group", "label", "kind", "home", "layer"}],
-     "rank": {"pp_rank", "global_rank", "groups"}}
+     "rank": {"pp_rank", "global_rank", "groups", "pipeline"}}
 
 A track's uuid is its `trace_id` arg in trace_processor (`track.source_arg_set_id`). Only
 tracks with a role other than plain are listed; "group", "label" and "kind" are a lane's
@@ -59,12 +59,13 @@ class TrackEntry(msgspec.Struct, frozen=True, omit_defaults=True):
         return LaneGroup(self.group, self.label, self.kind)
 
 
-class RankEntry(msgspec.Struct, frozen=True):
+class RankEntry(msgspec.Struct, frozen=True, omit_defaults=True):
     """Which rank the document's tracks belong to, and the uuids of its rows' groups."""
 
     pp_rank: int
     global_rank: int
     groups: tuple[int, ...]
+    pipeline: bool = True  # whether a PP group orders the ranks: how the rank is named
 
 
 class RolesDocument(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="version", tag=VERSION):
@@ -93,7 +94,8 @@ def document_of(trace: Trace, track_uuid: Callable[[Track], int],
     if trace.rank is None:
         return RolesDocument(tracks) if tracks else None
     groups = tuple(process_uuid(process) for process in trace.processes if process.row_group)
-    return RolesDocument(tracks, RankEntry(trace.rank.pp_rank, trace.rank.global_rank, groups))
+    return RolesDocument(tracks, RankEntry(trace.rank.pp_rank, trace.rank.global_rank, groups,
+                                             trace.rank.in_pipeline))
 
 
 def _entry(track: Track, track_uuid: Callable[[Track], int]) -> TrackEntry:
