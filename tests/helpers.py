@@ -39,7 +39,8 @@ def rows(trace_path, sql: str) -> list[dict]:
 
 # Each GPU's lanes hang under one row of their own: a counter (its busy lanes) whose children
 # hold slices (a merged pipeline's root, a counter of busy GPUs, holds rows of rows).
-LANE_CONTAINERS_SQL = """select p.id from track p where p.type glob '*counter*' and exists (
+# A merged rank's CPU row is a counter with children too (its busy threads): not a GPU's.
+LANE_CONTAINERS_SQL = """select p.id from track p where p.type glob '*counter*' and p.name not glob '* · CPU*' and exists (
                            select 1 from track c join slice s on s.track_id = c.id where c.parent_id = p.id)"""
 
 

@@ -193,9 +193,9 @@ def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, rows_in_ui, brow
     ranks = [n for n in names if n.startswith("PP rank ") and "· GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1, 2, 3], names
     assert_merged_rows_read_well(rows_in_ui(merged)[0], merged, files, ranks=4)
-    # The first screen, every group collapsed: the root counts the busy GPUs.
+    # The first screen: the root counts the busy GPUs, and, opened as it loads, each rank's rows draw.
     assert drawn_in_collapsed_rows(browser, merged)[PIPELINE_ROOT_NAME] > 100
-    drawn = drawn_in_collapsed_rows(browser, merged, PIPELINE_ROOT_NAME)
+    drawn = drawn_in_collapsed_rows(browser, merged)  # the only top-level row: v52 opens it
     gpu_rows = {title: px for title, px in drawn.items() if title in ranks}
     assert len(gpu_rows) == 4 and min(gpu_rows.values()) > 100, drawn   # each GPU's busy lanes
     first_rank_lanes = names[names.index(ranks[0]) + 1:names.index(ranks[1])]
@@ -238,7 +238,7 @@ def test_report_html_of_a_merged_pipeline_reads_whole(browser, tmp_path):
             "nodes => nodes.filter(n => n.scrollWidth > n.clientWidth + 1).map(n => n.textContent)")
         assert cut == []
         labels = page.eval_on_selector_all("tr.rank th", "cells => cells.map(c => c.innerText)")
-        ranks = [re.fullmatch(r"GPU \d+, PP rank (\d+) \(global rank \d+\)", label) for label in labels]
+        ranks = [re.fullmatch(r"GPU \d+, PP rank (\d+) \(global \d+\)", label) for label in labels]
         assert [int(match.group(1)) for match in ranks if match] == [0, 1, 2, 3], labels
         drawn = page.eval_on_selector_all("tr.rank svg", """strips => strips.map(s => Object.fromEntries(
             ['F', 'B', 'RECV', 'SEND', 'bubble'].map(k => [k, s.querySelectorAll(`rect[data-kind="${k}"]`).length])))""")
@@ -323,10 +323,47 @@ def test_merged_real_ranks_read_in_pipeline_order(rows_in_ui, browser, tmp_path,
         shown, screenshot = rows_in_ui(merged)
         assert_merged_rows_read_well(shown, merged, inputs, count)
         assert screenshot.stat().st_size > 10_000
-        if gpus:  # first screen: the root counts busy GPUs; one click: each rank's GPU row its lanes
+        if gpus:  # first screen: the root counts busy GPUs, each rank's GPU row its lanes
             root = next(row.title for row in shown if row.parent is None and row.title in (
                 PIPELINE_ROOT_NAME, RANKS_ROOT_NAME))
             assert drawn_in_collapsed_rows(browser, merged)[root] > 100
-            drawn = drawn_in_collapsed_rows(browser, merged, root)
+            drawn = drawn_in_collapsed_rows(browser, merged)  # the only top-level row: v52 opens it
             gpu_rows = [px for title, px in drawn.items() if RANK_ROW.match(title) and " · GPU" in title]
             assert len(gpu_rows) == count and min(gpu_rows) > 100, drawn
+
+
+def _merged(tmp_path: Path, ranks: Path) -> tuple[Path, list[Path]]:
+    copy = tmp_path / "ranks"
+    shutil.copytree(ranks, copy)
+    merged = tmp_path / "merged.perfetto-trace"
+    merge_ranks([copy], lambda group, groups: merged, jobs=1)
+    return merged, sorted(copy.glob("rank*_trace.json*"))
+
+
+def _first_screens(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """The issue's four inputs as a user opens them: a merged real CPU pipeline, a merged generated
+    CUDA-graph pipeline, a merged real capture, a compacted real trace."""
+    yield "cpu pipeline", _merged(tmp_path / "cpu", real("torch_pp_cpu/torch215_zb_pp2v2"))[0]
+    files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=4, steps=2, seed=2, graphs_per_step=2,
+                         kernels_per_replay=8)
+    generated = tmp_path / "generated.perfetto-trace"
+    merge_ranks(files, lambda group, groups: generated, jobs=1)
+    yield "generated pipeline", generated
+    yield "dlrm_8ranks", _merged(tmp_path / "dlrm", real("dlrm_8ranks"))[0]
+    compacted = tmp_path / "compacted.perfetto-trace"
+    compact_file(real("hta_cuda_graph_rank0.json.gz"), compacted)
+    yield "compacted", compacted
+
+
+def test_every_first_screen_row_draws_and_no_title_is_cut(rows_in_ui, browser, tmp_path):
+    """As loaded, every row on screen draws something (no blank bookkeeping or CPU row; an OS
+    process of a compacted trace aside, which v52 draws from its threads only when opened);
+    opened, no title is cut and none shows an id twice."""
+    for what, trace in _first_screens(tmp_path):
+        drawn = drawn_in_collapsed_rows(browser, trace)
+        blank = [title for title, px in drawn.items() if px < 100 and not re.search(r" -?\d+$", title)]
+        assert blank == [], (what, drawn)
+        shown, _ = rows_in_ui(trace)
+        assert [row.title for row in shown if row.cut] == [], what
+        twice = [row.title for row in shown if re.search(r"(-?\d{3,})\D+\1$", row.title)]  # a tid, twice
+        assert twice == [], what

@@ -21,6 +21,7 @@ from ..kineto import KERNEL_CATEGORIES
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import LaneGroup, LaneKind, TrackRole, roles_document
 from ..model.roles_document import RolesDocument, TrackEntry
+from ..model.trace import rank_title
 from .intervals import Intervals, covered, intersect, subtract, union
 from .query import open_checked, run_sql
 
@@ -71,7 +72,8 @@ select owner, grp, min(ts) as start, max(end_ts) as end from (
 group by owner, grp, island order by owner, grp, start"""
 
 
-Rank = Optional[tuple[int, int]]  # (PP rank, global rank) of a merged trace's part or a compacted rank; else None
+# (PP rank, global rank, in a pipeline) of a merged trace's part or a compacted rank; else None
+Rank = Optional[tuple[int, int, bool]]
 
 
 @dataclass
@@ -90,7 +92,7 @@ class _Roles:
         order: list[str] = []  # each document's lane groups in its order, merged (a rank may lack some)
         for document in documents:
             rank = document.rank
-            identity = (rank.pp_rank, rank.global_rank) if rank else None
+            identity = (rank.pp_rank, rank.global_rank, rank.pipeline) if rank else None
             place = 0
             for role in document.tracks:
                 roles.by_uuid[role.uuid] = role
@@ -359,6 +361,7 @@ class _Gpu:
         return {
             "gpu": self.name, "device": self.device,
             "pp_rank": self.rank[0] if self.rank else None, "global_rank": self.rank[1] if self.rank else None,
+            "rank": rank_title(*self.rank) if self.rank else None,
             "window": "steps" if self.steps else "active span",
             "window_start_ns": self.window[0][0], "window_end_ns": self.window[-1][1], "window_ns": window_ns,
             "busy_ns": busy, "busy_share": _share(busy, window_ns),
@@ -391,6 +394,5 @@ def _share(part: int, whole: int) -> float:
 
 
 def gpu_label(gpu: dict) -> str:
-    """A GPU's figures as one label: its name, and its ranks where it has them."""
-    rank = "" if gpu["pp_rank"] is None else f", PP rank {gpu['pp_rank']} (global rank {gpu['global_rank']})"
-    return gpu["gpu"] + rank
+    """A GPU's figures as one label: its name, and its rank named as the UI names it."""
+    return gpu["gpu"] + ("" if gpu["rank"] is None else f", {gpu['rank']}")

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from itertools import repeat
-from typing import Iterable, Optional
+from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
-from ..model import CounterSample, Trace, Track, TrackRole
+from ..model import CounterSample, Process, Trace, Track, TrackRole
+from ..model.columns import grouped_in_order
+
+_RANK = Track(name="rank")  # a CPU-only rank's busy threads, all its rows together
 
 
 def _container(track: Track) -> Optional[Track]:
@@ -73,15 +76,57 @@ def add_busy_lanes(trace: Trace) -> None:
                                   repeat(container)))
 
 
+def add_busy_threads(trace: Trace, process: Process) -> None:
+    """Make a row group's own row a counter of how many of its threads run a slice (a step's
+    ProfilerStep#N aside, which spans all of it): collapsed, a CPU rank's row shows its work
+    where it would show nothing. Each thread's slices count as their union: nesting counts once."""
+    table = trace.slices
+    thread_of_track, threads = table.track_keys(lambda track: track.thread if track.thread is not None
+                                                and track.thread.process is process else None)
+    steps = np.zeros(len(table), bool)
+    steps[table.named(lambda name: name.startswith("ProfilerStep#"))] = True
+    changes: list[tuple[int, int]] = []
+    for thread, at in grouped_in_order(thread_of_track[table.track]):
+        if thread < 0:  # not on one of its threads
+            continue
+        rows = at[~steps[at]]
+        starts, ends = table.spans(rows[np.argsort(table.ts[rows], kind="stable")])
+        if not len(starts):
+            continue
+        reach = np.maximum.accumulate(ends)  # the furthest end so far: a new run starts past it
+        opens = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
+        closes = np.r_[reach[opens[1:] - 1], reach[-1]]
+        changes += zip(starts[opens].tolist(), repeat(1))
+        changes += zip(closes.tolist(), repeat(-1))
+    if changes:
+        process.activity = Track(name=process.display_name, is_counter=True)
+        trace.counters.extend(CounterSample(ts, total, process.activity) for ts, total in running_totals(changes))
+
+
 def busy_gpu_changes(trace: Trace) -> list[tuple[int, int]]:
     """(ts, 1) where a GPU's lanes turn busy, (ts, -1) where they all turn idle, read from the
-    busy-lanes counters: summed over ranks, the number of busy GPUs."""
+    busy-lanes counters: summed over ranks, the number of busy GPUs. A rank with no GPU counts
+    as busy where any of its CPU rows counts a busy thread, so a CPU-only pipeline's root
+    counts its busy ranks."""
+    has_gpu = any(track.role is TrackRole.LANES for track in trace.tracks)
+    rank_rows = {process.activity for process in trace.processes if process.activity is not None}
+    samples = [sample for sample in trace.counters if sample.track.role is TrackRole.LANES] if has_gpu else \
+        [CounterSample(ts, total, _RANK) for ts, total in running_totals(
+            (sample.ts, int(sample.value - previous)) for sample, previous in _steps(trace.counters, rank_rows))]
     changes: list[tuple[int, int]] = []
     was_busy: dict[Track, bool] = defaultdict(bool)
-    for sample in trace.counters:  # each container's samples in time order
-        if sample.track.role is TrackRole.LANES:
-            busy = sample.value > 0
-            if busy != was_busy[sample.track]:
-                changes.append((sample.ts, 1 if busy else -1))
-                was_busy[sample.track] = busy
+    for sample in samples:  # each container's samples in time order
+        busy = sample.value > 0
+        if busy != was_busy[sample.track]:
+            changes.append((sample.ts, 1 if busy else -1))
+            was_busy[sample.track] = busy
     return changes
+
+
+def _steps(samples: list[CounterSample], tracks: set[Track]) -> Iterator[tuple[CounterSample, float]]:
+    """Each sample of `tracks` with the value before it on its track (0 at first)."""
+    previous: dict[Track, float] = defaultdict(float)
+    for sample in samples:
+        if sample.track in tracks:
+            yield sample, previous[sample.track]
+            previous[sample.track] = sample.value

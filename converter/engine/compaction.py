@@ -9,6 +9,7 @@ category and args stay exactly as read, and a self-check proves it before anythi
 from __future__ import annotations
 
 import heapq
+import re
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
@@ -26,10 +27,12 @@ from ..model.nesting import nested_layers, sort_by_start
 from ..model.columns import grouped_in_order
 from ..tuning import DEFAULT_TUNING, Tuning
 from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
+from .placement import tuck_bookkeeping
 from .window import step_ranges
 
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
 _THREAD = attrgetter("thread")
+_KINETO_THREAD = re.compile(r"thread (-?\d+) \((.+)\)")  # Kineto's thread names hold the tid
 _NO_ROWS = np.zeros(0, np.int64)
 _CHECKSUM_ROWS = 1 << 20  # rows hashed at a time: the self-check's memory stays a few MB
 
@@ -80,6 +83,8 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
         kept = np.ones(len(table), np.bool_)
         kept[merged_away] = False
         trace.keep_slices(kept)
+    shorten_thread_names(trace)
+    tuck_bookkeeping(trace, {gpu.process for gpu in per_gpu})
     lanes_by_group: Counter[str] = Counter()
     for gpu in per_gpu:
         for group, lanes in gpu.lanes.items():
@@ -100,6 +105,19 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
         "kernel_annotation_blocks": summary["label_blocks"],
         "cuda_graph_launches": len(table.named(CUDA_GRAPH_LAUNCH.__eq__)),
     }
+
+
+def shorten_thread_names(trace: Trace) -> None:
+    """Kineto's "thread 4515 (python3.8)" becomes "python3.8", a nameless thread "thread": the
+    v52 UI titles a thread "<name> <tid>", so the tid would show twice and cut the title."""
+    for thread in trace.threads:
+        source = thread.source_tid
+        if isinstance(source, str):
+            continue
+        if thread.name is None:
+            thread.name = "thread"
+        elif (kineto := _KINETO_THREAD.fullmatch(thread.name)) and kineto.group(1) == str(source):
+            thread.name = kineto.group(2)
 
 
 def _process_of(track: Track) -> Optional[Process]:

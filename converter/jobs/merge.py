@@ -353,7 +353,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         blocks[key].attach(trace, anchor, flow_id, outgoing)
     attach_transfer_ends(trace, plan.transfer_ends)
-    place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank, plan.clock), plan.in_pp_group)
+    place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank, clock=plan.clock), plan.in_pp_group)
     summary["overlaps_moved"] = separate_overlaps(trace, tuning)
     stride = plan.position + 1
     with open(path, "wb") as stream:

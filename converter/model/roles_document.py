@@ -9,7 +9,7 @@ and SQL finds them all in the order written. The value is JSON:
 
     {"version": 1,
      "tracks": [{"uuid", "role", "group", "label", "kind", "home", "layer"}],
-     "rank": {"pp_rank", "global_rank", "groups", "clock": {"offset_ns", "uncertainty_ns", "evidence"}}}
+     "rank": {"pp_rank", "global_rank", "groups", "pipeline", "clock": {"offset_ns", "uncertainty_ns", "evidence"}}}
 
 A track's uuid is its `trace_id` arg in trace_processor (`track.source_arg_set_id`). Only
 tracks with a role other than plain are listed; "group", "label" and "kind" are a lane's
@@ -70,11 +70,13 @@ class ClockEntry(msgspec.Struct, frozen=True):
 
 
 class RankEntry(msgspec.Struct, frozen=True, omit_defaults=True):
-    """Which rank the document's tracks belong to, the uuids of its rows' groups, and its clock."""
+    """Which rank the document's tracks belong to, the uuids of its rows' groups, whether a PP group
+    orders the ranks, and its clock."""
 
     pp_rank: int
     global_rank: int
     groups: tuple[int, ...]
+    pipeline: bool = True  # whether a PP group orders the ranks: how the rank is named
     clock: Optional[ClockEntry] = None
 
 
@@ -106,7 +108,8 @@ def document_of(trace: Trace, track_uuid: Callable[[Track], int],
     groups = tuple(process_uuid(process) for process in trace.processes if process.row_group)
     placed = trace.rank.clock
     clock = None if placed is None else ClockEntry(placed.offset_ns, placed.uncertainty_ns, dict(placed.evidence))
-    return RolesDocument(tracks, RankEntry(trace.rank.pp_rank, trace.rank.global_rank, groups, clock))
+    return RolesDocument(tracks, RankEntry(trace.rank.pp_rank, trace.rank.global_rank, groups,
+                                             trace.rank.in_pipeline, clock))
 
 
 def _entry(track: Track, track_uuid: Callable[[Track], int]) -> TrackEntry:

@@ -35,6 +35,9 @@ class Process:
     # why the UI needs that).
     row_group: bool = False
     parent: Optional["Track"] = None
+    # A row group's own row as a counter (its busy threads, engine/activity.py): the track its
+    # counter samples name; the writer gives it the group's uuid, as it is that row.
+    activity: Optional["Track"] = None
 
     @property
     def display_name(self) -> str:
@@ -183,7 +186,18 @@ class RankIdentity:
 
     pp_rank: int
     global_rank: int
+    in_pipeline: bool = True  # False where no PP group orders the ranks (pp_rank is then the global order)
     clock: Optional[ClockPlacement] = None
+
+    @property
+    def title(self) -> str:
+        """How the UI, the report and the summary all name the rank: "PP rank" only in a pipeline."""
+        return rank_title(self.pp_rank, self.global_rank, self.in_pipeline)
+
+
+def rank_title(pp_rank: int, global_rank: int, in_pipeline: bool = True) -> str:
+    """"PP rank 0 (global 3)", or "rank 3 (global 3)" where no pipeline orders the ranks."""
+    return f"{'PP rank' if in_pipeline else 'rank'} {pp_rank} (global {global_rank})"
 
 
 _SOURCE, _TARGET = attrgetter("source"), attrgetter("target")

@@ -93,6 +93,8 @@ class PerfettoWriter:
         processes (by id of the model object)."""
         process_uuids = {id(process): self._take_uuid() for process in trace.processes}
         uuids = {id(track): track.uuid if track.uuid is not None else self._take_uuid() for track in trace.tracks}
+        uuids.update((id(process.activity), process_uuids[id(process)]) for process in trace.processes
+                     if process.activity is not None)
         for process in trace.processes:
             self._emit_descriptor(_process_descriptor(process, process_uuids[id(process)], uuids))
         for track in trace.tracks:
@@ -390,8 +392,9 @@ def _process_descriptor(process: Process, uuid: int, uuids: dict[int, int]) -> b
             varint_field(TrackDescriptor.PARENT_UUID, _uuid_of(process.parent, uuids))
         order = b"" if process.sort_index is None else \
             varint_field(TrackDescriptor.SIBLING_ORDER_RANK, process.sort_index)
+        counter = b"" if process.activity is None else bytes_field(TrackDescriptor.COUNTER, b"")
         return varint_field(TrackDescriptor.UUID, uuid) + parent + \
-            string_field(TrackDescriptor.NAME, process.display_name) + _SIBLING_MERGE_NONE + order
+            string_field(TrackDescriptor.NAME, process.display_name) + _SIBLING_MERGE_NONE + order + counter
     descriptor = varint_field(ProcessDescriptor.PID, process.pid) + \
         string_field(ProcessDescriptor.PROCESS_NAME, process.display_name)
     for label in process.labels:
