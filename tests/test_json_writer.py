@@ -425,9 +425,12 @@ def test_generated_rows_are_named_and_ordered_like_the_lanes(generated):
     written = {(e["pid"], e["args"]["name"]) for e in loaded.metadata("thread_name")}
     assert written <= {(r["pid"], r["name"]) for r in loaded.threads}   # trace_processor has them all
     with_slices = {id(s.track) for s in trace.slices.rows()}
+
+    def owner(track):  # a row's process: its thread's, its own, or (bookkeeping rows) its parent's
+        return track.thread.process if track.thread else track.process or (track.parent and owner(track.parent))
+
     for process in trace.processes:
-        tracks = [t for t in trace.tracks if id(t) in with_slices and
-                  (t.thread.process if t.thread else t.process) is process]
+        tracks = [t for t in trace.tracks if id(t) in with_slices and owner(t) is process]
         if not tracks:
             continue
         lanes = sorted((t for t in tracks if t.parent is not None), key=lambda t: t.order)

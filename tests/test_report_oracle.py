@@ -211,7 +211,7 @@ def test_raw_converted_and_compacted_give_one_report(real_trace, tmp_path):
     assert raw["gpus"]
 
     def figures(report: dict, rank: bool = True) -> dict:
-        unranked = {"gpus": [{k: v for k, v in gpu.items() if rank or k not in ("pp_rank", "global_rank")}
+        unranked = {"gpus": [{k: v for k, v in gpu.items() if rank or k not in ("pp_rank", "global_rank", "rank")}
                              for gpu in report["gpus"]]}
         return {k: v for k, v in {**report, **unranked}.items() if k != "input"}
 
