@@ -7,7 +7,7 @@ from __future__ import annotations
 import doctest
 import subprocess
 import sys
-import tempfile
+import shutil
 import typing
 
 import pytest
@@ -17,16 +17,18 @@ from converter import api
 from converter.errors import CgtraceError
 
 
-def test_the_docstring_examples_run(tmp_path, monkeypatch):
+def test_the_docstring_examples_run():
     """The module docstring's set-up first, then every function's examples with its names."""
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))   # the set-up's mkdtemp lands here
     runner = doctest.DocTestRunner(optionflags=doctest.ELLIPSIS)
     found = [test for test in doctest.DocTestFinder().find(api) if test.examples]
     [set_up, *examples] = sorted(found, key=lambda test: test.name != api.__name__)
     runner.run(set_up, clear_globs=False)
-    for test in examples:
-        test.globs.update(set_up.globs)
-        runner.run(test)
+    try:
+        for test in examples:
+            test.globs.update(set_up.globs)
+            runner.run(test)
+    finally:
+        shutil.rmtree(set_up.globs["folder"], ignore_errors=True)  # the set-up's folder, with what the examples wrote
     assert tuple(runner.summarize(verbose=False)) == (0, runner.tries) and len(examples) == 6
 
 
