@@ -339,11 +339,12 @@ def _layer_annotation_rows(trace: Trace, gpu: GpuLanes, tuning: Tuning) -> None:
 
 
 def _order_children(gpu: GpuLanes) -> None:
-    """Lanes in group order, each lane's annotation rows directly above it."""
+    """Lanes in group order, each lane's annotation rows directly above it, numbered top-down
+    ("Compute annotations", "Compute annotations 2", "Compute") so the eye reads them in order."""
     rank = 0
     for lanes in gpu.lanes.values():
         for lane in lanes:
-            for row in reversed(gpu.annotation_rows.get(lane, [])):
+            for row in gpu.annotation_rows.get(lane, []):
                 rank += 1
                 row.order = rank
             rank += 1
