@@ -7,15 +7,22 @@ The cluster tests skip when `distributed` is not installed (pip install 'cgtrace
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
 import json
 import os
 import shutil
 import signal
 import socket
+import socketserver
 import statistics
+import subprocess
 import sys
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -26,6 +33,7 @@ from converter.generator import write_pp_run
 from converter.jobs import executors, runner
 
 from .helpers import rows
+from .test_bad_input import snapshot
 
 needs_dask = pytest.mark.skipif(importlib.util.find_spec("distributed") is None,
                                 reason="distributed is not installed: pip install 'cgtrace[cluster]'")
@@ -268,6 +276,91 @@ def test_an_unreachable_scheduler_is_one_line_naming_it(monkeypatch):
             pass
     message = raised.value.message
     assert "\n" not in message and address in message and "cannot reach the Dask scheduler" in message
+
+
+# -- listeners that are no Dask scheduler -----------------------------------------------------------
+class Silent(socketserver.StreamRequestHandler):
+    """Accepts, reads until the client goes, and never says a word."""
+
+    def handle(self) -> None:
+        self.rfile.read()
+
+
+class Dashboard(http.server.BaseHTTPRequestHandler):
+    """Answers HTTP, as the dashboard's port does (a Dask handshake gets its 400)."""
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@contextmanager
+def listening(handler: type[socketserver.BaseRequestHandler]) -> Iterator[str]:
+    """`handler` served on 127.0.0.1, for a minute at most, and its address."""
+    server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), handler)
+    server.daemon_threads, server.timeout = True, 0.1
+    stop, deadline = threading.Event(), time.monotonic() + 60
+
+    def serve() -> None:
+        while not stop.is_set() and time.monotonic() < deadline:
+            server.handle_request()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield f"tcp://127.0.0.1:{server.server_address[1]}"
+    finally:
+        stop.set()
+        thread.join()
+        server.server_close()
+
+
+@needs_dask
+@pytest.mark.parametrize("handler", [Silent, Dashboard])
+@pytest.mark.parametrize("command", ["compact", "merge"])
+def test_a_listener_that_is_no_scheduler_is_refused_in_one_line_within_15_s(ranks, tmp_path, handler, command):
+    """Dask's connect bounds the TCP connect but not the handshake after it, so these hung Client()."""
+    output = tmp_path / ("out" if command == "compact" else "merged.perfetto-trace")
+    if command == "compact":
+        output.mkdir()
+    before = snapshot(tmp_path), snapshot(ranks)
+    with listening(handler) as address:
+        started = time.monotonic()
+        with subprocess.Popen([sys.executable, "-m", "converter.cli", command, str(ranks), "-o", str(output),
+                               "--scheduler", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              start_new_session=True) as run:
+            out, err = run.communicate(timeout=60)
+        took = time.monotonic() - started
+    assert (run.returncode, out) == (2, ""), err[-1500:]
+    assert took < 15
+    lines = err.splitlines()
+    assert len(lines) == 1 and address in lines[0] and "check the address" in lines[0], err[-1500:]
+    assert (snapshot(tmp_path), snapshot(ranks)) == before
+    with pytest.raises(ProcessLookupError):  # nothing it started is left running
+        os.killpg(run.pid, 0)
+
+
+@needs_dask
+def test_a_workers_address_is_refused_as_no_scheduler(cluster):
+    _, client = cluster
+    worker = next(iter(client.scheduler_info()["workers"]))
+    with pytest.raises(CgtraceError) as raised:
+        with executors.open_workers(1, worker, connect_timeout_s=5):
+            pass
+    assert worker in raised.value.message and "no Dask scheduler (it calls itself Worker)" in raised.value.message
+
+
+@needs_dask
+@pytest.mark.parametrize("address", ["tls://127.0.0.1:8786", "ucx://127.0.0.1:8786", "tcp://127.0.0.1:port"])
+def test_a_scheduler_address_cgtrace_cannot_use_is_refused_at_once(ranks, tmp_path, capsys, address):
+    started = time.monotonic()
+    code, out, err = cli(capsys, "compact", str(ranks), "-o", str(tmp_path), "--scheduler", address)
+    assert (code, out) == (2, "") and time.monotonic() - started < 2
+    assert err.count("\n") == 1 and address in err and "give tcp://HOST:PORT" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_local_batch_reports_a_failing_rank_and_keeps_the_others(ranks, tmp_path, capsys):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import gc
 import os
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -77,11 +78,11 @@ def open_workers(jobs: int, scheduler: Optional[str], connect_timeout_s: float =
     except ImportError:
         raise CgtraceError(f"--scheduler {scheduler}: running on a Dask cluster needs the cluster extra; "
                            "pip install 'cgtrace[cluster]'") from None
+    _check_scheduler(scheduler, connect_timeout_s)
     try:
         client = Client(scheduler, timeout=connect_timeout_s, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as error:
-        raise CgtraceError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({_first_line(error)}); "
-                           "check the address and that `dask scheduler` runs there") from None
+        raise _unreachable(scheduler, error) from None
     with client:
         executor = client.get_executor(retries=_RETRIES, pure=False)
         try:
@@ -90,6 +91,75 @@ def open_workers(jobs: int, scheduler: Optional[str], connect_timeout_s: float =
             executor.shutdown(wait=False)  # cancels what has not finished
             raise
         executor.shutdown(wait=True)
+
+
+def _check_scheduler(scheduler: str, timeout_s: float) -> None:
+    """Refuse, in one line and within about `timeout_s`, a scheduler address that Client() would
+    hang on or fail late for. Dask's `connect(timeout=...)` bounds only the TCP connect and its
+    retries, not the handshake read after it (distributed/comm/core.py), so Client(timeout=...)
+    waits for ever on a listener that accepts and never answers, and reads an HTTP reply (the
+    dashboard's port) as a frame count, a MemoryError. Hence an identity call of our own first,
+    under a deadline that a thread's join enforces even where cancelling would not reach (a slow
+    name lookup). Schemes other than tcp:// need settings cgtrace cannot pass (TLS certificates,
+    UCX), so they are refused before any connecting."""
+    import asyncio
+
+    from distributed.comm import parse_address, parse_host_port
+
+    scheme, location = parse_address(scheduler)
+    if scheme != "tcp":
+        raise CgtraceError(f"--scheduler {scheduler}: cgtrace reaches Dask schedulers over tcp:// only, not "
+                           f"{scheme}://; give tcp://HOST:PORT or leave out --scheduler")
+    try:
+        parse_host_port(location)
+    except ValueError as error:
+        raise CgtraceError(f"--scheduler {scheduler}: not a scheduler address ({_first_line(error)}); "
+                           "give tcp://HOST:PORT or leave out --scheduler") from None
+    answer: list[Any] = []  # the identity reply, or the exception that ended the call
+    thread = threading.Thread(target=_ask_identity, args=(scheduler, timeout_s, answer),
+                              name="cgtrace-scheduler-check", daemon=True)
+    thread.start()
+    thread.join(timeout_s + 1)  # the call's own deadline ends it first; this one, whatever blocks it
+    reply = answer[0] if answer else TimeoutError()
+    if isinstance(reply, dict) and reply.get("type") == "Scheduler":
+        return
+    if isinstance(reply, (TimeoutError, asyncio.TimeoutError)):
+        raise CgtraceError(f"--scheduler {scheduler}: no Dask scheduler answered within {timeout_s:g} s; "
+                           "check the address (the scheduler's port, not its dashboard) or leave out --scheduler")
+    if isinstance(reply, OSError):  # refused, unreachable, or closed by what answered
+        raise _unreachable(scheduler, reply)
+    kind = reply.get("type") if isinstance(reply, dict) else type(reply).__name__
+    what = _first_line(reply) if isinstance(reply, BaseException) else f"it calls itself {kind}"
+    raise CgtraceError(f"--scheduler {scheduler}: what answered there is no Dask scheduler ({what}); check the "
+                       "address (the scheduler's port, not its dashboard or a worker's) or leave out --scheduler")
+
+
+def _ask_identity(scheduler: str, timeout_s: float, answer: list[Any]) -> None:
+    """In its own thread and event loop (the caller may be in one already): the scheduler's
+    identity reply, or the exception, appended to `answer`."""
+    import asyncio
+
+    from distributed.comm import connect
+
+    async def identity() -> Any:
+        # connect retries a refused port until its timeout: stop before the deadline, to name it so
+        comm = await connect(scheduler, timeout=0.8 * timeout_s)
+        try:
+            await comm.write({"op": "identity", "reply": True})
+            return await comm.read()
+        finally:
+            comm.abort()  # close() would flush first, and may wait on a peer that never reads
+
+    try:
+        answer.append(asyncio.run(asyncio.wait_for(identity(), timeout_s)))
+    except BaseException as error:  # MemoryError included: an HTTP reply read as a frame count
+        answer.append(error)
+
+
+def _unreachable(scheduler: str, error: BaseException) -> CgtraceError:
+    """One message for a connection that failed, whether in the check or in Client() after it."""
+    return CgtraceError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({_first_line(error)}); "
+                        "check the address and that `dask scheduler` runs there, or leave out --scheduler")
 
 
 def run_tasks(workers: Workers, function: Callable[..., Any], tasks: Sequence[tuple], names: Sequence[str],
