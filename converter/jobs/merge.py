@@ -76,7 +76,6 @@ class RankPlan:
     pp_rank: int   # its place in the PP group, or in global rank order without one
     global_rank: int
     in_pp_group: bool
-    clock_offset_ns: int = 0  # added to all its times: its clock set to the pipeline's
     clock: Optional[ClockPlacement] = None  # how, where the merge moved its ranks' clocks (kept in the track roles)
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
@@ -154,7 +153,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     if any(offsets):  # pair again on the one clock: which arrows can be drawn depends on it
         transfers, arrows = _pair([_shifted(info, offset) for info, offset in zip(members, offsets)])
     plans = [RankPlan(file=info.file, snapshot=info.snapshot, position=k, global_rank=info.global_rank,
-                      in_pp_group=info.pp_group is not None, clock_offset_ns=offsets[k],
+                      in_pp_group=info.pp_group is not None,
                       clock=None if clocks is None or not any(offsets) else ClockPlacement(
                           offsets[k], clocks.ranks[k].uncertainty_ns, tuple(sorted(clocks.ranks[k].evidence.items()))),
                       pp_rank=info.pp_group.index(info.global_rank) if info.pp_group else k)
@@ -346,9 +345,10 @@ class RankPart:
 def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     prepared = load_snapshot(Path(plan.snapshot))
     trace, summary, blocks = prepared.trace, prepared.summary, prepared.blocks
-    if plan.clock_offset_ns:  # first: the arrow ends' times are on the pipeline's clock
-        trace.shift_clock(plan.clock_offset_ns)
-        blocks = {key: block.shifted(plan.clock_offset_ns) for key, block in blocks.items()}
+    offset = plan.clock.offset_ns if plan.clock is not None else 0  # added to all its times
+    if offset:  # first: the arrow ends' times are on the pipeline's clock
+        trace.shift_clock(offset)
+        blocks = {key: block.shifted(offset) for key, block in blocks.items()}
     summary.update(link_rank_local(trace, blocks))
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         blocks[key].attach(trace, anchor, flow_id, outgoing)
