@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import threading
@@ -184,6 +185,11 @@ def _work(parent: int, sender: Connection, function: Callable[..., Any], task: t
         except Exception as error:  # raised again in the main process
             outcome = (False, error)
         with sender:
-            sender.send(outcome)
+            try:
+                sender.send(outcome)
+            except (pickle.PicklingError, TypeError, ValueError, AttributeError) as unpicklable:
+                # An error holding a C pointer (wasmtime's) does not pickle; its words still travel.
+                unsent = outcome[1] if not outcome[0] else unpicklable
+                sender.send((False, RuntimeError(f"{type(unsent).__name__}: {unsent}")))
     except _Stopped:
         os._exit(128 + signal.SIGTERM)
