@@ -65,7 +65,7 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 10) -> dict[st
     }
 
 
-def compared(a: float, b: float) -> dict[str, Any]:
+def _compared(a: float, b: float) -> dict[str, Any]:
     """One figure on both sides, in whole ns: A's, B's, the delta and the change in percent."""
     a_ns, b_ns = round(a), round(b)
     return {"a_ns": a_ns, "b_ns": b_ns, "delta_ns": b_ns - a_ns,
@@ -80,6 +80,7 @@ def _identity(gpu: dict[str, Any]) -> tuple[Optional[int], Optional[int], Hashab
 
 
 def _gpu_pairs(a: list[dict[str, Any]], b: list[dict[str, Any]], names: tuple[str, str]) -> list[tuple]:
+    """(identity, A's GPU, B's GPU) for every GPU, refused where an identity is missing or twice on a side."""
     for side, gpus in enumerate((a, b)):
         if len({_identity(gpu) for gpu in gpus}) < len(gpus):
             raise CgtraceError(f"{names[side]}: two of its GPUs have one identity (PP rank, global rank, device), "
@@ -118,7 +119,7 @@ _POINTS_IN_TIME = {"start_ns", "end_ns"}  # a stage row's fields that are no dur
 def _gpu_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     counts = {"a_steps": len(a["steps"]), "b_steps": len(b["steps"])}
     return [{**_gpu_fields(a), "figure": figure, **counts,
-             **compared(total(a) / len(a["steps"]), total(b) / len(b["steps"]))} for figure, total in _GPU_FIGURES]
+             **_compared(total(a) / len(a["steps"]), total(b) / len(b["steps"]))} for figure, total in _GPU_FIGURES]
 
 
 def _lane_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
@@ -129,13 +130,13 @@ def _lane_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
         busy_a, busy_b = (groups[group]["busy_ns"] / len(gpu["steps"]) if group in groups else 0
                           for groups, gpu in ((groups_a, a), (groups_b, b)))
         rows.append({**_gpu_fields(a), "group": group, "kind": (groups_a.get(group) or groups_b[group])["kind"],
-                     **compared(busy_a, busy_b)})
+                     **_compared(busy_a, busy_b)})
     return rows
 
 
 def _step_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     return [{**_gpu_fields(a), "index": index, "a_step": step_a["step"], "b_step": step_b["step"], "figure": figure,
-             **compared(step_a[key], step_b[key])}
+             **_compared(step_a[key], step_b[key])}
             for index, (step_a, step_b) in enumerate(zip(a["steps"], b["steps"]), 1) for figure, key in _STEP_FIGURES]
 
 
@@ -148,7 +149,7 @@ def _kernel_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     """Every kernel whose time changed, largest change first (then by name)."""
     totals_a, totals_b = ({kernel["name"]: kernel["total_ns"] / _steps_per_gpu(side) for kernel in side["top_kernels"]}
                           for side in (a, b))
-    rows = [{"name": name, **compared(totals_a.get(name, 0), totals_b.get(name, 0))}
+    rows = [{"name": name, **_compared(totals_a.get(name, 0), totals_b.get(name, 0))}
             for name in {**totals_a, **totals_b}]
     return sorted((row for row in rows if row["delta_ns"]), key=lambda row: (-abs(row["delta_ns"]), row["name"]))
 
@@ -175,32 +176,33 @@ def _stage_rows(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) ->
     for pp_rank, (steps_a, parts_a), (steps_b, parts_b) in _pairs(
             stages_a, stages_b, lambda rank: f"pipeline stage of PP rank {rank}", names):
         rows += [{"pp_rank": pp_rank, "part": part, "a_steps": steps_a, "b_steps": steps_b,
-                  **compared(parts_a.get(part, 0), parts_b.get(part, 0))} for part in {**parts_a, **parts_b}]
+                  **_compared(parts_a.get(part, 0), parts_b.get(part, 0))} for part in {**parts_a, **parts_b}]
     return rows
 
 
 # -- findings and the gate -----------------------------------------------------------------------
 def _summed(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
     rows = list(rows)
-    return compared(sum(row["a_ns"] for row in rows), sum(row["b_ns"] for row in rows))
+    return _compared(sum(row["a_ns"] for row in rows), sum(row["b_ns"] for row in rows))
 
 
-def _most(rows: list[dict[str, Any]], key: str, where_word: str = "in") -> str:
-    """Where the largest change of `rows` is, by their `key` (changes of rows sharing it summed)."""
-    deltas: dict[Any, int] = defaultdict(int)
+def _most(rows: list[dict[str, Any]], where: Callable[[dict[str, Any]], str], word: str = "in") -> str:
+    """Where the largest change of `rows` is (changes of rows in one place summed), where they
+    are in several places."""
+    deltas: dict[str, int] = defaultdict(int)
     for row in rows:
-        deltas[row[key]] += row["delta_ns"]
-    where = max(deltas, key=lambda k: abs(deltas[k]))
-    return f"; most {where_word} {where}" if len(deltas) > 1 and deltas[where] else ""
+        deltas[where(row)] += row["delta_ns"]
+    most = max(deltas, key=lambda place: abs(deltas[place]))
+    return f"; most {word} {most}" if len(deltas) > 1 and deltas[most] else ""
 
 
 def _finding(key: str, subject: str, figures: dict[str, Any], unit: str = " per step", detail: str = "") -> dict:
     unchanged = abs(figures["delta_ns"]) * 100 <= UNCHANGED_PCT * figures["a_ns"]
-    text = f"{subject[:1].upper()}{subject[1:]} {movement(figures, unit)}" + ("" if unchanged else detail)
+    text = f"{subject[:1].upper()}{subject[1:]} {_movement(figures, unit)}" + ("" if unchanged else detail)
     return {"key": key, "subject": subject, "text": text, "unchanged": unchanged, **figures}
 
 
-def movement(figures: dict[str, Any], unit: str = " per step") -> str:
+def _movement(figures: dict[str, Any], unit: str = " per step") -> str:
     """A figure's change in words: "down 48.0% (-3.100 ms per step)", "unchanged (2.000 ms)"."""
     a, delta = figures["a_ns"], figures["delta_ns"]
     if abs(delta) * 100 <= UNCHANGED_PCT * a:
@@ -217,30 +219,34 @@ def _findings(gpu_rows: list[dict], lane_rows: list[dict], kernel_rows: list[dic
     found = []
     steps = [row for row in gpu_rows if row["figure"] == "step"]
     if steps:
-        mean = _summed(steps)
-        found.append(_finding("step_time", "step time", compared(mean["a_ns"] / len(steps), mean["b_ns"] / len(steps)),
-                              unit="", detail=_most(steps, "gpu", "on")))
+        total = _summed(steps)
+        mean = _compared(total["a_ns"] / len(steps), total["b_ns"] / len(steps))
+        found.append(_finding("step_time", "step time", mean, unit="", detail=_most(steps, _on_gpu, "on")))
     for kind in LaneKind:
         rows = [row for row in lane_rows if row["kind"] == kind.value]
         if rows:
             found.append(_finding(f"kind.{kind.value}", f"{kind.value} time", _summed(rows),
-                                  detail=_most(rows, "group")))
+                                  detail=_most(rows, lambda row: row["group"])))
     if gpu_rows:
         exposed = [row for row in gpu_rows if row["figure"] == "exposed communication"]
         found.append(_finding("exposed_communication", "exposed communication", _summed(exposed),
-                              detail=_most(exposed, "gpu", "on")))
+                              detail=_most(exposed, _on_gpu, "on")))
     kernel = _finding("top_kernel", f"kernel {kernel_rows[0]['name']}", kernel_rows[0]) if kernel_rows else None
     if kernel and not kernel["unchanged"]:  # the kernel that moved most, where one moved
         found.append(kernel)
     for part in dict.fromkeys(row["part"] for row in stage_rows if row["part"] != "step"):
         rows = [row for row in stage_rows if row["part"] == part]
         found.append(_finding(f"stage.{part}", f"stage {part.replace('_', ' ')}", _summed(rows),
-                              detail=_most([{**row, "rank": f"PP rank {row['pp_rank']}"} for row in rows], "rank", "on")))
+                              detail=_most(rows, lambda row: f"PP rank {row['pp_rank']}", "on")))
     return found
 
 
+def _on_gpu(row: dict[str, Any]) -> str:
+    return row["gpu"]
+
+
 # What --fail-above looks at: each section's rows, and how a row is named on its line.
-GATED: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+_GATED: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("gpus", lambda row: f"{row['gpu']}: {row['figure']}"),
     ("lane_groups", lambda row: f"{row['gpu']}: {row['group']} busy"),
     ("stages", lambda row: f"PP rank {row['pp_rank']}: stage {row['part'].replace('_', ' ')}"),
@@ -249,5 +255,5 @@ GATED: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
 
 def beyond(diff: dict[str, Any], pct: float) -> list[str]:
     """The gated figures that changed by more than `pct` percent of A's, one line each."""
-    return [f"{name(row)} {movement(row)}" for section, name in GATED for row in diff[section]
+    return [f"{name(row)} {_movement(row)}" for section, name in _GATED for row in diff[section]
             if abs(row["delta_ns"]) * 100 > pct * row["a_ns"]]

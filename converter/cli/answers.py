@@ -153,9 +153,8 @@ def _run_diff(args) -> int:
                                "first (cgtrace merge DIR) and diff the merges")
     lanes = load_lane_rules(args.lanes)
     with workers_of(args) as workers:
-        outcomes = run_tasks(workers, report_one,
-                             [(for_cluster(path, workers.remote), args.tp_bin, lanes, MAX_TOP) for path in (args.a, args.b)],
-                             [str(args.a), str(args.b)], "reporting", stop_at_failure=True)
+        tasks = [(for_cluster(path, workers.remote), args.tp_bin, lanes, MAX_TOP) for path in (args.a, args.b)]
+        outcomes = run_tasks(workers, report_one, tasks, [str(args.a), str(args.b)], "reporting", stop_at_failure=True)
     diff = diff_reports(outcomes[0].value, outcomes[1].value, top=args.top)
     _answer(render_diff(diff, args.format), args, "diff")
     changed = [] if args.fail_above is None else beyond(diff, args.fail_above)
