@@ -209,6 +209,41 @@ def test_merged_pipelines_match_by_rank(tmp_path, capsys):
 
 
 # -- pipeline stages: the report's `pipeline.stages[]` contract -----------------------------------
+def test_stage_parts_of_merged_pipelines_through_the_command_line(tmp_path, capsys):
+    """Two runs of one 2-stage CUDA-graph pipeline (other seeds, other step counts): each PP
+    rank's stage parts are the means of what `cgtrace report` gives per step, and add up to
+    its step; a merge against itself changes no part."""
+    merges = []
+    for seed, steps in ((1, 2), (2, 3)):
+        write_pp_run(tmp_path / f"run{seed}", pp_size=2, microbatches=2, steps=steps, kernels_per_replay=4, seed=seed)
+        merges.append(tmp_path / f"run{seed}.perfetto-trace")
+        assert main(["merge", str(tmp_path / f"run{seed}"), "-o", str(merges[-1]), "-q"]) == 0
+    capsys.readouterr()
+    reports = []
+    for merged in merges:
+        assert main(["report", str(merged), "--format", "json"]) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    if "pipeline" not in reports[0]:
+        pytest.skip("report gives no pipeline.stages yet (issue 42's pipeline anatomy)")
+    status, out, _ = run_diff(capsys, *merges, "--format", "json")
+    diff = json.loads(out)
+    assert status == 0 and {row["pp_rank"] for row in diff["stages"]} == {0, 1}
+    for row in diff["stages"]:
+        for side, report in zip("ab", reports):
+            rows = [stage for stage in report["pipeline"]["stages"] if stage["pp_rank"] == row["pp_rank"]]
+            assert row[f"{side}_steps"] == len(rows)
+            mean = sum(stage[f"{row['part']}_ns"] for stage in rows) / len(rows)
+            assert row[f"{side}_ns"] == pytest.approx(mean, abs=0.5)
+    for pp_rank in (0, 1):
+        parts = [row for row in diff["stages"] if row["pp_rank"] == pp_rank]
+        step = next(row for row in parts if row["part"] == "step")
+        assert sum(row["a_ns"] for row in parts if row is not step) == pytest.approx(step["a_ns"], abs=len(parts))
+    assert "step_time" in findings(diff) and any(key.startswith("stage.") for key in findings(diff))
+    status, out, _ = run_diff(capsys, merges[0], merges[0], "--format", "json", "--fail-above", "0")
+    assert status == 0 and json.loads(out)["stages"]
+    assert_all_zero(json.loads(out))
+
+
 def stage_figures(name: str, stages: list[dict]) -> dict:
     """A CPU-only pipeline's report figures as build_report gives them: no GPU, stage rows only."""
     return {"input": {"trace": name, "lanes_from": "track roles"}, "definitions": {}, "gpus": [],
@@ -240,7 +275,9 @@ def test_stage_parts_compare_per_pp_rank_as_means_per_step():
     found = findings(diff)
     assert found["stage.recv_wait"]["text"] == "Stage recv wait down 18.8% (-150.000 ms per step); most on PP rank 0"
     assert found["stage.drain"]["text"] == "Stage drain up from 0 to 100.000 ms per step"  # PP rank 1 alone has it
-    assert "step_time" not in found and "stage.step" not in found   # no GPU; a stage's step is no part
+    assert "stage.step" not in found   # a stage's step is no part; without GPUs it is the step time
+    # (750 + 1100) / 2 against (900 + 1000) / 2
+    assert found["step_time"]["text"] == "Step time down 2.6% (-25.000 ms); most on PP rank 0"
     assert [line.split(" ", 1)[0] for line in beyond(diff, 10)] == ["PP", "PP", "PP"]
 
 

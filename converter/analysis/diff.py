@@ -217,11 +217,14 @@ def _findings(gpu_rows: list[dict], lane_rows: list[dict], kernel_rows: list[dic
     """The headline changes, each under a key CI can gate on: step time, time per lane kind,
     exposed communication, the kernel that moved most, each stage part."""
     found = []
-    steps = [row for row in gpu_rows if row["figure"] == "step"]
+    # The step time of GPUs, or of the PP ranks of a pipeline without GPUs (CPU-only).
+    steps, place = [row for row in gpu_rows if row["figure"] == "step"], _on_gpu
+    if not steps:
+        steps, place = [row for row in stage_rows if row["part"] == "step"], _on_pp_rank
     if steps:
         total = _summed(steps)
         mean = _compared(total["a_ns"] / len(steps), total["b_ns"] / len(steps))
-        found.append(_finding("step_time", "step time", mean, unit="", detail=_most(steps, _on_gpu, "on")))
+        found.append(_finding("step_time", "step time", mean, unit="", detail=_most(steps, place, "on")))
     for kind in LaneKind:
         rows = [row for row in lane_rows if row["kind"] == kind.value]
         if rows:
@@ -237,12 +240,16 @@ def _findings(gpu_rows: list[dict], lane_rows: list[dict], kernel_rows: list[dic
     for part in dict.fromkeys(row["part"] for row in stage_rows if row["part"] != "step"):
         rows = [row for row in stage_rows if row["part"] == part]
         found.append(_finding(f"stage.{part}", f"stage {part.replace('_', ' ')}", _summed(rows),
-                              detail=_most(rows, lambda row: f"PP rank {row['pp_rank']}", "on")))
+                              detail=_most(rows, _on_pp_rank, "on")))
     return found
 
 
 def _on_gpu(row: dict[str, Any]) -> str:
     return row["gpu"]
+
+
+def _on_pp_rank(row: dict[str, Any]) -> str:
+    return f"PP rank {row['pp_rank']}"
 
 
 # What --fail-above looks at: each section's rows, and how a row is named on its line.
