@@ -184,6 +184,7 @@ def test_generated_trace_text_json_and_html(generated, capsys, tmp_path):
     assert main(["diff", str(a), str(b), "--format", "html", "-o", str(page)]) == 0
     html = page.read_text()
     assert html.startswith("<!doctype html>") and f"<li>{escape(communication)}</li>" in html
+    assert 'class="bar less"' in html   # a decrease drawn in the other colour
     assert all(escape(meaning) in html for meaning in DIFF_DEFINITIONS.values())
     assert not re.search(r"https?:|src=|<script|<link", html)   # self-contained
     assert main(["diff", str(a), str(b), "--format", "html", "-o", str(page)]) == 2   # no --overwrite

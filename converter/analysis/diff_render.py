@@ -21,7 +21,8 @@ def render_diff(diff: dict[str, Any], fmt: str) -> str:
     if fmt == "json":
         return orjson.dumps(diff, option=orjson.OPT_INDENT_2).decode() + "\n"
     if fmt == "html":
-        lead = [f"<h2>Findings</h2><ul>{''.join(f'<li>{html.escape(line)}</li>' for line in _findings(diff))}</ul>"]
+        lead = [f"<h2>Findings</h2><ul>{''.join(f'<li>{html.escape(line)}</li>' for line in _findings(diff))}</ul>",
+                "<p class=note>Bars: each delta against the largest in its table; blue up, orange down.</p>"]
         return html_page(f"cgtrace diff: {Path(diff['a']['trace']).name} -> {Path(diff['b']['trace']).name}",
                          _sides(diff), lead, _tables(diff, lambda name: name), diff["definitions"])
     findings = "\nFindings\n" + "".join(f"  - {line}\n" for line in _findings(diff))
@@ -48,12 +49,13 @@ def _compared(row: dict[str, Any]) -> list[str]:
 
 def _table(title: str, columns: list[str], rows: list[dict[str, Any]],
            cells: Callable[[dict[str, Any]], list[str]]) -> Table:
-    """A section: `cells` label each row, the compared figures follow, with bars by |delta|."""
+    """A section: `cells` label each row, the compared figures follow, with a bar by the delta
+    (the section's largest fills it; a decrease in the other colour)."""
     largest = max((abs(row["delta_ns"]) for row in rows), default=0) or 1
     labels = len(columns)
     return Table(title, columns + _COMPARED, [cells(row) + _compared(row) for row in rows],
                  list(range(labels, labels + len(_COMPARED))),
-                 (labels + 2, [abs(row["delta_ns"]) / largest for row in rows]))
+                 (labels + 2, [row["delta_ns"] / largest for row in rows]))
 
 
 def _tables(diff: dict[str, Any], kernel_name: Callable[[str], str]) -> list[Table]:

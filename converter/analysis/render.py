@@ -37,7 +37,8 @@ def pct(share: float) -> str:
 @dataclass
 class Table:
     """One section as display text, shared by text and HTML; HTML draws `bar` (a column of
-    shares 0..1) as bars beside the numbers and lets `wrap` (a label column) wrap."""
+    shares -1..1, a negative one in another colour) as bars beside the numbers and lets `wrap`
+    (a label column) wrap."""
 
     title: str
     columns: list[str]
@@ -120,7 +121,7 @@ h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}
 table{border-collapse:collapse;margin:.5em 0}th,td{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left;
 vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th.n{white-space:normal}
 .wrap{overflow-wrap:anywhere;min-width:10em;max-width:40em}svg{vertical-align:middle}
-.rest{fill:#e8e8e8}.bar{fill:#4a7bd0}.step{stroke:#555;stroke-width:1}.note{color:#555}
+.rest{fill:#e8e8e8}.bar{fill:#4a7bd0}.less{fill:#e0892b}.step{stroke:#555;stroke-width:1}.note{color:#555}
 dl{max-width:60em}dt{font-weight:600}dd{margin:0 0 .5em 1.5em}.key{display:inline-block;margin-right:1.2em}
 """ + "".join(f'[data-kind="{kind}"]{{fill:{color}}}' for kind, color in _COLORS)
 _TIMELINE_WIDTH = 900
@@ -130,9 +131,9 @@ _STRIP_HEIGHT = 36
 
 
 def _bar(share: float, width: int = 120) -> str:
-    filled = max(0.0, min(1.0, share)) * width
+    filled = min(1.0, abs(share)) * width
     return (f'<svg width="{width}" height="10" aria-hidden="true"><rect class="rest" width="{width}" height="10"/>'
-            f'<rect class="bar" width="{filled:.1f}" height="10"/></svg>')
+            f'<rect class="bar{" less" if share < 0 else ""}" width="{filled:.1f}" height="10"/></svg>')
 
 
 def html_table(table: Table) -> str:
