@@ -137,25 +137,17 @@ def _run_report(args) -> int:
 
 
 def _run_diff(args) -> int:
-    """Both sides' reports as two tasks (at once where there are cores), then their diff; with
-    --fail-above, exit 1 once the diff is out, each figure beyond it named on stderr."""
-    from ..analysis.diff import beyond, diff_reports
+    """The diff, then with --fail-above exit 1 where a figure moved more, each named on stderr."""
+    from ..analysis.diff import beyond
     from ..analysis.diff_render import render_diff
     from ..fileio.atomic import check_output_path
-    from ..jobs.across import report_one
-    from ..jobs.executors import for_cluster, run_tasks
+    from ..jobs.diff_pair import diff_traces
 
     if args.output is not None:
         check_output_path(args.output, args.overwrite)
-    for path in (args.a, args.b):
-        if path.is_dir():
-            raise CgtraceError(f"{path}: is a directory; diff compares two traces: merge a directory of ranks "
-                               "first (cgtrace merge DIR) and diff the merges")
     lanes = load_lane_rules(args.lanes)
     with workers_of(args) as workers:
-        tasks = [(for_cluster(path, workers.remote), args.tp_bin, lanes, MAX_TOP) for path in (args.a, args.b)]
-        outcomes = run_tasks(workers, report_one, tasks, [str(args.a), str(args.b)], "reporting", stop_at_failure=True)
-    diff = diff_reports(outcomes[0].value, outcomes[1].value, top=args.top)
+        diff = diff_traces(args.a, args.b, workers, args.tp_bin, lanes, args.top)
     _answer(render_diff(diff, args.format), args, "diff")
     changed = [] if args.fail_above is None else beyond(diff, args.fail_above)
     for line in changed:

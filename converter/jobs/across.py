@@ -102,10 +102,10 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
             "median_step_ns": median, "ranks": rows, "stragglers": stragglers}
 
 
-def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules, top: int = 0) -> dict[str, Any]:
-    """One trace's report figures, as `cgtrace report` computes them (`top` kernels listed)."""
+def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> dict[str, Any]:
+    """One trace's report figures, as `cgtrace report` computes them (no kernel list)."""
     with as_perfetto(path, compact=True, lanes=lanes) as trace:
-        return build_report(trace, tp_bin=tp_bin, top=top, lanes=lanes, shown_as=path).figures
+        return build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path).figures
 
 
 def _rank_row(path: Path, gpu: dict[str, Any]) -> dict[str, Any]:
