@@ -303,3 +303,45 @@ def test_too_little_address_space_is_one_line_naming_the_limit(tmp_path):
     run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
     assert_clean_error(run, "ulimit -v", tmp_path, before)
+
+
+@pytest.fixture(scope="module")
+def plain_ranks(tmp_path_factory) -> Path:
+    """4 uncompressed rank traces: with no gunzip file first, every later file of a merge is
+    the largest at some size limit."""
+    folder = tmp_path_factory.mktemp("plain_ranks")
+    write_pp_run(folder, 4, events_per_rank=3_000)
+    return folder
+
+
+def _with_file_size_limit(cwd: Path, args: list, limit: int) -> subprocess.CompletedProcess:
+    """A full disk, as RLIMIT_FSIZE gives it without root: a write past `limit` bytes fails
+    (EFBIG; Python ignores SIGXFSZ), in every worker too. TMPDIR is inside `cwd`."""
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    (cwd / "tmp").mkdir(exist_ok=True)
+    return subprocess.run([sys.executable, "-m", "converter.cli", *map(str, args)], cwd=cwd, capture_output=True,
+                          text=True, timeout=300, preexec_fn=limited, env=dict(os.environ, TMPDIR=str(cwd / "tmp")))
+
+
+# Limits at which each of a merge's files is the first too large: the args store, a rank's
+# part of the output (from its snapshot), the output itself.
+@pytest.mark.parametrize("limit_kb, failing", [(20, "args"), (250, "part of the merge"), (900, "write failed")])
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_full_disk_at_any_point_of_a_merge_is_one_line_and_leaves_nothing(tmp_path, plain_ranks, limit_kb, failing,
+                                                                             jobs):
+    assert min(path.stat().st_size for path in plain_ranks.iterdir()) > 20 << 10
+    (tmp_path / "out").mkdir()
+    run = _with_file_size_limit(tmp_path, ["merge", plain_ranks, "-o", "out/m.perfetto-trace", "--jobs", jobs],
+                                limit_kb << 10)
+    assert "Traceback" not in run.stderr and run.returncode == 2, run.stderr[-1500:]
+    assert len(run.stderr.splitlines()) == 1 and failing in run.stderr, run.stderr
+    assert list((tmp_path / "out").iterdir()) == [] and list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("limit_kb", [16, 200, 600])
+def test_a_demo_that_fills_the_disk_takes_back_what_it_wrote(tmp_path, limit_kb):
+    run = _with_file_size_limit(tmp_path, ["demo", "demo"], limit_kb << 10)
+    assert run.returncode == 2 and run.stderr.splitlines() == [
+        f"cgtrace: error: demo: cannot write the demo there ({os.strerror(27)}); free disk space or pass another DIR"]
+    assert not (tmp_path / "demo").exists() and list((tmp_path / "tmp").iterdir()) == []

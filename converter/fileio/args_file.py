@@ -161,7 +161,7 @@ class FileArgsStore(ArgsStore):
         where = self._directory or tempfile.gettempdir()
         return CgtraceError(f"{where}: cannot keep the trace's args in a temporary file ({error.strerror or error}); "
                             "free some space there or point TMPDIR at a disk with room for about half the "
-                            "input's size")
+                            "input's size", io_error=error)
 
 
 def _close(*descriptors: int) -> None:

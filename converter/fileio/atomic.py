@@ -72,7 +72,7 @@ def remove_leftovers(path: Path) -> int:
 def write_failed(path: Path, error: OSError) -> CgtraceError:
     """The one message for an output that could not be written (a full disk, most often)."""
     return CgtraceError(f"{path}: write failed ({error.strerror or error}); nothing was written; "
-                        "free disk space or choose another path with -o")
+                        "free disk space or choose another path with -o", io_error=error)
 
 
 class AtomicFiles:

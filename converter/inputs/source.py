@@ -106,10 +106,11 @@ def _gunzip(handle, path: Path):
         except zlib.error as error:
             raise CgtraceError(f"{path}: corrupt gzip data ({error}); re-copy or re-export the trace") from None
         except OSError as error:
-            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):  # full, or past a file size limit
                 raise
             raise CgtraceError(f"{path}: cannot decompress into {tempfile.gettempdir()} ({error.strerror or error}); "
-                               "free some space there or point TMPDIR at a disk with room for the JSON") from None
+                               "free some space there or point TMPDIR at a disk with room for the JSON",
+                               io_error=error) from None
         if not decompressor.eof:
             raise CgtraceError(f"{path}: gzip stream is truncated; re-copy the file or re-export the trace")
         text.flush()

@@ -290,10 +290,15 @@ def _saved(prepared: Prepared, snapshot: str) -> str:
     try:
         save_snapshot(prepared, Path(snapshot))
     except OSError as error:
-        raise CgtraceError(f"{Path(snapshot).parent}: cannot keep a rank for the merge's second pass "
-                           f"({error.strerror or error}); free space beside the output (about 0.6x the "
-                           "inputs' size) or write the output elsewhere with -o") from None
+        raise _scratch_failed(Path(snapshot), "keep a rank for the merge's second pass", error) from None
     return snapshot
+
+
+def _scratch_failed(path: Path, doing: str, error: OSError) -> CgtraceError:
+    """The one message for the scratch folder beside the output running out (of space, most often)."""
+    return CgtraceError(f"{path.parent}: cannot {doing} ({error.strerror or error}); free space beside the output "
+                        "(the merge keeps its ranks there between passes) or write the output elsewhere with -o",
+                        io_error=error)
 
 
 def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = False) -> tuple[list[list[RankInfo]], str]:
@@ -355,11 +360,14 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank, clock=plan.clock), plan.in_pp_group)
     summary["overlaps_moved"] = separate_overlaps(trace, tuning)
     stride = plan.position + 1
-    with open(path, "wb") as stream:
-        writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32, flow_id_base=stride << 40,
-                                tuning=tuning)
-        writer.write(trace)
-        writer.close()
+    try:
+        with open(path, "wb") as stream:
+            writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32,
+                                    flow_id_base=stride << 40, tuning=tuning)
+            writer.write(trace)
+            writer.close()
+    except OSError as error:
+        raise _scratch_failed(Path(path), "write a rank's part of the merge", error) from None
     summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,
                    file=plan.file)
     return RankPart(path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters)),
