@@ -124,6 +124,17 @@ def test_split_steps_writes_one_loadable_file_per_step(tmp_path, three_steps):
         assert_opens_at_the_step_with_every_launch_arrow(path, whole, start, end)
 
 
+def test_split_steps_names_the_step_files_it_wrote_not_the_base(tmp_path, three_steps, capsys):
+    from converter.cli import main
+
+    output = tmp_path / "t.perfetto-trace"
+    assert main(["compact", str(three_steps), "-o", str(output), "--split-steps"]) == 0
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert not output.exists()
+    assert line.endswith(f"-> 3 step files, {tmp_path / 't_step0.perfetto-trace'} ... "
+                         f"{tmp_path / 't_step2.perfetto-trace'}"), line
+
+
 @pytest.mark.parametrize("text", ["", ":", "5", "a:b", "5:2"])
 def test_bad_window_is_a_clear_error(text):
     from converter.errors import CgtraceError

@@ -75,7 +75,7 @@ def _run_convert(args: argparse.Namespace) -> int:
     output = args.output or default_output_path(args.input)
     summary = run_job(args.input, output, job_options_of(args, compact=False, ends_command=True))
     print_summary(summary, args.quiet, f"{summary['slices']} slices, {summary['flows']} flows, "
-                                 f"{summary['tracks']} tracks -> {output}")
+                                       f"{summary['tracks']} tracks -> {_written(summary, output)}")
     return 0
 
 
@@ -89,8 +89,17 @@ def _run_compact(args: argparse.Namespace) -> int:
     summary = run_job(args.input, output, job_options_of(args, compact=True, ends_command=True))
     per_gpu = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
                         for gpu in summary["per_gpu"]) or "no GPU slices"
-    print_summary(summary, args.quiet, f"{per_gpu} -> {output}")
+    print_summary(summary, args.quiet, f"{per_gpu} -> {_written(summary, output)}")
     return 0
+
+
+def _written(summary: dict[str, Any], output: Path) -> str:
+    """What a job wrote: OUT, or with --split-steps its step files (OUT itself is not written)."""
+    steps = summary.get("steps")
+    if not steps:
+        return str(output)
+    first, last = steps[0]["output"], steps[-1]["output"]
+    return first if len(steps) == 1 else f"{len(steps)} step files, {first} ... {last}"
 
 
 def _run_merge(args: argparse.Namespace) -> int:
