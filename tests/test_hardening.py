@@ -37,7 +37,7 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
-@pytest.mark.parametrize("command", ["compact", "report"])
+@pytest.mark.parametrize("command", ["compact", "report", "merge", "diff"])  # every command that takes --lanes
 @pytest.mark.parametrize("case", sorted(NASTY_LANES))
 def test_small_lanes_files_are_refused_quickly_in_bounded_memory(tmp_path, case, command):
     text = NASTY_LANES[case]
@@ -47,7 +47,8 @@ def test_small_lanes_files_are_refused_quickly_in_bounded_memory(tmp_path, case,
     before = snapshot(tmp_path)
     started = time.monotonic()
 
-    run = subprocess.run([sys.executable, "-m", "converter.cli", command, str(source), "--lanes", "lanes.toml"],
+    traces = [str(source)] * (2 if command in ("merge", "diff") else 1)
+    run = subprocess.run([sys.executable, "-m", "converter.cli", command, *traces, "--lanes", "lanes.toml"],
                          cwd=tmp_path, capture_output=True, text=True, timeout=60, preexec_fn=_limit_memory)
 
     assert time.monotonic() - started < 30
