@@ -23,10 +23,11 @@ from ..model import LaneGroup, LaneKind, TrackRole, roles_document
 from ..model.roles_document import RolesDocument, TrackEntry
 from ..model.trace import rank_title
 from .intervals import Intervals, covered, intersect, subtract, union
+from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
 from .query import open_checked, run_sql
 
 # The figures, each defined once: keys as in the JSON's "definitions".
-DEFINITIONS = {
+DEFINITIONS: dict[str, str] = {
     "window": "each GPU's profiled steps (its rank's ProfilerStep#N spans on the CPU side), else its active "
               "span (from its first GPU slice's start to its last one's end); every figure covers this window "
               "only, slices cut at its edges",
@@ -279,8 +280,10 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
             from cgtrace_gpu g join cgtrace_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
             where g.category in ({_quoted(KERNEL_CATEGORIES)})
             group by g.name order by total desc, g.name limit {max(int(top), 0)}""")
+        pipeline = anatomy(read_stages(trace.rows, trace.rank, rules, steps,
+                                       {gpu.rank: (gpu.compute, gpu.communication) for gpu in gpus if gpu.rank}))
     per_gpu = [gpu.figures(counts) for gpu in gpus]
-    figures = {
+    figures: dict[str, Any] = {
         "input": {"trace": str(shown_as or path),
                   "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories"},
         "definitions": DEFINITIONS,
@@ -288,6 +291,9 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
         "top_kernels": [{"name": name, "count": count, "total_ns": total, "mean_ns": total / count}
                         for name, count, total in kernels],
     }
+    if pipeline is not None:
+        figures["definitions"] = {**DEFINITIONS, **ANATOMY_DEFINITIONS}
+        figures["pipeline"] = pipeline
     if trace.clocks:  # a merge that moved its ranks' clocks
         figures["clocks"] = trace.clocks
     return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks])
