@@ -17,19 +17,24 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
 from ..lane_rules import LaneRules
+from ..model.trace import rank_title
 from .intervals import Intervals, covered, intersect, subtract, union
 
 ANATOMY_DEFINITIONS = {
-    "pipeline stage parts": "per PP rank and step, the step cut into parts that add up to it exactly: compute, "
-                            "then the idle rest (no compute) as warm-up (before the stage's first compute), drain "
-                            "(after its last), and in between recv_wait (inside a receive: a RECV block, or a "
-                            "receive op or its transport span), exposed communication (inside other "
-                            "communication) and other",
-    "stage compute": "a rank with GPU lanes: a compute lane busy; a CPU-only rank: one of its CPU ops (cpu_op) "
-                     "running that is no communication op (c10d::, gloo:, nccl:, record_param_comms) nor a transfer's "
-                     "buffer (aten::empty*, aten::detach*, detach*); the "
-                     "stage's first and last compute are those inside the schedule's compute actions (F, B, I, W, "
-                     "Forward <mb>, Backward <mb>) where it names them",
+    "stage compute": "per PP rank: a rank with GPU lanes computes while a compute lane is busy; a CPU-only rank "
+                     "while one of its CPU ops (cpu_op) runs that is no communication op (c10d::, gloo:, nccl:, "
+                     "record_param_comms) and no transfer buffer (aten::empty*, aten::detach*, detach*); its first "
+                     "and last compute in a step are those inside the schedule's compute actions (F, B, I, W, "
+                     "Forward <mb>, Backward <mb>) where it names them, else any",
+    "warm-up, drain": "per PP rank and step: time without compute before the stage's first compute (warm-up) and "
+                      "after its last (drain)",
+    "receive wait": "per PP rank and step, between its first and last compute: time without compute inside a "
+                    "receive (a PP RECV_F/RECV_B block, a c10d::recv*, gloo:recv* or nccl:recv* op or span); each "
+                    "moment goes to the receive that ends first among those open, which names the stage and "
+                    "microbatch waited for where the schedule does",
+    "stage parts": "compute, warm-up, drain, receive wait, exposed communication (the rest of the time between "
+                   "first and last compute that a communication lane, op or span covers) and other (the rest) "
+                   "add up to the step exactly",
 }
 
 _COMMUNICATION_OPS = ("c10d::", "gloo:", "nccl:", "record_param_comms")
@@ -91,6 +96,7 @@ class StageInput:
 
     pp_rank: int
     global_rank: int
+    in_pipeline: bool
     steps: list[tuple[str, int, int]]
     compute: Intervals
     communication: Intervals
@@ -122,7 +128,7 @@ def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: 
     cpu = _cpu_ops(rows, rank_of, set(cpu_only)) if cpu_only else {}
     for rank, named in spans.items():
         compute, communication = gpu_lanes.get(rank) or cpu.get(rank, ([], []))
-        stage = found[rank] = StageInput(rank[0], rank[1], steps.get(rank, []), compute, communication)
+        stage = found[rank] = StageInput(*rank, steps.get(rank, []), compute, communication)
         blocks = sorted((start, end, action) for name, start, end in named
                         if (action := parse_action(name, rules)) is not None)
         stage.actions = [(action, start, end) for start, end, action in blocks]
@@ -201,21 +207,24 @@ def anatomy(stages: list[StageInput]) -> Optional[dict[str, Any]]:
     """`pipeline` of the report: a row per PP rank and step; None where no rank is a stage."""
     if not stages:
         return None
-    holder = {action.stage: stage.pp_rank for stage in stages for action, _, _ in stage.actions
+    holder = {action.stage: stage for stage in stages for action, _, _ in stage.actions
               if action.stage is not None and action.computes}
     rows = []
     for stage in stages:
         for name, start, end in stage.steps:
             parts = stage_parts(stage, start, end)
             for wait in parts["recv_waits"]:
-                wait["from_pp_rank"] = holder.get(wait["from_stage"])
+                sender = holder.get(wait["from_stage"])
+                wait["from_pp_rank"] = sender.pp_rank if sender else None
+                wait["from_rank"] = rank_title(sender.pp_rank, sender.global_rank, sender.in_pipeline) if sender else None
             blocks: dict[str, list[tuple[int, int]]] = {}
             for action, s, e in stage.actions:
                 if action.computes:
                     blocks.setdefault(action.action, []).append((s, e))
             compute_by_action = {kind: covered(intersect(stage.compute, union(spans)), [(start, end)])[0]
                                  for kind, spans in sorted(blocks.items())}
-            rows.append({"pp_rank": stage.pp_rank, "global_rank": stage.global_rank, "step": name,
+            rows.append({"pp_rank": stage.pp_rank, "global_rank": stage.global_rank,
+                         "rank": rank_title(stage.pp_rank, stage.global_rank, stage.in_pipeline), "step": name,
                          "start_ns": start, "step_ns": end - start, **parts,
                          "compute_by_action": compute_by_action})
     return {"stages": rows}

@@ -22,6 +22,7 @@ from ..lane_rules import LaneRules, load_lane_rules
 from ..model import LaneGroup, LaneKind, TrackRole, roles_document
 from ..model.roles_document import RolesDocument, TrackEntry
 from ..model.trace import rank_title
+from .findings import FINDINGS_DEFINITION, report_findings
 from .intervals import Intervals, covered, intersect, subtract, union
 from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
 from .query import open_checked, run_sql
@@ -41,6 +42,8 @@ DEFINITIONS: dict[str, str] = {
     "top kernels": "kernels by their total time in the window; count is the kernels that overlap it",
     "kind": "what a lane group counts as (compute, communication, memory, other): the lane rules' `kind`, "
             "kept in the track roles of a trace cgtrace compacted",
+    **ANATOMY_DEFINITIONS,
+    "findings": FINDINGS_DEFINITION,
 }
 _PP_KIND_OF = {"F": "F", "B": "B", "I": "I", "W": "W", "SEND_F": "SEND", "SEND_B": "SEND",
                "RECV_F": "RECV", "RECV_B": "RECV"}
@@ -292,10 +295,10 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
                         for name, count, total in kernels],
     }
     if pipeline is not None:
-        figures["definitions"] = {**DEFINITIONS, **ANATOMY_DEFINITIONS}
         figures["pipeline"] = pipeline
     if trace.clocks:  # a merge that moved its ranks' clocks
         figures["clocks"] = trace.clocks
+    figures = {"input": figures["input"], "findings": [f.as_json() for f in report_findings(figures)], **figures}
     return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks])
 
 
