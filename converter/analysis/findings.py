@@ -18,15 +18,16 @@ NOTABLE_EXPOSED_SHARE = 0.05
 MOST = 8  # findings listed at most, largest first
 
 FINDINGS_DEFINITION = ("the largest of: a PP rank's mean share of the step spent waiting on receives (recv_wait), "
-                       f"in warm-up and drain (pipeline_bubble), a GPU's exposed communication share of its window "
-                       f"(exposed_communication), each from {NOTABLE_EXPOSED_SHARE:.0%} (exposed) or "
-                       f"{NOTABLE_SHARE:.0%} up; and every straggler `report DIR` names (straggler)")
+                       f"in warm-up and drain (pipeline_bubble), the largest exposed communication share of a GPU's window "
+                       "or a CPU-only stage's step (exposed_communication), each from "
+                       f"{NOTABLE_EXPOSED_SHARE:.0%} (exposed) or {NOTABLE_SHARE:.0%} up; and every straggler, with "
+                       "the time it holds collectives up per step as a share of the median step (straggler)")
 
 
 @dataclass(frozen=True)
 class Finding:
-    """One line of findings: `key` says which rule, `figure` its number (a share 0..1, or ns),
-    `unit` what the number is, `where` the rank, step or lane to look at."""
+    """One line of findings: `key` says which rule, `figure` its number (a share 0..1), `unit`
+    what it is a share of, `where` the rank, step or lane to look at."""
 
     key: str
     text: str
@@ -39,8 +40,8 @@ class Finding:
 
 
 def ranked(findings: Iterable[Finding]) -> list[Finding]:
-    """Largest first (shares and times kept apart: times after shares), at most MOST."""
-    return sorted(findings, key=lambda f: (f.unit != "share", -f.figure, f.text))[:MOST]
+    """Largest share first, at most MOST."""
+    return sorted(findings, key=lambda f: (-f.figure, f.text))[:MOST]
 
 
 def as_text(findings: list[dict[str, Any]]) -> str:
@@ -54,8 +55,11 @@ def report_findings(figures: dict[str, Any]) -> list[Finding]:
     """Findings of one trace's report figures (report.py's JSON)."""
     with_gpus = {gpu["global_rank"] for gpu in figures.get("gpus", [])}
     found = list(_pipeline(figures.get("pipeline", {}).get("stages", []), with_gpus))
-    found += [_exposed(gpu) for gpu in figures.get("gpus", []) if gpu["exposed_comm_share"] >= NOTABLE_EXPOSED_SHARE]
-    return ranked(found)
+    exposed = sorted((gpu for gpu in figures.get("gpus", []) if gpu["exposed_comm_share"] >= NOTABLE_EXPOSED_SHARE),
+                     key=lambda gpu: -gpu["exposed_comm_share"])
+    if exposed:
+        found.append(_exposed(exposed[0], len(exposed) - 1))
+    return ranked(found + straggler_findings(figures.get("stragglers", [])))
 
 
 def _pipeline(rows: list[dict[str, Any]], with_gpus: set[Optional[int]]) -> Iterable[Finding]:
@@ -71,18 +75,18 @@ def _pipeline(rows: list[dict[str, Any]], with_gpus: set[Optional[int]]) -> Iter
         if share >= NOTABLE_SHARE:
             most = _most_waited_for(steps)
             yield Finding("recv_wait", f"{title} waits {share:.0%} of each step on receives"
-                          + (f", most for {most}" if most else ""), round(share, 4), "share",
+                          + (f", most for {most}" if most else ""), round(share, 4), "share of the step",
                           {**where, "look_at": "receive waits (recv_waits) of its steps"})
         warmup = mean(row["warmup_ns"] / row["step_ns"] for row in steps if row["step_ns"])
         drain = mean(row["drain_ns"] / row["step_ns"] for row in steps if row["step_ns"])
         if warmup + drain >= NOTABLE_SHARE:
             yield Finding("pipeline_bubble", f"{title} idles {warmup:.0%} of each step before its first compute "
-                          f"(warm-up) and {drain:.0%} after its last (drain)", round(warmup + drain, 4), "share",
+                          f"(warm-up) and {drain:.0%} after its last (drain)", round(warmup + drain, 4), "share of the step",
                           {**where, "look_at": "the start and end of its steps"})
         exposed = mean(row["exposed_comm_ns"] / row["step_ns"] for row in steps if row["step_ns"])
         if exposed >= NOTABLE_EXPOSED_SHARE and steps[0]["global_rank"] not in with_gpus:
             yield Finding("exposed_communication", f"Communication is exposed {exposed:.0%} of each step on {title} "
-                          "(between its first and last compute, outside receives)", round(exposed, 4), "share",
+                          "(between its first and last compute, outside receives)", round(exposed, 4), "share of the step",
                           {**where, "look_at": "its communication ops (c10d, gloo) outside receives"})
 
 
@@ -107,14 +111,17 @@ def waited_for(wait: dict[str, Any]) -> str:
         f"on {wait['from_rank']}" if wait["from_rank"] is not None else "") if part)
 
 
-def _exposed(gpu: dict[str, Any]) -> Finding:
+def _exposed(gpu: dict[str, Any], more: int) -> Finding:
+    """The GPU with the most exposed communication (and how many more are over the mark)."""
     lanes = sorted((lane for lane in gpu["lane_groups"] if lane["kind"] == "communication" and lane["busy_ns"]),
                    key=lambda lane: -lane["busy_ns"])
     label = gpu["gpu"] + (f", {gpu['rank']}" if gpu.get("rank") else "")
     share = gpu["exposed_comm_share"]
     busiest = f" (busiest: {lanes[0]['group']}, {lanes[0]['share']:.0%})" if lanes else ""
-    return Finding("exposed_communication", f"Communication is exposed {share:.0%} of the window on {label}{busiest}",
-                   share, "share",
+    others = f"; {more} more GPU{'s' if more > 1 else ''} over {NOTABLE_EXPOSED_SHARE:.0%}" if more else ""
+    return Finding("exposed_communication",
+                   f"Communication is exposed {share:.0%} of the window on {label}{busiest}{others}",
+                   share, "share of the window",
                    {"gpu": gpu["gpu"], "pp_rank": gpu["pp_rank"], "global_rank": gpu["global_rank"],
                     "lanes": [lane["group"] for lane in lanes]})
 
@@ -122,7 +129,8 @@ def _exposed(gpu: dict[str, Any]) -> Finding:
 def straggler_findings(stragglers: list[dict[str, Any]]) -> list[Finding]:
     """One finding per straggler `report DIR` names (jobs/across.py's rows)."""
     return ranked(Finding("straggler", f"{s['title']} arrives last at {s['late_collectives']} collectives, holding "
-                          f"the others up {s['held_up_ns_per_step'] / 1e6:.3f} ms per step", s["held_up_ns_per_step"],
-                          "ns per step", {"file": s["file"], "global_rank": s["global_rank"], "gpu": s["gpu"],
+                          f"them up {s['held_up_ns_per_step'] / 1e6:.3f} ms per step (the others waited "
+                          f"{s['caused_wait_ns'] / 1e6:.3f} ms for it in all)", s["held_up_share"],
+                          "share of the median step", {"file": s["file"], "global_rank": s["global_rank"], "gpu": s["gpu"],
                                           "look_at": "its work before the collectives it joins last"})
                   for s in stragglers)

@@ -1,0 +1,76 @@
+"""`report DIR` names as stragglers the ranks whose late arrival into collectives holds the
+others up, with the waiting they caused: recomputed here from the input JSON alone."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections import defaultdict
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from converter.cli import main
+from converter.generator import GeneratorConfig, write_pp_run
+
+from .oracle import load_events, to_ns
+
+RUN = dict(pp_size=1, dp_size=6, steps=3, seed=1, graphs_per_step=4, kernels_per_replay=8)
+
+
+def report_dir(directory: Path) -> dict:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(directory), "--format", "json", "--jobs", "1"]) == 0
+    return json.loads(out.getvalue())
+
+
+def late_arrivals(files: list[Path]) -> dict[str, dict[str, int]]:
+    """Per file: the collectives it reached last, how much later than the next latest, and how
+    long the others waited for it; a collective is the k-th of its kind on its process group."""
+    arrivals = defaultdict(list)
+    for path in files:
+        header, events = load_events(path)
+        seen: dict = defaultdict(int)
+        kernels = sorted(((to_ns(e["ts"]), e) for e in events if e.get("cat") == "kernel"
+                          and e["name"].startswith(("ncclKernel_", "ncclDevKernel_"))), key=lambda item: item[0])
+        for ts, event in kernels:
+            args = event.get("args", {})
+            if args.get("Collective name") in ("send", "recv"):
+                continue
+            key = (args.get("Process Group Name"), args.get("Group size"), args.get("Collective name"))
+            arrivals[(*key, seen[key])].append((header["baseTimeNanoseconds"] + ts, path.name))
+            seen[key] += 1
+    late: dict[str, dict[str, int]] = {}
+    for starts in arrivals.values():
+        if len(starts) > 1:
+            starts.sort()
+            last, name = starts[-1]
+            mine = late.setdefault(name, {"late_collectives": 0, "held_up_ns": 0, "caused_wait_ns": 0})
+            mine["late_collectives"] += 1
+            mine["held_up_ns"] += last - starts[-2][0]
+            mine["caused_wait_ns"] += sum(last - start for start, _ in starts[:-1])
+    return late
+
+
+def test_the_slow_rank_and_only_it_is_named_with_the_waiting_it_caused(tmp_path):
+    steady = report_dir(write_pp_run(tmp_path / "steady", **RUN)[0].parent)
+    assert steady["stragglers"] == [] and steady["findings"] == []
+    files = write_pp_run(tmp_path / "slow", **RUN, slow_rank=4, slow_factor=1.5)
+    report = report_dir(files[0].parent)
+    [straggler] = report["stragglers"]
+    expected = late_arrivals(files)["rank4_trace.json"]
+    assert (straggler["file"], straggler["global_rank"]) == ("rank4_trace.json", 4)
+    assert {key: straggler[key] for key in expected} == expected
+    assert straggler["held_up_ns_per_step"] == round(expected["held_up_ns"] / 3)
+    # Named by what it did, not by its step time's distance from the median.
+    assert straggler["held_up_ns_per_step"] >= 0.10 * report["median_step_ns"]
+    [finding] = report["findings"]
+    assert finding["key"] == "straggler" and finding["where"]["global_rank"] == 4
+    assert finding["figure"] == round(straggler["held_up_ns_per_step"] / report["median_step_ns"], 4)
+
+
+def test_slow_rank_knob_is_checked():
+    with pytest.raises(ValueError, match="slow_rank must be a global rank"):
+        GeneratorConfig(world_size=2, slow_rank=2)
