@@ -5,12 +5,17 @@ agrees with every part, and warm-up and drain have the schedule's shape."""
 
 from __future__ import annotations
 
+import io
 import re
 import shutil
+from contextlib import redirect_stdout
+from html import escape
 from pathlib import Path
+from statistics import mean
 
 import pytest
 
+from converter.cli import main
 from converter.generator import write_pp_run
 
 from .helpers import SHARED_TRACES, merge_files
@@ -138,3 +143,36 @@ def test_generated_cuda_graph_pipeline(tmp_path):
     # Each stage but the first waits on what the stage before sends it, and says so.
     waits = {(row["pp_rank"], wait["action"], wait["from_pp_rank"]) for row in stages for wait in row["recv_waits"]}
     assert {(rank, "RECV_F", rank - 1) for rank in (1, 2, 3)} <= waits
+    check_findings(output, files)
+
+
+def check_findings(merged_trace: Path, files: list[Path]) -> None:
+    """Findings say, in words and figures, what the oracle's parts say; text and HTML lead with them."""
+    report = reported(merged_trace)
+    by_rank: dict[int, list[dict]] = {}
+    for row in report["pipeline"]["stages"]:
+        by_rank.setdefault(row["pp_rank"], []).append(expected_parts(files[row["global_rank"]])[row["step"]])
+    findings = report["findings"]
+    assert findings == sorted(findings, key=lambda f: -f["figure"])
+    waiting = [f for f in findings if f["key"] == "recv_wait"]
+    assert waiting
+    for finding in waiting:
+        share = mean(part["recv_wait_ns"] / part["step_ns"] for part in by_rank[finding["where"]["pp_rank"]])
+        assert finding["figure"] == round(share, 4) >= 0.10
+        assert f"waits {share:.0%} of each step on receives, most for RECV_" in finding["text"]
+    bubble = [f for f in findings if f["key"] == "pipeline_bubble"]
+    worst = max(by_rank, key=lambda rank: mean((p["warmup_ns"] + p["drain_ns"]) / p["step_ns"] for p in by_rank[rank]))
+    assert bubble[0]["where"]["pp_rank"] == worst == max(by_rank)  # the last stage idles most
+    text = run(merged_trace)
+    assert text.split("\n")[2:3 + len(findings)] == ["Findings"] + [f"  - {f['text']}" for f in findings]
+    assert "Pipeline stages: each step cut into parts that add up to it" in text
+    page = run(merged_trace, "--format", "html")
+    assert all(escape(f["text"]) in page for f in findings)
+    assert page.index("<h2>Findings</h2>") < page.index("Pipeline stages") and 'data-part="recv_wait_ns"' in page
+
+
+def run(trace: Path, *options: str) -> str:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(trace), *options]) == 0
+    return out.getvalue()
