@@ -18,8 +18,8 @@ NOTABLE_EXPOSED_SHARE = 0.05
 MOST = 8  # findings listed at most, largest first
 
 FINDINGS_DEFINITION = ("the largest of: a PP rank's mean share of the step spent waiting on receives (recv_wait), "
-                       f"in warm-up and drain (pipeline_bubble), the largest exposed communication share of a GPU's window "
-                       "or a CPU-only stage's step (exposed_communication), each from "
+                       f"in warm-up and drain (pipeline_bubble), and exposed communication: a stage's share of the step "
+                       "outside receives, else the largest share of a GPU's window (exposed_communication), each from "
                        f"{NOTABLE_EXPOSED_SHARE:.0%} (exposed) or {NOTABLE_SHARE:.0%} up; and every straggler, with "
                        "the time it holds collectives up per step as a share of the median step (straggler)")
 
@@ -53,18 +53,19 @@ def as_text(findings: list[dict[str, Any]]) -> str:
 
 def report_findings(figures: dict[str, Any]) -> list[Finding]:
     """Findings of one trace's report figures (report.py's JSON)."""
-    with_gpus = {gpu["global_rank"] for gpu in figures.get("gpus", [])}
-    found = list(_pipeline(figures.get("pipeline", {}).get("stages", []), with_gpus))
-    exposed = sorted((gpu for gpu in figures.get("gpus", []) if gpu["exposed_comm_share"] >= NOTABLE_EXPOSED_SHARE),
-                     key=lambda gpu: -gpu["exposed_comm_share"])
+    stages = figures.get("pipeline", {}).get("stages", [])
+    found = list(_pipeline(stages))
+    # A stage's exposed communication leaves out its receive waits, which are said already.
+    staged = {row["global_rank"] for row in stages}
+    exposed = sorted((gpu for gpu in figures.get("gpus", []) if gpu["exposed_comm_share"] >= NOTABLE_EXPOSED_SHARE
+                      and gpu["global_rank"] not in staged), key=lambda gpu: -gpu["exposed_comm_share"])
     if exposed:
         found.append(_exposed(exposed[0], len(exposed) - 1))
     return ranked(found + straggler_findings(figures.get("stragglers", [])))
 
 
-def _pipeline(rows: list[dict[str, Any]], with_gpus: set[Optional[int]]) -> Iterable[Finding]:
-    """Receive waits and the schedule's bubble per stage; exposed communication of CPU-only
-    stages (a GPU's is said of the GPU)."""
+def _pipeline(rows: list[dict[str, Any]]) -> Iterable[Finding]:
+    """Receive waits, the schedule's bubble and exposed communication outside receives, per stage."""
     by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
         by_rank[row["pp_rank"]].append(row)
@@ -84,7 +85,7 @@ def _pipeline(rows: list[dict[str, Any]], with_gpus: set[Optional[int]]) -> Iter
                           f"(warm-up) and {drain:.0%} after its last (drain)", round(warmup + drain, 4), "share of the step",
                           {**where, "look_at": "the start and end of its steps"})
         exposed = mean(row["exposed_comm_ns"] / row["step_ns"] for row in steps if row["step_ns"])
-        if exposed >= NOTABLE_EXPOSED_SHARE and steps[0]["global_rank"] not in with_gpus:
+        if exposed >= NOTABLE_EXPOSED_SHARE:
             yield Finding("exposed_communication", f"Communication is exposed {exposed:.0%} of each step on {title} "
                           "(between its first and last compute, outside receives)", round(exposed, 4), "share of the step",
                           {**where, "look_at": "its communication ops (c10d, gloo) outside receives"})

@@ -48,9 +48,21 @@ class _Table:
     stacked: Optional[tuple[int, list[list[float]]]] = None  # a column of parts' shares (_PARTS), as one bar
 
 
+def _stages_table(figures: dict) -> _Table:
+    """A pipeline's stage parts per rank and step (no rows where the trace is no pipeline)."""
+    stages = figures.get("pipeline", {}).get("stages", [])
+    return _Table(
+        "Pipeline stages: each step cut into parts that add up to it",
+        ["rank", "step", "step ms"] + [f"{label} ms" for _, label in _PARTS] + ["waited most for"],
+        [[row["rank"], row["step"], _ms(row["step_ns"])] + [_ms(row[key]) for key, _ in _PARTS]
+         + [_waited_for(row["recv_waits"])] for row in stages],
+        list(range(2, 3 + len(_PARTS))), wrap=3 + len(_PARTS),
+        stacked=(2, [[row[key] / row["step_ns"] if row["step_ns"] else 0.0 for key, _ in _PARTS] for row in stages]))
+
+
 def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[_Table]:
     gpus = figures["gpus"]
-    tables = [_Table(
+    tables = [_stages_table(figures), _Table(
         "GPUs: busy (any lane) and exposed communication, over the window",
         ["gpu", "window", "window ms", "busy ms", "busy", "exposed comm ms", "exposed comm"],
         [[gpu_label(g), f"{len(g['steps'])} steps" if g["window"] == "steps" else g["window"], _ms(g["window_ns"]), _ms(g["busy_ns"]), _pct(g["busy_share"]),
@@ -73,14 +85,6 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[_Table]:
          + [_ms(step[key]) if key in step else "-" for key in
             (("recv_ns", "recv_compute_ns", "send_ns", "send_compute_ns") if pp else ())] for g, step in steps],
         list(range(2, 6 + len(pp_columns))), (5, [step["bubble_share"] for _, step in steps])))
-    stages = figures.get("pipeline", {}).get("stages", [])
-    tables.append(_Table(
-        "Pipeline stages: each step cut into parts that add up to it",
-        ["rank", "step", "step ms"] + [f"{label} ms" for _, label in _PARTS] + ["waited most for"],
-        [[row["rank"], row["step"], _ms(row["step_ns"])] + [_ms(row[key]) for key, _ in _PARTS]
-         + [_waited_for(row["recv_waits"])] for row in stages],
-        list(range(2, 3 + len(_PARTS))), wrap=3 + len(_PARTS),
-        stacked=(2, [[row[key] / row["step_ns"] if row["step_ns"] else 0.0 for key, _ in _PARTS] for row in stages])))
     clocks = figures.get("clocks", [])
     tables.append(_Table(
         "Clocks: how the merge moved each rank's times onto one clock",
