@@ -23,8 +23,9 @@ from .oracle import load_events, to_ns
 from .test_report_oracle import kind, length, merged, overlap, reported
 
 PARTS = ("compute_ns", "warmup_ns", "drain_ns", "recv_wait_ns", "exposed_comm_ns", "other_ns")
-ACTION = re.compile(r"^PP:\d+(?P<action>F|B|I|W|SEND_F|SEND_B|RECV_F|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)\d*$")
-GPIPE = re.compile(r"^(Forward|Backward) \d+$")
+ACTION = re.compile(r"^PP:(?P<stage>\d+)(?P<action>F|B|I|W|SEND_F|SEND_B|RECV_F|RECV_B|UNSHARD|RESHARD|REDUCE_GRAD)"
+                    r"(?P<mb>\d*)$")
+GPIPE = re.compile(r"^(?P<action>Forward|Backward) (?P<mb>\d+)$")
 COMMUNICATION_OP = ("c10d::", "gloo:", "nccl:", "record_param_comms")
 BUFFER_OP = ("aten::empty", "aten::detach", "detach")
 KERNELS = {"kernel", "gpu_memcpy", "gpu_memset"}
@@ -67,8 +68,13 @@ def expected_parts(path: Path) -> dict[str, dict[str, int]]:
         communication = merged((s, t) for name, s, t in ops if is_communication(name))
         annotations = [(e["name"], s, t) for e, s, t in spans if e.get("cat") == "user_annotation"]
         receive_ops = [(s, t) for name, s, t in ops if re.match(r"^(c10d::recv|gloo:recv|nccl:recv)", name)]
-    computing = merged((s, t) for name, s, t in annotations
-                       if GPIPE.match(name) or ((m := ACTION.match(name)) and m["action"] in "FBIW"))
+    by_action: dict[tuple, list] = {}  # (action, stage, microbatch) -> its blocks
+    for name, s, t in annotations:
+        if m := GPIPE.match(name):
+            by_action.setdefault((m["action"][0], None, int(m["mb"])), []).append((s, t))
+        elif (m := ACTION.match(name)) and m["action"] in "FBIW":
+            by_action.setdefault((m["action"], int(m["stage"]), int(m["mb"])), []).append((s, t))
+    computing = merged(span for spans in by_action.values() for span in spans)
     receives = merged([(s, t) for name, s, t in annotations
                        if (m := ACTION.match(name)) and m["action"].startswith("RECV")] + receive_ops)
     steps = {e["name"]: (s, t) for e, s, t in spans
@@ -83,7 +89,9 @@ def expected_parts(path: Path) -> dict[str, dict[str, int]]:
         middle = overlap(idle, [(first, last)])
         waiting = overlap(middle, receives)
         exposed = overlap(minus(middle, waiting), communication)
-        found[name] = {"step_ns": end - start, "compute_ns": length(work), "warmup_ns": length(warmup),
+        actions = {key: length(overlap(work, merged(spans))) for key, spans in by_action.items()
+                   if any(s < end and t > start for s, t in spans)}
+        found[name] = {"actions": actions, "step_ns": end - start, "compute_ns": length(work), "warmup_ns": length(warmup),
                        "drain_ns": length(drain), "recv_wait_ns": length(waiting), "exposed_comm_ns": length(exposed),
                        "other_ns": length(minus(minus(middle, waiting), exposed))}
     return found
@@ -97,7 +105,10 @@ def check_pipeline(merged_trace: Path, rank_file) -> list[dict]:
         assert sum(row[part] for part in PARTS) == row["step_ns"]
         assert sum(wait["wait_ns"] for wait in row["recv_waits"]) == row["recv_wait_ns"]
         expected = expected_parts(rank_file(row["global_rank"]))[row["step"]]
-        assert {key: row[key] for key in expected} == expected, (row["pp_rank"], row["step"])
+        actions = {(a["action"], a["stage"], a["microbatch"]): a["compute_ns"] for a in row["actions"]}
+        parts = {key: value for key, value in expected.items() if key != "actions"}
+        assert {key: row[key] for key in parts} == parts, (row["pp_rank"], row["step"])
+        assert actions == expected["actions"]
     return stages
 
 

@@ -217,14 +217,20 @@ def anatomy(stages: list[StageInput]) -> Optional[dict[str, Any]]:
                 sender = holder.get(wait["from_stage"])
                 wait["from_pp_rank"] = sender.pp_rank if sender else None
                 wait["from_rank"] = rank_title(sender.pp_rank, sender.global_rank, sender.in_pipeline) if sender else None
-            blocks: dict[str, list[tuple[int, int]]] = {}
-            for action, s, e in stage.actions:
-                if action.computes:
-                    blocks.setdefault(action.action, []).append((s, e))
-            compute_by_action = {kind: covered(intersect(stage.compute, union(spans)), [(start, end)])[0]
-                                 for kind, spans in sorted(blocks.items())}
             rows.append({"pp_rank": stage.pp_rank, "global_rank": stage.global_rank,
                          "rank": rank_title(stage.pp_rank, stage.global_rank, stage.in_pipeline), "step": name,
                          "start_ns": start, "step_ns": end - start, **parts,
-                         "compute_by_action": compute_by_action})
+                         "actions": _compute_actions(stage, start, end)})
     return {"stages": rows}
+
+
+def _compute_actions(stage: StageInput, start: int, end: int) -> list[dict[str, Any]]:
+    """The step's compute actions (per action, stage and microbatch, in the order they began)
+    and how long the stage computed inside each (its blocks may be cut by gaps)."""
+    blocks: dict[Action, list[tuple[int, int]]] = {}
+    for action, s, e in stage.actions:
+        if action.computes and s < end and e > start:
+            blocks.setdefault(action, []).append((max(s, start), min(e, end)))
+    return [{"action": action.action, "stage": action.stage, "microbatch": action.microbatch,
+             "start_ns": spans[0][0], "compute_ns": sum(covered(stage.compute, union(spans)))}
+            for action, spans in sorted(blocks.items(), key=lambda item: item[1][0][0])]
