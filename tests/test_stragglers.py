@@ -5,15 +5,18 @@ from __future__ import annotations
 
 import io
 import json
+import statistics
 from collections import defaultdict
 from contextlib import redirect_stdout
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
 from converter.cli import main
 from converter.generator import GeneratorConfig, write_pp_run
 
+from .helpers import merge_files
 from .oracle import load_events, to_ns
 
 RUN = dict(pp_size=1, dp_size=6, steps=3, seed=1, graphs_per_step=4, kernels_per_replay=8)
@@ -26,10 +29,12 @@ def report_dir(directory: Path) -> dict:
     return json.loads(out.getvalue())
 
 
-def late_arrivals(files: list[Path]) -> dict[str, dict[str, int]]:
+def late_arrivals(files: list[Path], offsets: Optional[dict[str, int]] = None) -> dict[str, dict[str, int]]:
     """Per file: the collectives it reached last, how much later than the next latest, and how
-    long the others waited for it; a collective is the k-th of its kind on its process group."""
+    long the others waited for it; a collective is the k-th of its kind on its process group.
+    `offsets`: what a merge added to a file's times."""
     arrivals = defaultdict(list)
+    offsets = offsets or {}
     for path in files:
         header, events = load_events(path)
         seen: dict = defaultdict(int)
@@ -40,7 +45,8 @@ def late_arrivals(files: list[Path]) -> dict[str, dict[str, int]]:
             if args.get("Collective name") in ("send", "recv"):
                 continue
             key = (args.get("Process Group Name"), args.get("Group size"), args.get("Collective name"))
-            arrivals[(*key, seen[key])].append((header["baseTimeNanoseconds"] + ts, path.name))
+            start = header["baseTimeNanoseconds"] + ts + offsets.get(path.name, 0)
+            arrivals[(*key, seen[key])].append((start, path.name))
             seen[key] += 1
     late: dict[str, dict[str, int]] = {}
     for starts in arrivals.values():
@@ -69,6 +75,36 @@ def test_the_slow_rank_and_only_it_is_named_with_the_waiting_it_caused(tmp_path)
     [finding] = report["findings"]
     assert finding["key"] == "straggler" and finding["where"]["global_rank"] == 4
     assert finding["figure"] == round(straggler["held_up_ns_per_step"] / report["median_step_ns"], 4)
+
+
+def step_lengths(path: Path) -> list[int]:
+    _, events = load_events(path)
+    return [to_ns(e["dur"]) for e in events if e.get("ph") == "X" and e.get("cat") == "user_annotation"
+            and e["name"].startswith("ProfilerStep#")]
+
+
+def test_a_merge_names_the_rank_that_holds_collectives_up(tmp_path):
+    """On a merged pipeline's one clock the first stage reaches the step's all-reduce last: it
+    runs the last backward while the others wait for it."""
+    files = write_pp_run(tmp_path / "ranks", pp_size=4, microbatches=4, steps=3, seed=2, graphs_per_step=2,
+                         kernels_per_replay=8)
+    output = tmp_path / "merged.perfetto-trace"
+    merge_files(files, lambda group, groups: output)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(output), "--format", "json"]) == 0
+    report = json.loads(out.getvalue())
+    offsets = {f"rank{c['global_rank']}_trace.json": c["offset_ns"] for c in report.get("clocks", [])}
+    late = late_arrivals(files, offsets)
+    median = statistics.median(length for path in files for length in step_lengths(path))
+    expected = {int(name[4:].split("_")[0]): figures for name, figures in late.items()
+                if figures["held_up_ns"] / 3 >= 0.10 * median}
+    assert expected, "the schedule makes someone late"
+    found = {s["global_rank"]: {key: s[key] for key in ("late_collectives", "held_up_ns", "caused_wait_ns")}
+             for s in report["stragglers"]}
+    assert found == expected
+    first_stage = next(gpu["global_rank"] for gpu in report["gpus"] if gpu["pp_rank"] == 0)
+    assert list(found) == [first_stage]
 
 
 def test_slow_rank_knob_is_checked():

@@ -12,6 +12,7 @@ arithmetic on those is in intervals.py, the output in render.py.
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -314,12 +315,12 @@ def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]])
     """The merged ranks that hold collectives up (stragglers.py), named as the GPUs are."""
     gpu_of = {(gpu["pp_rank"], gpu["global_rank"]): gpu for gpu in gpus}
     ranked: dict[Rank, dict[str, Any]] = {rank: gpu_of[rank[:2]] for rank in arrivals if rank and rank[:2] in gpu_of}
-    steps = sorted(step["step_ns"] for gpu in gpus for step in gpu["steps"])
+    steps = [step["step_ns"] for gpu in gpus for step in gpu["steps"]]
     return [{"file": None, "global_rank": rank[1] if rank else None, "gpu": ranked[rank]["gpu"] if rank in ranked
              else None, "title": gpu_label(ranked[rank]) if rank in ranked else "a rank", **figures}
             for rank, figures in stragglers(late_arrivals(arrivals),
                                             {rank: len(gpu["steps"]) for rank, gpu in ranked.items()},
-                                            steps[len(steps) // 2] if steps else 0)]
+                                            statistics.median(steps) if steps else 0)]
 
 
 def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:
