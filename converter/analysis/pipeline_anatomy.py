@@ -40,7 +40,7 @@ ANATOMY_DEFINITIONS = {
 _COMMUNICATION_OPS = ("c10d::", "gloo:", "nccl:", "record_param_comms")
 # Buffers a transfer allocates or detaches (as engine/transfers.py reads them): not compute.
 _TRANSFER_BUFFERS = ("aten::empty", "aten::detach", "detach")
-_RECEIVE = re.compile(r"^(c10d::recv|gloo:recv|nccl:recv)")
+_RECEIVE_OPS = ("c10d::recv", "gloo:recv", "nccl:recv")
 _GPIPE = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d+)$")
 _COMPUTE_ACTIONS = {"F", "B", "I", "W"}
 RankKey = tuple[int, int, bool]  # (PP rank, global rank, in a pipeline), as report.py ranks tracks
@@ -111,6 +111,7 @@ def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: 
     with GPU lanes, else CPU side), and its compute and communication (`gpu_lanes`: rank ->
     (compute, communication) of its GPU lanes; CPU-only ranks read their CPU ops)."""
     annotation = ", ".join(f"'{category}'" for category in sorted(rules.annotation_categories))
+    receives = " or ".join(f"s.name glob '{prefix}*'" for prefix in _RECEIVE_OPS)
     found: dict[RankKey, StageInput] = {}
     spans: dict[RankKey, list[tuple[str, int, int]]] = {}
     for name, start, end, owner, on_gpu_side in rows(f"""
@@ -118,8 +119,7 @@ def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: 
                    (s.category in ({annotation}) or t.annotation) as gpu_side
             from slice s join cgtrace_track t on t.id = s.track_id
             where s.dur > 0 and (s.name glob 'PP:*' or s.name glob 'Forward *' or s.name glob 'Backward *'
-                                 or s.name glob 'c10d::recv*' or s.name glob 'gloo:recv*'
-                                 or s.name glob 'nccl:recv*')"""):
+                                 or {receives})"""):
         rank = rank_of(owner)
         if rank is None or bool(on_gpu_side) != (rank in gpu_lanes):
             continue
@@ -129,12 +129,12 @@ def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: 
     for rank, named in spans.items():
         compute, communication = gpu_lanes.get(rank) or cpu.get(rank, ([], []))
         stage = found[rank] = StageInput(*rank, steps.get(rank, []), compute, communication)
-        blocks = sorted((start, end, action) for name, start, end in named
-                        if (action := parse_action(name, rules)) is not None)
+        blocks = sorted(((start, end, action) for name, start, end in named
+                         if (action := parse_action(name, rules)) is not None), key=lambda block: block[:2])
         stage.actions = [(action, start, end) for start, end, action in blocks]
         recv_blocks = [(start, end, action) for start, end, action in blocks if action.action.startswith("RECV_")]
         for name, start, end in named:
-            if _RECEIVE.match(name):
+            if name.startswith(_RECEIVE_OPS):
                 stage.receives.append(Receive(start, end, _enclosing(recv_blocks, start)))
         stage.receives += [Receive(start, end, action) for start, end, action in recv_blocks]
     return sorted((stage for stage in found.values() if stage.steps), key=lambda stage: stage.pp_rank)
@@ -181,10 +181,13 @@ def stage_parts(stage: StageInput, start: int, end: int) -> dict[str, Any]:
     receiving = intersect(middle, union((r.start, r.end) for r in stage.receives))
     exposed = intersect(subtract(middle, receiving), stage.communication)
     other = subtract(subtract(middle, receiving), exposed)
-    total = lambda intervals: sum(e - s for s, e in intervals)  # noqa: E731
-    return {"compute_ns": total(compute), "warmup_ns": total(warmup), "drain_ns": total(drain),
-            "recv_wait_ns": total(receiving), "exposed_comm_ns": total(exposed), "other_ns": total(other),
-            "recv_waits": _attributed(receiving, stage.receives)}
+    return {"compute_ns": _length(compute), "warmup_ns": _length(warmup), "drain_ns": _length(drain),
+            "recv_wait_ns": _length(receiving), "exposed_comm_ns": _length(exposed), "other_ns": _length(other),
+            "recv_waits": _attributed(receiving, [r for r in stage.receives if r.start < end and r.end > start])}
+
+
+def _length(intervals: Intervals) -> int:
+    return sum(end - start for start, end in intervals)
 
 
 def _attributed(waiting: Intervals, receives: Sequence[Receive]) -> list[dict[str, Any]]:
