@@ -17,11 +17,11 @@ NOTABLE_SHARE = 0.10
 NOTABLE_EXPOSED_SHARE = 0.05
 MOST = 8  # findings listed at most, largest first
 
-FINDINGS_DEFINITION = ("the largest of: a PP rank's mean share of the step spent waiting on receives (recv_wait), "
-                       f"in warm-up and drain (pipeline_bubble), and exposed communication: a stage's share of the step "
-                       "outside receives, else the largest share of a GPU's window (exposed_communication), each from "
-                       f"{NOTABLE_EXPOSED_SHARE:.0%} (exposed) or {NOTABLE_SHARE:.0%} up; and every straggler, with "
-                       "the time it holds collectives up per step as a share of the median step (straggler)")
+FINDINGS_DEFINITION = (f"at most {MOST} lines, largest share first: a PP rank that waits on receives (recv_wait) or "
+                       f"idles in warm-up and drain (pipeline_bubble) for {NOTABLE_SHARE:.0%} of its steps or more; "
+                       f"communication exposed {NOTABLE_EXPOSED_SHARE:.0%} or more (exposed_communication: a stage's "
+                       "outside its receive waits, else the most exposed GPU's); a straggler (straggler: what it "
+                       "holds collectives up per step, as a share of the median step)")
 
 
 @dataclass(frozen=True)
