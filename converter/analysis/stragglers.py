@@ -2,8 +2,10 @@
 
 Every rank's NCCL collective kernel of one collective starts when that rank gets there and
 cannot finish before the last one has; so the last to arrive holds the whole collective up.
-The k-th collective of a kind on a process group (else on a stream) is one collective on every
-rank that has it; the arrivals are the kernels' starts on the clock the traces share.
+The k-th collective of a kind on a process group (its name and ranks, as Kineto records them
+on the kernel) is one collective on every rank that has it; the arrivals are the kernels'
+starts on the clock the traces share. Kernels that name no process group (those replayed
+inside CUDA graphs, older traces) are left out: nothing says which ranks share them.
 """
 
 from __future__ import annotations
@@ -20,8 +22,8 @@ STRAGGLER_SHARE = 0.10
 
 STRAGGLER_DEFINITIONS = {
     "stragglers": "ranks whose late arrival into collectives makes the others wait: per collective (the k-th "
-                  "NCCL collective kernel of a kind on one process group, else one stream, on every rank that "
-                  "has it) the rank whose kernel starts last holds it up by how much later it starts than the next "
+                  "NCCL collective kernel of a kind on one process group, named with its ranks on the kernel, on "
+                  "every rank that has it) the rank whose kernel starts last holds it up by how much later it starts than the next "
                   "latest (held up), and the others wait from their own starts to its start (caused wait); a "
                   f"straggler holds collectives up at least {STRAGGLER_SHARE:.0%} of the median step time per step",
 }
@@ -30,8 +32,8 @@ _ARRIVALS_SQL = """
 select s.track_id, s.ts, s.name,
        extract_arg(s.arg_set_id, 'debug.args.Collective name') as collective,
        extract_arg(s.arg_set_id, 'debug.args.Process Group Name') as pg,
-       extract_arg(s.arg_set_id, 'debug.args.Group size') as size,
-       extract_arg(s.arg_set_id, 'debug.args.stream') as stream
+       (select group_concat(a.int_value, ',') from args a
+        where a.arg_set_id = s.arg_set_id and a.key glob 'debug.args.Process Group Ranks*') as ranks
 from slice s where s.dur > 0 and s.category in ({categories})
   and (s.name glob 'ncclKernel_*' or s.name glob 'ncclDevKernel_*')
 order by s.ts""".format(categories=", ".join(f"'{c}'" for c in KERNEL_CATEGORIES))
@@ -55,12 +57,12 @@ def read_arrivals(rows: Callable[[str], list[tuple[Any, ...]]], whose: Callable[
     channel and kind in start order. `whose`: a kernel's track id -> its rank."""
     found: dict[Who, list[Arrival]] = defaultdict(list)
     counts: dict[tuple[Who, str, str], int] = defaultdict(int)
-    for track, start, name, collective, pg, size, stream in rows(_ARRIVALS_SQL):
-        if collective in _POINT_TO_POINT or "SendRecv" in name:
+    for track, start, name, collective, pg, ranks in rows(_ARRIVALS_SQL):
+        if pg is None or collective is None or collective in _POINT_TO_POINT:
             continue
         rank = whose(track)
-        channel = f"group {pg} of {size}" if pg is not None else f"stream {stream}"
-        kind = collective or name
+        channel = f"group {pg} [{ranks}]"
+        kind = collective
         index = counts[(rank, channel, kind)]
         counts[(rank, channel, kind)] += 1
         found[rank].append(Arrival(channel, kind, index, start))
