@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
@@ -86,17 +87,20 @@ def merge_files(files: list[Path], output_for, jobs=None, assume_aligned=False, 
                        pp_group=pp_group, ranks=ranks, align=align)
 
 
-def view_and_fetch(trace: Path, served_name: str) -> tuple[str, bytes, int, str]:
-    """`cgtrace view TRACE --offline --no-browser` on a free port: (the URL it prints, the bytes
-    it serves at /<served_name>, its exit status after Ctrl-C, its stderr)."""
+def view_and_fetch(trace: Path, served_name: str, cache: Optional[Path] = None) -> tuple[str, bytes, int, str]:
+    """`cgtrace view TRACE --offline --no-browser` on a free port, its cache folder in `cache`
+    when given: (the URL it prints, the bytes it serves at /<served_name>, its exit status
+    after Ctrl-C, its stderr)."""
     import http.client
+    import os
     import signal
     import subprocess
     import sys
 
     command = [sys.executable, "-m", "converter.cli", "view", str(trace), "--port", "0", "--no-browser", "--offline"]
+    env = dict(os.environ, **({"XDG_CACHE_HOME": str(cache)} if cache is not None else {}))
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               cwd=Path(__file__).resolve().parents[1])
+                               cwd=Path(__file__).resolve().parents[1], env=env)
     try:
         url = process.stdout.readline().strip() if process.stdout else ""
         port = int(url.split("url=http://127.0.0.1:")[1].split("/")[0])

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from converter.generator import write_pp_run
 from tests.test_bad_input import KERNELS_OF_AS, assert_clean_error, make_input, run_cli, snapshot
 
 MEMORY_LIMIT = 2 << 30
@@ -256,3 +257,49 @@ def test_a_special_file_named_like_a_rank_trace_is_named(tmp_path, odd, command)
     assert run.stderr.startswith(f"cgtrace: error: {odd_path}: named like a trace but"), run.stderr
     assert "; remove it, or make it the trace file" in run.stderr
     assert sorted(os.listdir(traces)) == before
+
+
+HPC_LOGIN_NODE_LIMIT = 4 << 30  # `ulimit -v 4G`
+
+
+def _run_with_address_space(cwd: Path, args: list[str], limit: int) -> subprocess.CompletedProcess:
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return subprocess.run([sys.executable, "-m", "converter.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=300, preexec_fn=limited)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux applies it")
+def test_query_and_report_answer_under_an_address_space_limit(tmp_path):
+    """wasmtime reserves 4 GiB and guard pages per module by default, which `ulimit -v 4G`
+    refuses: under a limit the module's memory is mapped as it grows, so answers still come."""
+    ranks = tmp_path / "ranks"
+    write_pp_run(ranks, 2, events_per_rank=3_000)
+    count = "select count(*) as n from slice"
+    free = run_cli(tmp_path, "query", ranks / "rank0_trace.json", count, "--format", "json")
+    for args in (["query", "ranks/rank0_trace.json", count, "--format", "json"],
+                 ["query", "ranks", count, "--format", "json", "--jobs", "2"],
+                 ["report", "ranks/rank0_trace.json", "--format", "json"]):
+        run = _run_with_address_space(tmp_path, args, HPC_LOGIN_NODE_LIMIT)
+        assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-1500:]
+        if args[1] == "ranks/rank0_trace.json" and args[0] == "query":
+            assert json.loads(run.stdout) == json.loads(free.stdout)
+        if args[1] == "ranks":
+            assert len(json.loads(run.stdout)) == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RLIMIT_AS as Linux applies it")
+def test_too_little_address_space_is_one_line_naming_the_limit(tmp_path):
+    """With less left than the module needs to start, wasmtime would abort the process (no
+    error to catch): cgtrace checks first and says which limit to raise."""
+    source = tmp_path / "trace.json"
+    write_pp_run(tmp_path / "ranks", 2, events_per_rank=3_000)
+    (tmp_path / "ranks" / "rank0_trace.json").rename(source)
+    before = snapshot(tmp_path)
+    probe = ("import os, resource, sys; from converter.cli import main; import converter.tp.wasm_host; "
+             "mapped = int(open('/proc/self/statm').read().split()[0]) * os.sysconf('SC_PAGE_SIZE'); "
+             "resource.setrlimit(resource.RLIMIT_AS, (mapped + (160 << 20),) * 2); "
+             "sys.exit(main(['query', 'trace.json', 'select 1']))")
+    run = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert_clean_error(run, "ulimit -v", tmp_path, before)

@@ -83,15 +83,17 @@ def _survivors(mark: str) -> list[int]:
     return found
 
 
-def stop_in_phase(tmp_path: Path, inputs: Path, args: list[str], phase: Phase, signum: int) -> subprocess.Popen:
-    """Run `cgtrace args` (inputs under tmp_path/in, outputs in tmp_path/out), deliver
-    `signum` once `phase` holds, and wait for the run to end."""
+def stop_in_phase(tmp_path: Path, inputs: Path, args: list[str], phase: Phase, signum: int,
+                  quiet: bool = True) -> subprocess.Popen:
+    """Run `cgtrace args` (inputs under tmp_path/in, outputs in tmp_path/out, the system's
+    temporary files in tmp_path/out too), deliver `signum` once `phase` holds, and wait for
+    the run to end."""
     (tmp_path / "in").symlink_to(inputs)
     out = tmp_path / "out"
     out.mkdir()
     mark = uuid.uuid4().hex
-    env = dict(os.environ, PYTHONPATH=str(REPO), **{MARK: mark})
-    run = subprocess.Popen([sys.executable, "-m", "converter.cli", *args, "-q"], cwd=tmp_path, env=env,
+    env = dict(os.environ, PYTHONPATH=str(REPO), TMPDIR=str(out), **{MARK: mark})
+    run = subprocess.Popen([sys.executable, "-m", "converter.cli", *args, *["-q"] * quiet], cwd=tmp_path, env=env,
                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     try:
@@ -162,8 +164,31 @@ def test_workers_die_with_a_killed_merge(tmp_path, inputs):
 
 
 def test_sigterm_stops_a_batch_cleanly(tmp_path, inputs):
-    """compact DIR: the workers are killed, no temporary output stays, and what was written
-    before the signal is complete (a rerun skips it)."""
+    """compact DIR: the workers are stopped, no temporary output stays, what was written
+    before the signal is complete (a rerun skips it), and the last line counts it."""
     run = stop_in_phase(tmp_path, inputs, ["compact", "in/ranks", "-o", "out", "--jobs", "2"], writing, signal.SIGTERM)
-    assert run.returncode == 143, run.stderr.read()
+    stderr = run.stderr.read()
+    assert run.returncode == 143, stderr
     assert all(name.endswith("_compacted.perfetto-trace") for name in run.leftovers), run.leftovers
+    if run.leftovers:
+        assert stderr.splitlines()[-1].startswith(
+            f"cgtrace: interrupted; the {len(run.leftovers)} outputs finished before the stop were kept"), stderr
+    else:
+        assert stderr.splitlines() == ["cgtrace: interrupted; nothing was written"]
+
+
+def _converting_in_a_worker(pid: int, out: Path) -> bool:
+    """A worker is turning a rank's profiler output into a temporary trace to answer from."""
+    return bool(child_pids(pid)) and any(out.glob("cgtrace-*"))
+
+
+@pytest.mark.parametrize("args", [["report", "in/ranks", "--jobs", "2"],
+                                  ["query", "in/ranks", "select count(*) from slice", "--jobs", "2"]],
+                         ids=["report DIR", "query DIR"])
+def test_sigterm_to_answers_across_ranks_leaves_no_scratch(tmp_path, inputs, args):
+    """Workers are stopped, not killed: each removes the temporary trace it was answering from."""
+    run = stop_in_phase(tmp_path, inputs, args, _converting_in_a_worker, signal.SIGTERM, quiet=False)
+    stderr = run.stderr.read()
+    assert run.returncode == 143, stderr
+    assert stderr.splitlines() == ["cgtrace: interrupted; nothing was written"]
+    assert run.leftovers == [], [str(p.relative_to(tmp_path)) for p in (tmp_path / "out").rglob("*")]

@@ -185,7 +185,7 @@ def compile_calls(monkeypatch, tmp_path):
     calls = []
     monkeypatch.setattr(wasm_host.wasmtime.Module, "from_file", lambda engine, path: calls.append(path) or module)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    return lambda: wasm_host._load_or_compile(engine, wasm), calls
+    return lambda: wasm_host._load_or_compile(engine, wasm, "reserved"), calls
 
 
 def test_module_cache_is_reused_and_corruption_detected(compile_calls, tmp_path):

@@ -150,10 +150,11 @@ def test_errors(trace, tmp_path_factory):
 
 
 def test_cli_prints_the_url_and_stops_cleanly_on_ctrl_c(trace):
+    """Stopped as any command is: its exit status says Ctrl-C (130), as a shell script expects."""
     url, served, status, err = view_and_fetch(trace, "my%20trace.perfetto-trace")
     port = int(url.split("url=http://127.0.0.1:")[1].split("/")[0])
     assert url == f"http://127.0.0.1:{port}/#!/?url=http://127.0.0.1:{port}/my%20trace.perfetto-trace"
-    assert served == TRACE_BYTES and status == 0
+    assert served == TRACE_BYTES and status == 130
     assert "Traceback" not in err and err.strip().splitlines()[-1] == f"cgtrace: stopped serving {trace}"
 
 
@@ -204,6 +205,31 @@ def test_an_idle_connection_is_closed(trace):
         assert time.monotonic() - started < 5
         quiet.close()
         half.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_trickling_client_is_closed_at_the_idle_timeout(trace):
+    """A byte every 0.3 s never lets a read wait 0.5 s, yet the request gets 0.5 s in all."""
+    server = TraceServer(trace, port=0, idle_timeout=0.5)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    try:
+        slow = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+        started = time.monotonic()
+        closed = False
+        for byte in b"GET /my%20trace.perfetto-trace HTTP/1.1\r\nHost: x\r\n":
+            try:
+                slow.sendall(bytes([byte]))
+            except OSError:  # the server closed the connection
+                closed = True
+                break
+            time.sleep(0.3)
+            if time.monotonic() - started > 3:
+                break
+        closed = closed or slow.recv(1) == b""
+        assert closed and time.monotonic() - started < 3
+        slow.close()
     finally:
         server.shutdown()
         server.server_close()

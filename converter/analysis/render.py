@@ -1,8 +1,9 @@
 """`cgtrace report`'s output: the figures as JSON, text tables, or one HTML page with a
 pipeline timeline drawn in SVG.
 
-Text and HTML show the same tables (`_Table`), so both say the same thing; only the figures
-(report.py) decide what a number means.
+Text and HTML show the same tables (`Table`), so both say the same thing; only the figures
+(report.py) decide what a number means. `cgtrace diff` (diff_render.py) builds its pages from
+the same tables and page skeletons (`text_page`, `html_page`).
 """
 
 from __future__ import annotations
@@ -26,18 +27,19 @@ def render(report: Report, fmt: str) -> str:
     return render_html(report) if fmt == "html" else render_text(report.figures)
 
 
-def _ms(ns: float) -> str:
+def ms(ns: float) -> str:
     return f"{ns / 1e6:.3f}"
 
 
-def _pct(share: float) -> str:
+def pct(share: float) -> str:
     return f"{share * 100:.1f}%"
 
 
 @dataclass
-class _Table:
+class Table:
     """One section as display text, shared by text and HTML; HTML draws `bar` (a column of
-    shares 0..1) as bars beside the numbers and lets `wrap` (a label column) wrap."""
+    shares -1..1, a negative one in another colour) as bars beside the numbers and lets `wrap`
+    (a label column) wrap."""
 
     title: str
     columns: list[str]
@@ -48,45 +50,45 @@ class _Table:
     stacked: Optional[tuple[int, list[list[float]]]] = None  # a column of parts' shares (_PARTS), as one bar
 
 
-def _stages_table(figures: dict) -> _Table:
+def _stages_table(figures: dict) -> Table:
     """A pipeline's stage parts per rank and step (no rows where the trace is no pipeline)."""
     stages = figures.get("pipeline", {}).get("stages", [])
-    return _Table(
+    return Table(
         "Pipeline stages: each step cut into parts that add up to it",
         ["rank", "step", "step ms"] + [f"{label} ms" for _, label in _PARTS] + ["waited most for"],
-        [[row["rank"], row["step"], _ms(row["step_ns"])] + [_ms(row[key]) for key, _ in _PARTS]
+        [[row["rank"], row["step"], ms(row["step_ns"])] + [ms(row[key]) for key, _ in _PARTS]
          + [_waited_for(row["recv_waits"])] for row in stages],
         list(range(2, 3 + len(_PARTS))), wrap=3 + len(_PARTS),
         stacked=(2, [[row[key] / row["step_ns"] if row["step_ns"] else 0.0 for key, _ in _PARTS] for row in stages]))
 
 
-def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[_Table]:
+def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
     gpus = figures["gpus"]
-    tables = [_stages_table(figures), _Table(
+    tables = [_stages_table(figures), Table(
         "GPUs: busy (any lane) and exposed communication, over the window",
         ["gpu", "window", "window ms", "busy ms", "busy", "exposed comm ms", "exposed comm"],
-        [[gpu_label(g), f"{len(g['steps'])} steps" if g["window"] == "steps" else g["window"], _ms(g["window_ns"]), _ms(g["busy_ns"]), _pct(g["busy_share"]),
-          _ms(g["exposed_comm_ns"]), _pct(g["exposed_comm_share"])] for g in gpus],
+        [[gpu_label(g), f"{len(g['steps'])} steps" if g["window"] == "steps" else g["window"], ms(g["window_ns"]), ms(g["busy_ns"]), pct(g["busy_share"]),
+          ms(g["exposed_comm_ns"]), pct(g["exposed_comm_share"])] for g in gpus],
         [2, 3, 4, 5, 6], (4, [g["busy_share"] for g in gpus]))]
     lanes = [(g, lane) for g in gpus for lane in g["lane_groups"]]
-    tables.append(_Table(
+    tables.append(Table(
         "Lane groups: busy, share of the window",
         ["gpu", "lane group", "kind", "busy ms", "share", "slices"],
-        [[gpu_label(g), lane["group"], lane["kind"], _ms(lane["busy_ns"]), _pct(lane["share"]), str(lane["slices"])]
+        [[gpu_label(g), lane["group"], lane["kind"], ms(lane["busy_ns"]), pct(lane["share"]), str(lane["slices"])]
          for g, lane in lanes], [3, 4, 5], (4, [lane["share"] for _, lane in lanes])))
     steps = [(g, step) for g in gpus for step in g["steps"]]
     pp = any("recv_ns" in step for _, step in steps)
     pp_columns = ["RECV ms", "RECV with compute ms", "SEND ms", "SEND with compute ms"] if pp else []
-    tables.append(_Table(
+    tables.append(Table(
         "Steps: compute busy and bubble" + (", and time in RECV and SEND blocks" if pp else ""),
         ["gpu", "step", "step ms", "compute busy ms", "bubble ms", "bubble"] + pp_columns,
-        [[gpu_label(g), step["step"], _ms(step["step_ns"]), _ms(step["compute_busy_ns"]), _ms(step["bubble_ns"]),
-          _pct(step["bubble_share"])]
-         + [_ms(step[key]) if key in step else "-" for key in
+        [[gpu_label(g), step["step"], ms(step["step_ns"]), ms(step["compute_busy_ns"]), ms(step["bubble_ns"]),
+          pct(step["bubble_share"])]
+         + [ms(step[key]) if key in step else "-" for key in
             (("recv_ns", "recv_compute_ns", "send_ns", "send_compute_ns") if pp else ())] for g, step in steps],
         list(range(2, 6 + len(pp_columns))), (5, [step["bubble_share"] for _, step in steps])))
     clocks = figures.get("clocks", [])
-    tables.append(_Table(
+    tables.append(Table(
         "Clocks: how the merge moved each rank's times onto one clock",
         ["rank", "moved by us", "known to within us", "evidence"],
         [[f"PP rank {c['pp_rank']} (global rank {c['global_rank']})", f"{c['offset_ns'] / 1e3:.1f}",
@@ -95,12 +97,12 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[_Table]:
         [1, 2]))
     kernels = figures["top_kernels"]
     longest = max((k["total_ns"] for k in kernels), default=0) or 1
-    tables.append(_Table(
+    tables.append(Table(
         "Top kernels by total time in the window",
         ["kernel", "count", "total ms", "mean us"],
-        [[kernel_name(k["name"]), str(k["count"]), _ms(k["total_ns"]), f"{k['mean_ns'] / 1e3:.3f}"] for k in kernels],
+        [[kernel_name(k["name"]), str(k["count"]), ms(k["total_ns"]), f"{k['mean_ns'] / 1e3:.3f}"] for k in kernels],
         [1, 2, 3], (2, [k["total_ns"] / longest for k in kernels])))
-    return [table for table in tables if table.rows]
+    return tables
 
 
 _NO_GPU = "No GPU slices found: a CPU-only pipeline, whose stages compute in their CPU ops."
@@ -111,23 +113,29 @@ _PARTS = (("compute_ns", "compute"), ("warmup_ns", "warm-up"), ("drain_ns", "dra
 
 def _waited_for(waits: list[dict]) -> str:
     """A step's longest receive wait, as what it was for and how long."""
-    return f"{waited_for(waits[0])}: {_ms(waits[0]['wait_ns'])} ms" if waits else "-"
+    return f"{waited_for(waits[0])}: {ms(waits[0]['wait_ns'])} ms" if waits else "-"
 
 
-def _short(name: str, limit: int = 100) -> str:
+def short_name(name: str, limit: int = 100) -> str:
     """Templated kernel names run to hundreds of characters; text shows the head (JSON and HTML keep all)."""
     return name if len(name) <= limit else name[:limit - 1] + "…"
 
 
 def render_text(figures: dict) -> str:
     source = figures["input"]
-    parts = [terminal_safe(f"cgtrace report: {source['trace']} (lanes from {source['lanes_from']})") + "\n",
-             "\n" + "\n".join(map(terminal_safe, as_text(figures["findings"]).split("\n")))]
-    if not figures["gpus"]:
-        parts.append(f"\n{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}\n")
-    for table in _tables(figures, _short):
-        parts.append(f"\n{table.title}\n" + format_table(table.columns, table.rows, table.numeric))
-    parts.append("\nDefinitions\n" + "".join(f"  {term}: {text}\n" for term, text in figures["definitions"].items()))
+    no_gpu = "" if figures["gpus"] else f"\n{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}\n"
+    return text_page(f"cgtrace report: {source['trace']} (lanes from {source['lanes_from']})",
+                     "\n" + "\n".join(map(terminal_safe, as_text(figures["findings"]).split("\n"))) + no_gpu,
+                     _tables(figures, short_name), figures["definitions"])
+
+
+def text_page(header: str, lead: str, tables: list[Table], definitions: dict[str, str]) -> str:
+    """A text answer as report and diff print it: a header line, `lead` (text of its own lines),
+    the tables that have rows, and the definitions as a legend."""
+    parts = [terminal_safe(header) + "\n", lead]
+    parts += [f"\n{table.title}\n" + format_table(table.columns, table.rows, table.numeric)
+              for table in tables if table.rows]
+    parts.append("\nDefinitions\n" + "".join(f"  {term}: {text}\n" for term, text in definitions.items()))
     return "".join(parts)
 
 
@@ -141,7 +149,7 @@ h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}
 table{border-collapse:collapse;margin:.5em 0}th,td{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left;
 vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}th.n{white-space:normal}
 .wrap{overflow-wrap:anywhere;min-width:10em;max-width:40em}svg{vertical-align:middle}
-.rest{fill:#e8e8e8}.bar{fill:#4a7bd0}.step{stroke:#555;stroke-width:1}.note{color:#555}
+.rest{fill:#e8e8e8}.bar{fill:#4a7bd0}.less{fill:#e0892b}.step{stroke:#555;stroke-width:1}.note{color:#555}
 dl{max-width:60em}dt{font-weight:600}dd{margin:0 0 .5em 1.5em}.key{display:inline-block;margin-right:1.2em}
 .findings li{margin:.2em 0}
 """ + "".join(f'[data-kind="{kind}"]{{fill:{color}}}' for kind, color in _COLORS) \
@@ -153,9 +161,9 @@ _STRIP_HEIGHT = 36
 
 
 def _bar(share: float, width: int = 120) -> str:
-    filled = max(0.0, min(1.0, share)) * width
+    filled = min(1.0, abs(share)) * width
     return (f'<svg width="{width}" height="10" aria-hidden="true"><rect class="rest" width="{width}" height="10"/>'
-            f'<rect class="bar" width="{filled:.1f}" height="10"/></svg>')
+            f'<rect class="bar{" less" if share < 0 else ""}" width="{filled:.1f}" height="10"/></svg>')
 
 
 def _stacked(shares: list[float], width: int = 160) -> str:
@@ -173,7 +181,7 @@ def _parts_key() -> str:
                            f'height="12"/></svg> {html.escape(label)}</span>' for key, label in _PARTS) + "</p>"
 
 
-def _html_table(table: _Table) -> str:
+def html_table(table: Table) -> str:
     bar_column, shares = table.bar or (-1, [])
     stacked_column, parts = table.stacked or (-1, [])
     head = "".join(f"<th{' class=n' if i in table.numeric else ''}>{html.escape(c)}</th>"
@@ -224,28 +232,33 @@ def _timeline(timelines: list[Timeline]) -> str:
                   f'height="12"/></svg> {html.escape(kind)}</span>' for kind, _ in _COLORS)
     rows = "".join(f'<tr class="rank"><th class="wrap">{html.escape(t.label)}</th><td>{_strip(t, origin, scale)}</td></tr>'
                    for t in timelines)
-    return (f"<h2>Pipeline timeline: {_ms(end - origin)} ms, steps marked by lines</h2>"
+    return (f"<h2>Pipeline timeline: {ms(end - origin)} ms, steps marked by lines</h2>"
             f"<p class=note>Each rank: PP blocks by kind (top band), RECV and SEND blocks (middle), the bubble "
             f"(bottom: no compute lane busy).</p><p>{key}</p><table class=timeline>{rows}</table>")
 
 
 def render_html(report: Report) -> str:
-    """One self-contained page (inline CSS and SVG, no scripts, no external URLs)."""
     figures = report.figures
     source = figures["input"]
-    title = html.escape(f"cgtrace report: {Path(source['trace']).name}")
-    body = [f"<h1>{title}</h1>",
-            f"<p class=note>{html.escape(source['trace'])}; lanes from {html.escape(source['lanes_from'])}</p>"]
     findings = figures["findings"]
-    body.append("<h2>Findings</h2>" + ("<ul class=findings>" + "".join(f"<li>{html.escape(f['text'])}</li>"
-                                                                       for f in findings) + "</ul>"
-                                       if findings else "<p>Nothing stands out.</p>"))
+    lead = ["<h2>Findings</h2>" + ("<ul class=findings>" + "".join(f"<li>{html.escape(f['text'])}</li>"
+                                                                 for f in findings) + "</ul>"
+                                   if findings else "<p>Nothing stands out.</p>")]
     if not figures["gpus"]:
-        body.append(f"<p>{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}</p>")
+        lead.append(f"<p>{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}</p>")
     if report.timelines:
-        body.append(_timeline(report.timelines))
-    body += [_html_table(table) for table in _tables(figures, lambda name: name)]
+        lead.append(_timeline(report.timelines))
+    return html_page(f"cgtrace report: {Path(source['trace']).name}",
+                     f"{source['trace']}; lanes from {source['lanes_from']}", lead,
+                     _tables(figures, lambda name: name), figures["definitions"])
+
+
+def html_page(title: str, note: str, lead: list[str], tables: list[Table], definitions: dict[str, str]) -> str:
+    """One self-contained page (inline CSS and SVG, no scripts, no external URLs): the title, a
+    note under it, `lead` (HTML blocks), the tables that have rows, and the definitions."""
+    body = [f"<h1>{html.escape(title)}</h1>", f"<p class=note>{html.escape(note)}</p>", *lead]
+    body += [html_table(table) for table in tables if table.rows]
     body.append("<h2>Definitions</h2><dl>" + "".join(f"<dt>{html.escape(term)}</dt><dd>{html.escape(text)}</dd>"
-                                                    for term, text in figures["definitions"].items()) + "</dl>")
-    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{title}</title>"
+                                                    for term, text in definitions.items()) + "</dl>")
+    return (f"<!doctype html><html lang=en><head><meta charset=utf-8><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>{''.join(body)}</body></html>\n")

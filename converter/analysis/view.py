@@ -14,15 +14,18 @@ trace. A connection idle for a few seconds is closed: each holds a thread.
 
 from __future__ import annotations
 
+import io
 import mimetypes
 import os
 import shutil
+import socket
 import sys
 import threading
+import time
 import webbrowser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 from urllib.parse import quote, unquote
 
 from ..errors import CgtraceError
@@ -114,12 +117,40 @@ class TraceServer(ThreadingHTTPServer):
             print(f"cgtrace: view: request from {client_address[0]} failed: {error}", file=sys.stderr)
 
 
+class _RequestDeadline(io.RawIOBase):
+    """A connection's reads, each allowed only what is left of its request's time: a client
+    trickling a byte every few seconds cannot hold a thread past the idle timeout."""
+
+    def __init__(self, connection: socket.socket, idle_timeout: float):
+        self.connection, self.idle_timeout = connection, idle_timeout
+        self.deadline = time.monotonic() + idle_timeout
+
+    def restart(self) -> None:
+        self.deadline = time.monotonic() + self.idle_timeout
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request took longer than the idle timeout")
+        self.connection.settimeout(left)
+        return self.connection.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: TraceServer
 
     def setup(self) -> None:
         super().setup()
         self.connection.settimeout(self.server.idle_timeout)
+        self._reads = _RequestDeadline(self.connection, self.server.idle_timeout)
+        self.rfile = io.BufferedReader(self._reads)
+
+    def handle_one_request(self) -> None:
+        self._reads.restart()  # each request on a kept-alive connection gets the idle timeout
+        super().handle_one_request()
 
     def do_GET(self) -> None:
         self._send(with_body=True)
@@ -140,6 +171,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         assert path is not None  # opened
+        self.connection.settimeout(self.server.idle_timeout)  # per send, not what the request left
         with source:
             content_type = None if path == self.server.trace else \
                 _CONTENT_TYPES.get(path.suffix) or mimetypes.guess_type(path.name)[0]
@@ -157,8 +189,9 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: the terminal shows the URL and the stop message, not every asset request."""
 
 
-def serve(trace: Path, port: int = DEFAULT_PORT, offline: bool = False, open_browser: bool = True) -> int:
-    """Serve until Ctrl-C; prints the URL to open (and opens it unless told not to)."""
+def serve(trace: Path, port: int = DEFAULT_PORT, offline: bool = False, open_browser: bool = True) -> None:
+    """Serve until Ctrl-C or SIGTERM (raised as KeyboardInterrupt); prints the URL to open (and
+    opens it unless told not to)."""
     server = TraceServer(trace, port, find_web_dist() if offline else None)
     with server:
         print(server.ui_url, flush=True)
@@ -174,9 +207,4 @@ def serve(trace: Path, port: int = DEFAULT_PORT, offline: bool = False, open_bro
         if open_browser:
             # Some browsers block in webbrowser.open until closed: the server must already answer.
             threading.Thread(target=webbrowser.open_new_tab, args=(server.ui_url,), daemon=True).start()
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
-    print(f"cgtrace: stopped serving {trace}", file=sys.stderr)
-    return 0
+        server.serve_forever()

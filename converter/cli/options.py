@@ -33,6 +33,17 @@ def port_number(text: str) -> int:
     return int(text)
 
 
+def percentage(text: str) -> float:
+    """--fail-above: a percentage, 0 or more (0: any change fails)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (a number, 0 or more)")
+    return value
+
+
 def output_path(text: str) -> Path:
     """-o: `Path("")` would be the current directory, reported as `.` already existing."""
     if not text.strip():

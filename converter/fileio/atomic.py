@@ -20,6 +20,16 @@ from .direct import DirectWriter
 Check = Callable[[Path, Path], None]
 
 
+@contextlib.contextmanager
+def scratch_folder(prefix: str, parent: Optional[Path] = None) -> Iterator[Path]:
+    """A temporary folder removed on every way out, a stop signal's too: created with stop
+    signals held back, so none lands between the folder's creation and its being on record."""
+    with contextlib.ExitStack() as stack:
+        with stopping_deferred():
+            folder = stack.enter_context(tempfile.TemporaryDirectory(prefix=prefix, dir=parent))
+        yield Path(folder)
+
+
 def check_output_path(path: Path, overwrite: bool) -> None:
     """Fail before any work is done when the output cannot or must not be written. Only a
     regular file is ever replaced: a symlink (dangling or not), FIFO or device node at the

@@ -10,6 +10,7 @@ its error, and the other ranks' outputs are kept.
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
@@ -20,6 +21,7 @@ from ..inputs.source import json_size
 from .executors import for_cluster, open_workers, run_tasks
 from .rank_files import find_rank_files
 from .runner import JobOptions, default_output_path, run_job
+from .stopping import Interrupted
 
 
 def batch_output(input_path: Path, output_dir: Optional[Path], options: JobOptions) -> Path:
@@ -53,10 +55,14 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
     entries: list[dict[str, Any]] = [{"input": str(path), "output": str(target), "status": "skipped",
                                       "reason": "the output exists; pass --overwrite to replace it"}
                                      for path, target in zip(files, targets)]
+    started_ns = time.time_ns()
     try:
         with open_workers(jobs, scheduler) as workers:
             outcomes = run_tasks(workers, run_job, tasks, [str(files[k]) for k in todo],
                                  "compacting" if options.compact else "converting")
+    except Interrupted as stop:
+        stop.kept = [targets[k] for k in todo if _written_since(targets[k], started_ns)]
+        raise
     finally:
         for k in todo:
             remove_leftovers(targets[k])
@@ -67,6 +73,13 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
     counts = {status: sum(1 for entry in entries if entry["status"] == status)
               for status in ("written", "skipped", "failed")}
     return {"directory": str(directory), "workers": workers.where, "traces": len(entries), **counts, "ranks": entries}
+
+
+def _written_since(path: Path, started_ns: int) -> bool:
+    try:
+        return path.stat().st_mtime_ns >= started_ns
+    except OSError:
+        return False
 
 
 def _refuse_shared_outputs(files: list[Path], targets: list[Path]) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
@@ -30,7 +29,7 @@ from ..engine.pp import (CPU_PP, GPU_PP, STAGELESS, Anchor, BlockKey, CrossRankA
 from ..engine.transfers import RankOps, TransferEnd, Transfers, attach_transfer_ends, find_ops, pair_transfers
 from ..engine.transfers import summary as transfers_summary
 from ..errors import CgtraceError
-from ..fileio.atomic import atomic_output, check_output_path
+from ..fileio.atomic import atomic_output, check_output_path, scratch_folder
 from ..inputs.source import json_size
 from ..model import ClockPlacement, RankIdentity
 from ..outputs.perfetto_writer import PerfettoWriter
@@ -116,9 +115,9 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     # parent reuses them.
     in_process = scheduler is None and jobs == 1 and not helpers
     # Snapshots live beside the output (absolute: workers may run in another directory).
-    with tempfile.TemporaryDirectory(prefix=".cgtrace-merge-", dir=output_for_group(0, 1).parent.absolute()) \
-            as scratch, nullcontext(None) if in_process else open_workers(jobs, scheduler) as workers:
-        tasks = [(str(file), scanning, str(Path(scratch) / f"rank{k:05d}")) for k, file in enumerate(files)]
+    with scratch_folder(".cgtrace-merge-", output_for_group(0, 1).parent.absolute()) as scratch, \
+            nullcontext(None) if in_process else open_workers(jobs, scheduler) as workers:
+        tasks = [(str(file), scanning, str(scratch / f"rank{k:05d}")) for k, file in enumerate(files)]
         infos = _in_workers(workers, _scan_rank, tasks, list(map(str, files)), "reading ranks")
         if ranks is not None:
             infos = [info for info in infos if info.global_rank in ranks]

@@ -7,13 +7,12 @@ reaches trace_processor's JSON importer, which drops partially overlapping slice
 
 from __future__ import annotations
 
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
+from ..fileio.atomic import scratch_folder
 from ..lane_rules import LaneRules, load_lane_rules
-
 from .runner import PROFILER_OUTPUT, JobOptions, default_output_path, run_job
 
 
@@ -24,7 +23,7 @@ def as_perfetto(path: Path, compact: bool, lanes: Optional[LaneRules] = None) ->
     if not path.name.endswith(PROFILER_OUTPUT):
         yield path
         return
-    with tempfile.TemporaryDirectory(prefix="cgtrace-") as folder:
-        output = Path(folder) / default_output_path(path).name
+    with scratch_folder("cgtrace-") as folder:
+        output = folder / default_output_path(path).name
         run_job(path, output, JobOptions(compact=compact, lanes=lanes or load_lane_rules(), args_strategy="auto"))
         yield output

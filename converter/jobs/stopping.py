@@ -10,12 +10,31 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+from pathlib import Path
 from types import FrameType
 from typing import Iterator, Optional
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM, raised in the main thread: it takes Ctrl-C's path, so cleanup runs alike."""
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, raised in the main thread, carrying the finished outputs a stopped command keeps
+    (a batch keeps every rank it wrote), so the last line says what is on disk."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: list[Path] = []
+
+
+class Terminated(Interrupted):
+    """SIGTERM: it takes Ctrl-C's path, so cleanup runs alike."""
+
+
+def stopped_message(interrupt: KeyboardInterrupt) -> str:
+    """The last line of a stopped command: nothing written, or which finished outputs remain."""
+    kept = interrupt.kept if isinstance(interrupt, Interrupted) else []
+    if not kept:
+        return "interrupted; nothing was written"
+    return (f"interrupted; the {len(kept)} outputs finished before the stop were kept (first {kept[0]}); "
+            "run the same command again to write only the rest")
 
 
 def exit_status(interrupt: KeyboardInterrupt) -> int:
@@ -44,4 +63,4 @@ def signals_unwind() -> Iterator[None]:
 def _raise_once(number: int, frame: Optional[FrameType]) -> None:
     for each in (signal.SIGINT, signal.SIGTERM):
         signal.signal(each, signal.SIG_IGN)
-    raise Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
+    raise Terminated() if number == signal.SIGTERM else Interrupted()

@@ -16,18 +16,23 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import os
+import pickle
 import signal
 import sys
 import threading
+import time
 from collections import deque
 from concurrent.futures import Executor, Future
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from types import FrameType
 from typing import Any, Callable, Optional, cast
 
 from ..signals import STOPPING, stopping_deferred
 
 _PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+# How long a stopped worker may take to remove its temporary files before it is killed.
+_UNWIND_S = 10.0
 
 
 class WorkerDied(Exception):
@@ -72,9 +77,14 @@ class LocalProcessExecutor(Executor):
             for future, _, _ in self._queued:
                 future.cancel()
             self._queued.clear()
+            for _, process in self._running.values():
+                process.terminate()  # unwinds it: its temporary files go (_work)
+            deadline = time.monotonic() + _UNWIND_S
             for receiver, (future, process) in self._running.items():
-                process.kill()
-                process.join()
+                process.join(max(0.0, deadline - time.monotonic()))
+                if process.is_alive():
+                    process.kill()
+                    process.join()
                 receiver.close()
                 future.cancel()
             self._running.clear()
@@ -147,21 +157,39 @@ def _receive(receiver: Connection) -> Any:
         return None
 
 
+class _Stopped(BaseException):
+    """SIGTERM in a worker, raised where it runs, so every `with` on the way out removes what it
+    made (a temporary trace, an output's temporary file) before the worker ends."""
+
+
+def _stop(number: int, frame: Optional[FrameType]) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    raise _Stopped()
+
+
 def _work(parent: int, sender: Connection, function: Callable[..., Any], task: tuple) -> None:
     """A worker: stopping is the main process's business. Ctrl-C reaches the whole process
-    group, so a worker ignores it; SIGTERM ends it at once, without the traceback the
-    inherited handler (stopping.py) would raise; and on Linux the kernel kills it should the
-    main process die without a chance to (SIGKILL, the OOM killer)."""
+    group, so a worker ignores it; SIGTERM (from the main process, or sent to the group)
+    unwinds it and ends it with no traceback; and on Linux the kernel kills it should the main
+    process die without a chance to (SIGKILL, the OOM killer)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # blocked by the fork (_start_queued)
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:  # it died before prctl took effect
-        os._exit(1)
+    signal.signal(signal.SIGTERM, _stop)
     try:
-        outcome: tuple[bool, Any] = (True, function(*task))
-    except Exception as error:  # raised again in the main process
-        outcome = (False, error)
-    with sender:
-        sender.send(outcome)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # blocked by the fork (_start_queued)
+        if sys.platform.startswith("linux"):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # it died before prctl took effect
+            os._exit(1)
+        try:
+            outcome: tuple[bool, Any] = (True, function(*task))
+        except Exception as error:  # raised again in the main process
+            outcome = (False, error)
+        with sender:
+            try:
+                sender.send(outcome)
+            except (pickle.PicklingError, TypeError, ValueError, AttributeError) as unpicklable:
+                # An error holding a C pointer (wasmtime's) does not pickle; its words still travel.
+                unsent = outcome[1] if not outcome[0] else unpicklable
+                sender.send((False, RuntimeError(f"{type(unsent).__name__}: {unsent}")))
+    except _Stopped:
+        os._exit(128 + signal.SIGTERM)

@@ -42,6 +42,7 @@ from ..fileio.args_file import FileArgsStore
 from ..fileio.direct import read_all, write_all, write_at
 from ..heap import give_back_freed_memory
 from ..model import LabelRule
+from ..signals import stopping_deferred
 from ..tuning import DEFAULT_TUNING, Tuning
 from .packets import Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, EntryEncoder, mapped
@@ -93,7 +94,10 @@ class BackgroundArgsEncoder:
             if encodes_packets else None
         requests_out, self._requests = Pipe(duplex=False)
         self._results, results_in = Pipe(duplex=False)
-        pid = os.fork()
+        # A stop signal landing in a fork hook (logging's runs after every fork) is printed and
+        # lost instead of raised; held back across the fork, it is raised on the way out.
+        with stopping_deferred():
+            pid = os.fork()
         if pid == 0:  # the helper: it must never return into the caller's code
             status = 1
             try:

@@ -17,7 +17,7 @@ from converter.errors import CgtraceError
 from converter.fileio.gzip_size import uncompressed_size
 from converter.tp.time_limit import LimitedTraceProcessor, TimeLimit, TimeLimitExceeded
 from converter.tp.wasm_backend import WasmTraceProcessor
-from converter.tp.wasm_host import WasmCrashed, WasmTransport
+from converter.tp.wasm_host import WasmCrashed, WasmTransport, address_space_left
 
 __all__ = ["open_trace", "TraceProcessorException"]
 
@@ -62,6 +62,8 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
         problem = f"{e.strerror or e}; check the path and its permissions"
     except WasmCrashed as e:
         problem = (
+            f"{e}; the address space is limited (ulimit -v): raise the limit (`ulimit -v unlimited`) or pass "
+            "--tp-bin PATH (a native trace_processor_shell)" if address_space_left() is not None else
             f"{e}. If the trace is very large, pass --tp-bin PATH (a native trace_processor_shell), "
             "which is not limited to WebAssembly's memory"
         )

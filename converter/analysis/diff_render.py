@@ -1,0 +1,73 @@
+"""`cgtrace diff`'s output: the diff as JSON, or findings and tables as text or one HTML page.
+
+The pages are render.py's (its tables, text layout and HTML skeleton), so a diff reads like a
+report; only diff.py decides what is compared and what counts as a change.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any, Callable
+
+import orjson
+
+from .render import Table, html_page, ms, short_name, text_page
+
+_COMPARED = ["A ms", "B ms", "delta ms", "change"]
+
+
+def render_diff(diff: dict[str, Any], fmt: str) -> str:
+    if fmt == "json":
+        return orjson.dumps(diff, option=orjson.OPT_INDENT_2).decode() + "\n"
+    if fmt == "html":
+        lead = [f"<h2>Findings</h2><ul>{''.join(f'<li>{html.escape(line)}</li>' for line in _findings(diff))}</ul>",
+                "<p class=note>Bars: each delta against the largest in its table; blue up, orange down.</p>"]
+        return html_page(f"cgtrace diff: {Path(diff['a']['trace']).name} -> {Path(diff['b']['trace']).name}",
+                         _sides(diff), lead, _tables(diff, lambda name: name), diff["definitions"])
+    findings = "\nFindings\n" + "".join(f"  - {line}\n" for line in _findings(diff))
+    return text_page(f"cgtrace diff: {_sides(diff)}", findings, _tables(diff, short_name), diff["definitions"])
+
+
+def _sides(diff: dict[str, Any]) -> str:
+    return "; ".join(f"{side.upper()}: {diff[side]['trace']} (lanes from {diff[side]['lanes_from']})"
+                     for side in ("a", "b"))
+
+
+def _findings(diff: dict[str, Any]) -> list[str]:
+    """Each change on a line of its own, then what did not change on one line."""
+    changed = [finding["text"] for finding in diff["findings"] if not finding["unchanged"]]
+    same = [finding["subject"] for finding in diff["findings"] if finding["unchanged"]]
+    return changed + ([f"Unchanged: {', '.join(same)}"] if same else []) or [
+        "Nothing to compare: neither trace has GPU slices or pipeline stages"]
+
+
+def _compared(row: dict[str, Any]) -> list[str]:
+    a, b, change = row["a_ns"], row["b_ns"], row["change_pct"]
+    shown = "-" if not (a or b) else "new" if change is None else f"{change:+.1f}%"
+    return [ms(a), ms(b), f"{row['delta_ns'] / 1e6:+.3f}", shown]
+
+
+def _table(title: str, columns: list[str], rows: list[dict[str, Any]],
+           cells: Callable[[dict[str, Any]], list[str]]) -> Table:
+    """A section: `cells` label each row, the compared figures follow, with a bar by the delta
+    (the section's largest fills it; a decrease in the other colour)."""
+    largest = max((abs(row["delta_ns"]) for row in rows), default=0) or 1
+    labels = len(columns)
+    return Table(title, columns + _COMPARED, [cells(row) + _compared(row) for row in rows],
+                 list(range(labels, labels + len(_COMPARED))),
+                 (labels + 2, [row["delta_ns"] / largest for row in rows]))
+
+
+def _tables(diff: dict[str, Any], kernel_name: Callable[[str], str]) -> list[Table]:
+    return [
+        _table("GPUs: mean per step", ["gpu", "figure"], diff["gpus"], lambda row: [row["gpu"], row["figure"]]),
+        _table("Lane groups: busy per step", ["gpu", "lane group", "kind"], diff["lane_groups"],
+               lambda row: [row["gpu"], row["group"], row["kind"]]),
+        _table("Pipeline stages: each part per step", ["PP rank", "part"], diff["stages"],
+               lambda row: [str(row["pp_rank"]), row["part"].replace("_", " ")]),
+        _table("Steps, matched by order", ["gpu", "step (A / B)", "figure"], diff["steps"],
+               lambda row: [row["gpu"], f"{row['a_step']} / {row['b_step']}", row["figure"]]),
+        _table("Kernels: largest changes in time per step", ["kernel"], diff["kernels"],
+               lambda row: [kernel_name(row["name"])]),
+    ]

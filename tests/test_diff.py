@@ -1,0 +1,317 @@
+"""cgtrace diff through the real command line and trace_processor: a trace against a copy
+whose NCCL kernels run half as long names exactly that change; a trace against itself is all
+zero; --fail-above gates on it; bad input and options write nothing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+from decimal import Decimal
+from html import escape
+from pathlib import Path
+
+import pytest
+
+from converter.analysis.diff import DIFF_DEFINITIONS, beyond, diff_reports
+from converter.cli import main
+from converter.errors import CgtraceError
+from converter.generator import GeneratorConfig, write_pp_run, write_trace
+
+from .helpers import SHARED_TRACES
+from .oracle import load_events, to_ns
+
+REAL = SHARED_TRACES / "hta_nccl_a100.json.gz"
+KERNEL = {"kernel", "Kernel"}
+MS = 1_000_000  # ns
+ROW_FIELDS = {"a_ns", "b_ns", "delta_ns", "change_pct"}
+
+
+def run_diff(capsys, *args) -> tuple[int, str, list[str]]:
+    """(exit status, stdout, stderr's lines) of `cgtrace diff ARGS`."""
+    capsys.readouterr()
+    status = main(["diff", *map(str, args)])
+    out, err = capsys.readouterr()
+    return status, out, err.splitlines()
+
+
+def is_nccl_kernel(event: dict) -> bool:
+    return event.get("ph") == "X" and event.get("cat") in KERNEL and "nccl" in event.get("name", "").lower()
+
+
+def halve_nccl(source: Path, target: Path) -> Path:
+    """A copy of `source` whose kernels with "nccl" in their name last half as long; every other
+    number written exactly as read (absolute microsecond stamps need more digits than a float)."""
+    header, events = load_events(source)
+    for event in events:
+        if is_nccl_kernel(event):
+            event["dur"] = Decimal(event["dur"]) / 2
+    document = {**header, "traceEvents": events} if header else events
+    text = exact_json(document).encode()
+    target.write_bytes(gzip.compress(text) if target.suffix == ".gz" else text)
+    return target
+
+
+def exact_json(value) -> str:
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{json.dumps(key)}:{exact_json(item)}" for key, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(map(exact_json, value)) + "]"
+    return str(value) if isinstance(value, Decimal) else json.dumps(value)
+
+
+def nccl_time_per_step(path: Path) -> dict[str, float]:
+    """Each NCCL kernel's time inside the CPU's ProfilerStep spans, per step, from the JSON alone."""
+    header, events = load_events(path)
+    base = header.get("baseTimeNanoseconds", 0)
+    steps = [(base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e["dur"])) for e in events
+             if e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    totals: dict[str, float] = {}
+    for event in filter(is_nccl_kernel, events):
+        start = base + to_ns(event["ts"])
+        end = start + to_ns(event["dur"])
+        inside = sum(max(0, min(end, stop) - max(start, begin)) for begin, stop in steps)
+        totals[event["name"]] = totals.get(event["name"], 0) + inside / len(steps)
+    return totals
+
+
+def gated_beyond(diff: dict, pct: float) -> int:
+    """How many rows --fail-above PCT must name: every gated section's rows changed beyond it."""
+    return sum(abs(row["delta_ns"]) * 100 > pct * row["a_ns"] for key in ("gpus", "lane_groups", "stages")
+               for row in diff[key])
+
+
+def findings(diff: dict) -> dict[str, dict]:
+    return {finding["key"]: finding for finding in diff["findings"]}
+
+
+def assert_all_zero(diff: dict) -> None:
+    for section in ("gpus", "lane_groups", "steps", "stages"):
+        assert all(row["delta_ns"] == 0 and row["a_ns"] == row["b_ns"] for row in diff[section]), section
+    assert diff["kernels"] == []   # only kernels whose time changed are listed
+    assert all(finding["unchanged"] and finding["delta_ns"] == 0 for finding in diff["findings"])
+
+
+# -- the real trace -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def real_pair(tmp_path_factory) -> tuple[Path, Path]:
+    if not REAL.is_file():
+        pytest.skip(f"{REAL.name} is not in ../shared/traces: real-trace tests need it")
+    return REAL, halve_nccl(REAL, tmp_path_factory.mktemp("diff") / "half_nccl.json")
+
+
+def test_halved_nccl_reads_as_communication_down_by_half(real_pair, capsys):
+    a, b = real_pair
+    status, out, err = run_diff(capsys, a, b, "--format", "json", "--fail-above", "10")
+    diff = json.loads(out)
+    assert status == 1
+    # Every lane group of kind communication lost half its busy time (overlaps are unioned,
+    # so within a small tolerance); every other group is exactly as it was.
+    lanes = diff["lane_groups"]
+    assert {row["kind"] for row in lanes} >= {"compute", "communication"}
+    for row in lanes:
+        assert set(row) >= {"group", "kind"} | ROW_FIELDS
+        if row["kind"] == "communication":
+            assert row["b_ns"] == pytest.approx(row["a_ns"] / 2, rel=0.02), row
+        else:
+            assert row["delta_ns"] == 0, row
+    by_figure = {row["figure"]: row for row in diff["gpus"]}
+    assert by_figure["step"]["delta_ns"] == by_figure["compute busy"]["delta_ns"] == 0
+    assert by_figure["exposed communication"]["delta_ns"] < 0
+    # Kernels: exactly the NCCL ones changed, each to half of what the JSON says it ran per step.
+    expected = nccl_time_per_step(a)
+    assert {row["name"] for row in diff["kernels"]} == set(expected)
+    for row in diff["kernels"]:
+        assert row["a_ns"] == pytest.approx(expected[row["name"]], abs=1 + 1e-6 * expected[row["name"]])
+        assert row["b_ns"] == pytest.approx(expected[row["name"]] / 2, rel=0.01)
+    assert [abs(row["delta_ns"]) for row in diff["kernels"]] == sorted((abs(r["delta_ns"]) for r in diff["kernels"]),
+                                                                      reverse=True)
+    # The findings say so, and no more.
+    found = findings(diff)
+    assert {key for key, finding in found.items() if not finding["unchanged"]} == {
+        "kind.communication", "exposed_communication", "top_kernel"}
+    assert found["kind.communication"]["change_pct"] == pytest.approx(-50, abs=1)
+    assert found["kind.compute"]["delta_ns"] == found["step_time"]["delta_ns"] == 0
+    assert "nccl" in found["top_kernel"]["subject"].lower()
+    # --fail-above 10 names each gated row beyond 10%, one line each, and only those.
+    assert len(err) == gated_beyond(diff, 10) >= 2
+    assert all(line.startswith("cgtrace: ") and line.endswith("more than --fail-above 10%") for line in err)
+    for row in lanes:
+        named = any(f"{row['group']} busy down" in line for line in err)
+        assert named == (row["kind"] == "communication" and abs(row["delta_ns"]) * 100 > 10 * row["a_ns"])
+
+
+def test_a_trace_against_itself_is_all_zero(real_pair, capsys):
+    a, _ = real_pair
+    status, out, err = run_diff(capsys, a, a, "--format", "json", "--fail-above", "0")
+    assert (status, err) == (0, [])
+    diff = json.loads(out)
+    assert diff["gpus"] and diff["lane_groups"] and diff["steps"]
+    assert_all_zero(diff)
+
+
+# -- generated traces ---------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory) -> tuple[Path, Path]:
+    folder = tmp_path_factory.mktemp("generated")
+    source = write_trace(GeneratorConfig(seed=4, steps=2, graphs_per_step=4, kernels_per_replay=8), folder / "t.json")
+    return source, halve_nccl(source, folder / "t_half.json.gz")
+
+
+def test_generated_trace_text_json_and_html(generated, capsys, tmp_path):
+    a, b = generated
+    status, out, err = run_diff(capsys, a, b, "--format", "json")
+    assert (status, err) == (0, [])   # no --fail-above: changes are reported, not failed
+    diff = json.loads(out)
+    assert set(diff) >= {"a", "b", "definitions", "findings", "gpus", "lane_groups", "steps", "kernels", "stages"}
+    assert all(set(row) >= {"name"} | ROW_FIELDS for row in diff["kernels"])
+    assert all("nccl" in row["name"].lower() and row["delta_ns"] < 0 for row in diff["kernels"])
+    assert all(set(row) >= {"gpu", "index", "a_step", "b_step", "figure"} | ROW_FIELDS for row in diff["steps"])
+    assert [row["index"] for row in diff["steps"] if row["figure"] == "step"] == [1, 2]
+    assert not findings(diff)["kind.communication"]["unchanged"] and findings(diff)["kind.compute"]["unchanged"]
+    assert all(DIFF_DEFINITIONS[term] == meaning for term, meaning in diff["definitions"].items()
+               if term in DIFF_DEFINITIONS)
+
+    status, text, _ = run_diff(capsys, a, b, "--top", "1")
+    assert status == 0
+    findings_text = text.split("\nFindings\n", 1)[1].split("\n\n", 1)[0]
+    communication = findings(diff)["kind.communication"]["text"]
+    assert f"  - {communication}\n" in findings_text and communication.startswith("Communication time down")
+    assert re.search(r"  - Unchanged: step time, compute time", findings_text)
+    assert len(text.split("\nKernels: largest changes in time per step\n", 1)[1].split("\n\n")[0].splitlines()) == 3
+
+    page = tmp_path / "diff.html"
+    assert main(["diff", str(a), str(b), "--format", "html", "-o", str(page)]) == 0
+    html = page.read_text()
+    assert html.startswith("<!doctype html>") and f"<li>{escape(communication)}</li>" in html
+    assert 'class="bar less"' in html   # a decrease drawn in the other colour
+    assert all(escape(meaning) in html for meaning in DIFF_DEFINITIONS.values())
+    assert not re.search(r"https?:|src=|<script|<link", html)   # self-contained
+    assert main(["diff", str(a), str(b), "--format", "html", "-o", str(page)]) == 2   # no --overwrite
+    assert main(["diff", str(a), str(a), "--format", "html", "-o", str(page), "--overwrite"]) == 0
+    assert "Unchanged: step time" in page.read_text()
+
+
+def test_merged_pipelines_match_by_rank(tmp_path, capsys):
+    """A merge against itself is all zero; against one rank's trace it is refused, naming the
+    file that lacks a GPU, since GPUs are matched by rank and device, never by position."""
+    write_pp_run(tmp_path / "ranks", pp_size=2, microbatches=2, steps=2, kernels_per_replay=4)
+    merged = tmp_path / "merged.perfetto-trace"
+    assert main(["merge", str(tmp_path / "ranks"), "-o", str(merged), "-q"]) == 0
+    capsys.readouterr()
+    status, out, _ = run_diff(capsys, merged, merged, "--format", "json", "--fail-above", "0")
+    diff = json.loads(out)
+    assert status == 0 and sorted({row["pp_rank"] for row in diff["gpus"]}) == [0, 1]
+    assert_all_zero(diff)
+    one_rank = tmp_path / "ranks" / "rank0_trace.json"
+    status, out, err = run_diff(capsys, merged, one_rank)
+    assert (status, out, len(err)) == (2, "", 1)
+    assert err[0].startswith(f"cgtrace: error: {one_rank}: has no GPU") and f"which {merged} has" in err[0]
+
+
+# -- pipeline stages: the report's `pipeline.stages[]` contract -----------------------------------
+def test_stage_parts_of_merged_pipelines_through_the_command_line(tmp_path, capsys):
+    """Two runs of one 2-stage CUDA-graph pipeline (other seeds, other step counts): each PP
+    rank's stage parts are the means of what `cgtrace report` gives per step, and add up to
+    its step; a merge against itself changes no part."""
+    merges = []
+    for seed, steps in ((1, 2), (2, 3)):
+        write_pp_run(tmp_path / f"run{seed}", pp_size=2, microbatches=2, steps=steps, kernels_per_replay=4, seed=seed)
+        merges.append(tmp_path / f"run{seed}.perfetto-trace")
+        assert main(["merge", str(tmp_path / f"run{seed}"), "-o", str(merges[-1]), "-q"]) == 0
+    capsys.readouterr()
+    reports = []
+    for merged in merges:
+        assert main(["report", str(merged), "--format", "json"]) == 0
+        reports.append(json.loads(capsys.readouterr().out))
+    if "pipeline" not in reports[0]:
+        pytest.skip("report gives no pipeline.stages yet (issue 42's pipeline anatomy)")
+    status, out, _ = run_diff(capsys, *merges, "--format", "json")
+    diff = json.loads(out)
+    assert status == 0 and {row["pp_rank"] for row in diff["stages"]} == {0, 1}
+    for row in diff["stages"]:
+        for side, report in zip("ab", reports):
+            rows = [stage for stage in report["pipeline"]["stages"] if stage["pp_rank"] == row["pp_rank"]]
+            assert row[f"{side}_steps"] == len(rows)
+            mean = sum(stage[f"{row['part']}_ns"] for stage in rows) / len(rows)
+            assert row[f"{side}_ns"] == pytest.approx(mean, abs=0.5)
+    for pp_rank in (0, 1):
+        parts = [row for row in diff["stages"] if row["pp_rank"] == pp_rank]
+        step = next(row for row in parts if row["part"] == "step")
+        assert sum(row["a_ns"] for row in parts if row is not step) == pytest.approx(step["a_ns"], abs=len(parts))
+    assert "step_time" in findings(diff) and any(key.startswith("stage.") for key in findings(diff))
+    status, out, _ = run_diff(capsys, merges[0], merges[0], "--format", "json", "--fail-above", "0")
+    assert status == 0 and json.loads(out)["stages"]
+    assert_all_zero(json.loads(out))
+
+
+def stage_figures(name: str, stages: list[dict]) -> dict:
+    """A CPU-only pipeline's report figures as build_report gives them: no GPU, stage rows only."""
+    return {"input": {"trace": name, "lanes_from": "track roles"}, "definitions": {}, "gpus": [],
+            "top_kernels": [], "pipeline": {"stages": stages}}
+
+
+def stage(pp_rank: int, step: str, **parts: int) -> dict:
+    """A `pipeline.stages[]` row: where it starts, its parts (`<part>_ns`) and `step_ns`, their sum."""
+    return {"pp_rank": pp_rank, "step": step, "start_ns": 10**18 + pp_rank, "step_ns": sum(parts.values()),
+            **{f"{k}_ns": v for k, v in parts.items()}, "recv_waits": []}
+
+
+def test_stage_parts_compare_per_pp_rank_as_means_per_step():
+    """Step numbers differ between runs (#1, #2 against #7), so each PP rank's parts are
+    averaged over its steps; a part one side lacks (drain) is 0 there; where a step starts is
+    no part."""
+    a = stage_figures("a", [stage(0, "ProfilerStep#1", compute=600 * MS, recv_wait=400 * MS),
+                            stage(0, "ProfilerStep#2", compute=600 * MS, recv_wait=200 * MS),
+                            stage(1, "ProfilerStep#1", compute=500 * MS, recv_wait=500 * MS)])
+    b = stage_figures("b", [stage(0, "ProfilerStep#7", compute=600 * MS, recv_wait=150 * MS),
+                            stage(1, "ProfilerStep#7", compute=500 * MS, recv_wait=500 * MS, drain=100 * MS)])
+    diff = diff_reports(a, b)
+    rows = {(row["pp_rank"], row["part"]): (row["a_ns"] // MS, row["b_ns"] // MS, row["delta_ns"] // MS)
+            for row in diff["stages"]}
+    assert rows == {(0, "step"): (900, 750, -150), (0, "compute"): (600, 600, 0), (0, "recv_wait"): (300, 150, -150),
+                    (1, "step"): (1000, 1100, 100), (1, "compute"): (500, 500, 0), (1, "recv_wait"): (500, 500, 0),
+                    (1, "drain"): (0, 100, 100)}
+    assert [(row["a_steps"], row["b_steps"]) for row in diff["stages"] if row["part"] == "step"] == [(2, 1), (1, 1)]
+    found = findings(diff)
+    assert found["stage.recv_wait"]["text"] == "Stage recv wait down 18.8% (-150.000 ms per step); most on PP rank 0"
+    assert found["stage.drain"]["text"] == "Stage drain up from 0 to 100.000 ms per step"  # PP rank 1 alone has it
+    assert "stage.step" not in found   # a stage's step is no part; without GPUs it is the step time
+    # (750 + 1100) / 2 against (900 + 1000) / 2
+    assert found["step_time"]["text"] == "Step time down 2.6% (-25.000 ms); most on PP rank 0"
+    assert [line.split(" ", 1)[0] for line in beyond(diff, 10)] == ["PP", "PP", "PP"]
+
+
+def test_stage_parts_of_pp_ranks_one_side_lacks_are_refused():
+    a = stage_figures("a.json", [stage(0, "ProfilerStep#1", compute=1), stage(1, "ProfilerStep#1", compute=1)])
+    b = stage_figures("b.json", [stage(0, "ProfilerStep#1", compute=1)])
+    with pytest.raises(CgtraceError, match=r"^b\.json: has no pipeline stage of PP rank 1, which a\.json has"):
+        diff_reports(a, b)
+
+
+# -- bad input and options ----------------------------------------------------------------------
+@pytest.mark.parametrize("case", ["missing", "directory", "percent", "negative", "format", "top"])
+def test_bad_input_one_line_exit_2_nothing_written(case, generated, tmp_path, capsys):
+    a, _ = generated
+    out = tmp_path / "out.json"
+    args = {"missing": [a, tmp_path / "nope.json", "-o", out],
+            "directory": [tmp_path, a, "-o", out],
+            "percent": [a, a, "--fail-above", "ten", "-o", out],
+            "negative": [a, a, "--fail-above", "-5", "-o", out],
+            "format": [a, a, "--format", "csv", "-o", out],
+            "top": [a, a, "--top", "-1", "-o", out]}[case]
+    named = {"missing": "nope.json: no such file", "directory": f"{tmp_path}: is a directory",
+             "percent": "--fail-above: 'ten' is not a percentage", "negative": "--fail-above: '-5' is not",
+             "format": "--format: invalid choice", "top": "--top: '-1' is not"}[case]
+    status, stdout, err = run_diff(capsys, *args)
+    assert (status, stdout, len(err)) == (2, "", 1)
+    assert err[0].startswith("cgtrace: error: ") and named in err[0]
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_docs_define_each_diff_term_as_the_code_does():
+    reference = (Path(__file__).resolve().parent.parent / "docs" / "cli.md").read_text()
+    section = reference.split("<!-- diff definitions", 1)[1].split("<!-- end of diff definitions", 1)[0]
+    flat = " ".join(section.split())
+    assert all(f"**{term}**: {meaning}." in flat for term, meaning in DIFF_DEFINITIONS.items())
