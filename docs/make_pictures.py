@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The README's pictures, made from generated traces so they show what cgtrace writes today.
 
-    python docs/make_pictures.py            # needs Playwright and Chromium (see tests/test_browser.py)
+    python docs/make_pictures.py [NAME.png ...]   # needs Playwright and Chromium (see tests/test_browser.py)
 
 Writes docs/before.png and docs/after.png (one CUDA-graph trace converted as it is, then compacted) and
 docs/pipeline.png (a merged 4-rank pipeline with its SEND -> RECV arrows), each opened in the
-offline Perfetto UI that `cgtrace view --offline` serves, groups expanded.
+offline Perfetto UI that `cgtrace view --offline` serves, groups expanded; and docs/report.png, the
+top of that pipeline's HTML report (`cgtrace report --format html`). Names given: only those.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from converter.analysis.render import render_html  # noqa: E402
+from converter.analysis.report import build_report  # noqa: E402
 from converter.analysis.view import TraceServer, find_web_dist  # noqa: E402
 from converter.generator import GeneratorConfig, write_pp_run, write_trace  # noqa: E402
 from converter.jobs.merge import merge_ranks  # noqa: E402
@@ -29,6 +32,7 @@ from converter.jobs.runner import JobOptions, run_job  # noqa: E402
 DOCS = REPO / "docs"
 WIDTH = 1400
 TRACK_TITLE = ".pf-track__title-popup"
+PICTURES = ("before.png", "after.png", "pipeline.png", "report.png")
 
 
 def screenshot(browser, trace: Path, picture: Path, height: int, zoom_at: float = 0.0, zoom_ms: int = 0) -> None:
@@ -58,9 +62,26 @@ def screenshot(browser, trace: Path, picture: Path, height: int, zoom_at: float 
         server.server_close()
 
 
-def main() -> int:
+def report_picture(browser, trace: Path, picture: Path, height: int) -> None:
+    """The top of `trace`'s HTML report, as Chromium draws it in a window `height` pixels tall."""
+    page_file = trace.with_suffix(".html")
+    page_file.write_text(render_html(build_report(trace, shown_as=Path(trace.name))))
+    page = browser.new_page(viewport={"width": 1300, "height": height})
+    try:
+        page.goto(page_file.as_uri())
+        page.screenshot(path=str(picture))
+    finally:
+        page.close()
+
+
+def main(names: list[str]) -> int:
     from playwright.sync_api import sync_playwright
 
+    unknown = sorted(set(names) - set(PICTURES))
+    if unknown:
+        print(f"make_pictures: no picture named {', '.join(unknown)}; choose from {', '.join(PICTURES)}",
+              file=sys.stderr)
+        return 2
     chromium = os.environ.get("CGTRACE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
     if not chromium:
         print("make_pictures: Chromium not found; install it or set CGTRACE_CHROMIUM", file=sys.stderr)
@@ -75,17 +96,23 @@ def main() -> int:
                              kernels_per_replay=12)
         merge_ranks(files, lambda group, groups: work / "pipeline.perfetto-trace", JobOptions())
         browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
+        pictures = {
+            "before.png": lambda: screenshot(browser, work / "before.perfetto-trace", DOCS / "before.png", 800),
+            "after.png": lambda: screenshot(browser, work / "after.perfetto-trace", DOCS / "after.png", 800),
+            "pipeline.png": lambda: screenshot(browser, work / "pipeline.perfetto-trace", DOCS / "pipeline.png", 1500,
+                                               zoom_at=0.92, zoom_ms=300),
+            "report.png": lambda: report_picture(browser, work / "pipeline.perfetto-trace", DOCS / "report.png", 960),
+        }
+        names = names or list(pictures)
         try:
-            screenshot(browser, work / "before.perfetto-trace", DOCS / "before.png", 800)
-            screenshot(browser, work / "after.perfetto-trace", DOCS / "after.png", 800)
-            screenshot(browser, work / "pipeline.perfetto-trace", DOCS / "pipeline.png", 1500, zoom_at=0.92,
-                       zoom_ms=300)
+            for name in names:
+                pictures[name]()
         finally:
             browser.close()
-    for name in ("before.png", "after.png", "pipeline.png"):
+    for name in names:
         print(f"{DOCS / name}: {(DOCS / name).stat().st_size // 1024} KB")
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -246,11 +246,12 @@ def test_report_across_ranks_matches_each_traces_report_and_names_stragglers(clu
         assert row["bubble_share"] == round(sum(s["bubble_ns"] for s in steps) / sum(s["step_ns"] for s in steps), 6)
     median = statistics.median(row["step_ns"] for row in across["ranks"])
     assert across["median_step_ns"] == median
-    furthest = max(abs(row["step_ns"] - median) for row in across["ranks"])
-    assert abs(across["stragglers"][0]["vs_median_ns"]) == furthest
     assert {r["global_rank"] for r in across["ranks"]} == set(range(8))
+    # Stragglers hold collectives up (tests/test_stragglers.py); each is a finding.
+    assert [f["where"]["global_rank"] for f in across["findings"]] == [s["global_rank"] for s in across["stragglers"]]
     code, text, _ = cli(capsys, "report", str(compacted), "--jobs", "2")
-    assert code == 0 and "stragglers:" in text and f"rank {across['stragglers'][0]['global_rank']}" in text
+    assert code == 0 and "stragglers:" in text
+    assert all(f"rank {s['global_rank']} ({s['file']}) arrives last" in text for s in across["stragglers"])
 
 
 # -- bad options ----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import orjson
 
+from .findings import as_text, waited_for
 from .intervals import Intervals
 from .query import format_table, terminal_safe
 from .report import Report, Timeline, gpu_label
@@ -46,11 +47,24 @@ class Table:
     numeric: list[int]
     bar: Optional[tuple[int, list[float]]] = None
     wrap: int = 0
+    stacked: Optional[tuple[int, list[list[float]]]] = None  # a column of parts' shares (_PARTS), as one bar
+
+
+def _stages_table(figures: dict) -> Table:
+    """A pipeline's stage parts per rank and step (no rows where the trace is no pipeline)."""
+    stages = figures.get("pipeline", {}).get("stages", [])
+    return Table(
+        "Pipeline stages: each step cut into parts that add up to it",
+        ["rank", "step", "step ms"] + [f"{label} ms" for _, label in _PARTS] + ["waited most for"],
+        [[row["rank"], row["step"], ms(row["step_ns"])] + [ms(row[key]) for key, _ in _PARTS]
+         + [_waited_for(row["recv_waits"])] for row in stages],
+        list(range(2, 3 + len(_PARTS))), wrap=3 + len(_PARTS),
+        stacked=(2, [[row[key] / row["step_ns"] if row["step_ns"] else 0.0 for key, _ in _PARTS] for row in stages]))
 
 
 def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
     gpus = figures["gpus"]
-    tables = [Table(
+    tables = [_stages_table(figures), Table(
         "GPUs: busy (any lane) and exposed communication, over the window",
         ["gpu", "window", "window ms", "busy ms", "busy", "exposed comm ms", "exposed comm"],
         [[gpu_label(g), f"{len(g['steps'])} steps" if g["window"] == "steps" else g["window"], ms(g["window_ns"]), ms(g["busy_ns"]), pct(g["busy_share"]),
@@ -91,6 +105,17 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
     return tables
 
 
+_NO_GPU = "No GPU slices found: a CPU-only pipeline, whose stages compute in their CPU ops."
+# The parts of a pipeline stage's step, in the order tables and bars show them.
+_PARTS = (("compute_ns", "compute"), ("warmup_ns", "warm-up"), ("drain_ns", "drain"),
+          ("recv_wait_ns", "recv wait"), ("exposed_comm_ns", "exposed comm"), ("other_ns", "other"))
+
+
+def _waited_for(waits: list[dict]) -> str:
+    """A step's longest receive wait, as what it was for and how long."""
+    return f"{waited_for(waits[0])}: {ms(waits[0]['wait_ns'])} ms" if waits else "-"
+
+
 def short_name(name: str, limit: int = 100) -> str:
     """Templated kernel names run to hundreds of characters; text shows the head (JSON and HTML keep all)."""
     return name if len(name) <= limit else name[:limit - 1] + "…"
@@ -98,8 +123,9 @@ def short_name(name: str, limit: int = 100) -> str:
 
 def render_text(figures: dict) -> str:
     source = figures["input"]
+    no_gpu = "" if figures["gpus"] else f"\n{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}\n"
     return text_page(f"cgtrace report: {source['trace']} (lanes from {source['lanes_from']})",
-                     "" if figures["gpus"] else "\nNo GPU slices found.\n",
+                     "\n" + "\n".join(map(terminal_safe, as_text(figures["findings"]).split("\n"))) + no_gpu,
                      _tables(figures, short_name), figures["definitions"])
 
 
@@ -116,6 +142,8 @@ def text_page(header: str, lead: str, tables: list[Table], definitions: dict[str
 # PP block kinds and the bubble as the timeline colours them.
 _COLORS = (("F", "#4a7bd0"), ("B", "#3c9d5d"), ("I", "#8fcf9a"), ("W", "#2a6b3d"), ("F+B", "#7a5cc4"),
            ("other", "#9a9a9a"), ("RECV", "#e0892b"), ("SEND", "#f2c94c"), ("bubble", "#d64545"))
+# The stage parts as the stacked bars colour them, in _PARTS order.
+_PART_COLORS = ("#4a7bd0", "#b7c7e6", "#d9b3e6", "#e0892b", "#d64545", "#bbbbbb")
 _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}
 table{border-collapse:collapse;margin:.5em 0}th,td{padding:2px 10px;border-bottom:1px solid #ddd;text-align:left;
@@ -123,7 +151,9 @@ vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-s
 .wrap{overflow-wrap:anywhere;min-width:10em;max-width:40em}svg{vertical-align:middle}
 .rest{fill:#e8e8e8}.bar{fill:#4a7bd0}.less{fill:#e0892b}.step{stroke:#555;stroke-width:1}.note{color:#555}
 dl{max-width:60em}dt{font-weight:600}dd{margin:0 0 .5em 1.5em}.key{display:inline-block;margin-right:1.2em}
-""" + "".join(f'[data-kind="{kind}"]{{fill:{color}}}' for kind, color in _COLORS)
+.findings li{margin:.2em 0}
+""" + "".join(f'[data-kind="{kind}"]{{fill:{color}}}' for kind, color in _COLORS) \
+    + "".join(f'[data-part="{key}"]{{fill:{color}}}' for (key, _), color in zip(_PARTS, _PART_COLORS))
 _TIMELINE_WIDTH = 900
 # Bands of one rank's strip: (y, height, what it shows).
 _BANDS = ((2, 12, ("F", "B", "I", "W", "F+B", "other")), (16, 8, ("RECV", "SEND")), (26, 8, ("bubble",)))
@@ -136,8 +166,24 @@ def _bar(share: float, width: int = 120) -> str:
             f'<rect class="bar{" less" if share < 0 else ""}" width="{filled:.1f}" height="10"/></svg>')
 
 
+def _stacked(shares: list[float], width: int = 160) -> str:
+    """Parts of a whole (shares adding up to 1) as one bar, coloured by part."""
+    x, rects = 0.0, []
+    for (key, label), share in zip(_PARTS, shares):
+        rects.append(f'<rect data-part="{key}" x="{x:.1f}" width="{share * width:.1f}" height="10">'
+                     f'<title>{label} {share:.1%}</title></rect>')
+        x += share * width
+    return f'<svg width="{width}" height="10" aria-hidden="true">{"".join(rects)}</svg>'
+
+
+def _parts_key() -> str:
+    return "<p>" + "".join(f'<span class="key"><svg width="12" height="12"><rect data-part="{key}" width="12" '
+                           f'height="12"/></svg> {html.escape(label)}</span>' for key, label in _PARTS) + "</p>"
+
+
 def html_table(table: Table) -> str:
     bar_column, shares = table.bar or (-1, [])
+    stacked_column, parts = table.stacked or (-1, [])
     head = "".join(f"<th{' class=n' if i in table.numeric else ''}>{html.escape(c)}</th>"
                    for i, c in enumerate(table.columns))
     rows = []
@@ -145,10 +191,11 @@ def html_table(table: Table) -> str:
         cells = []
         for i, value in enumerate(row):
             css = " class=n" if i in table.numeric else " class=wrap" if i == table.wrap else ""
-            bar = " " + _bar(shares[r]) if i == bar_column else ""
+            bar = " " + _bar(shares[r]) if i == bar_column else " " + _stacked(parts[r]) if i == stacked_column else ""
             cells.append(f"<td{css}>{html.escape(value)}{bar}</td>")
         rows.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<h2>{html.escape(table.title)}</h2><table><tr>{head}</tr>{''.join(rows)}</table>"
+    key = _parts_key() if table.stacked else ""
+    return f"<h2>{html.escape(table.title)}</h2>{key}<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
 def _runs(intervals: Intervals, origin: int, scale: float) -> list[tuple[float, float]]:
@@ -193,7 +240,12 @@ def _timeline(timelines: list[Timeline]) -> str:
 def render_html(report: Report) -> str:
     figures = report.figures
     source = figures["input"]
-    lead = [] if figures["gpus"] else ["<p>No GPU slices found.</p>"]
+    findings = figures["findings"]
+    lead = ["<h2>Findings</h2>" + ("<ul class=findings>" + "".join(f"<li>{html.escape(f['text'])}</li>"
+                                                                 for f in findings) + "</ul>"
+                                   if findings else "<p>Nothing stands out.</p>")]
+    if not figures["gpus"]:
+        lead.append(f"<p>{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}</p>")
     if report.timelines:
         lead.append(_timeline(report.timelines))
     return html_page(f"cgtrace report: {Path(source['trace']).name}",

@@ -12,6 +12,7 @@ arithmetic on those is in intervals.py, the output in render.py.
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,11 +23,14 @@ from ..lane_rules import LaneRules, load_lane_rules
 from ..model import LaneGroup, LaneKind, TrackRole, roles_document
 from ..model.roles_document import RolesDocument, TrackEntry
 from ..model.trace import rank_title
+from .findings import FINDINGS_DEFINITION, report_findings
 from .intervals import Intervals, covered, intersect, subtract, union
+from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
+from .stragglers import STRAGGLER_DEFINITIONS, Arrival, late_arrivals, read_arrivals, stragglers
 from .query import open_checked, run_sql
 
 # The figures, each defined once: keys as in the JSON's "definitions".
-DEFINITIONS = {
+DEFINITIONS: dict[str, str] = {
     "window": "each GPU's profiled steps (its rank's ProfilerStep#N spans on the CPU side), else its active "
               "span (from its first GPU slice's start to its last one's end); every figure covers this window "
               "only, slices cut at its edges",
@@ -40,6 +44,9 @@ DEFINITIONS = {
     "top kernels": "kernels by their total time in the window; count is the kernels that overlap it",
     "kind": "what a lane group counts as (compute, communication, memory, other): the lane rules' `kind`, "
             "kept in the track roles of a trace cgtrace compacted",
+    **ANATOMY_DEFINITIONS,
+    **STRAGGLER_DEFINITIONS,
+    "findings": FINDINGS_DEFINITION,
 }
 _PP_KIND_OF = {"F": "F", "B": "B", "I": "I", "W": "W", "SEND_F": "SEND", "SEND_B": "SEND",
                "RECV_F": "RECV", "RECV_B": "RECV"}
@@ -250,6 +257,7 @@ class Report:
 
     figures: dict[str, Any]
     timelines: list[Timeline] = field(default_factory=list)
+    arrivals: dict[Rank, list[Arrival]] = field(default_factory=dict)  # each rank's collective kernels
 
 
 def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes: Optional[LaneRules] = None,
@@ -279,8 +287,12 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
             from cgtrace_gpu g join cgtrace_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
             where g.category in ({_quoted(KERNEL_CATEGORIES)})
             group by g.name order by total desc, g.name limit {max(int(top), 0)}""")
+        owners = dict(trace.rows("select id, owner from cgtrace_track"))
+        arrivals = read_arrivals(trace.rows, lambda track: trace.rank(owners.get(track)))
+        pipeline = anatomy(read_stages(trace.rows, trace.rank, rules, steps,
+                                       {gpu.rank: (gpu.compute, gpu.communication) for gpu in gpus if gpu.rank}))
     per_gpu = [gpu.figures(counts) for gpu in gpus]
-    figures = {
+    figures: dict[str, Any] = {
         "input": {"trace": str(shown_as or path),
                   "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories"},
         "definitions": DEFINITIONS,
@@ -288,9 +300,27 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
         "top_kernels": [{"name": name, "count": count, "total_ns": total, "mean_ns": total / count}
                         for name, count, total in kernels],
     }
+    if pipeline is not None:
+        figures["pipeline"] = pipeline
     if trace.clocks:  # a merge that moved its ranks' clocks
         figures["clocks"] = trace.clocks
-    return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks])
+    if len(arrivals) > 1:  # a merge: its ranks' collectives on its one clock
+        figures["stragglers"] = _stragglers(arrivals, per_gpu)
+    figures = {"input": figures["input"], "findings": [f.as_json() for f in report_findings(figures)], **figures}
+    return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks],
+                  arrivals)
+
+
+def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The merged ranks that hold collectives up (stragglers.py), named as the GPUs are."""
+    gpu_of = {(gpu["pp_rank"], gpu["global_rank"]): gpu for gpu in gpus}
+    ranked: dict[Rank, dict[str, Any]] = {rank: gpu_of[rank[:2]] for rank in arrivals if rank and rank[:2] in gpu_of}
+    steps = [step["step_ns"] for gpu in gpus for step in gpu["steps"]]
+    return [{"file": None, "global_rank": rank[1] if rank else None, "gpu": ranked[rank]["gpu"] if rank in ranked
+             else None, "title": gpu_label(ranked[rank]) if rank in ranked else "a rank", **figures}
+            for rank, figures in stragglers(late_arrivals(arrivals),
+                                            {rank: len(gpu["steps"]) for rank, gpu in ranked.items()},
+                                            statistics.median(steps) if steps else 0)]
 
 
 def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:

@@ -114,6 +114,10 @@ class GeneratorConfig:
     #: Drop the last receive of the last step (capture window ends when it would
     #: start on the GPU).  Pipeline mode only.
     truncate_last_recv: bool = False
+    #: A straggler: this global rank's GPU compute takes `slow_factor` times as long
+    #: (the same on every rank's plan, so its pipeline's ranks agree on its timing).
+    slow_rank: Optional[int] = None
+    slow_factor: float = 2.0
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -133,6 +137,9 @@ class GeneratorConfig:
             bad("parallel_branch_fraction must be in [0, 1]")
         if self.annotation_gap_ns < 0:
             bad("annotation_gap_ns must be >= 0")
+        if self.slow_rank is not None and not (0 <= self.slow_rank < self.world_size and self.slow_factor > 0):
+            bad(f"slow_rank must be a global rank (0..{self.world_size - 1}) and slow_factor > 0, "
+                f"got {self.slow_rank} and {self.slow_factor}")
         if self.pp_annotations not in PP_ANNOTATIONS:
             bad(f"pp_annotations must be one of {PP_ANNOTATIONS}, got {self.pp_annotations!r}")
         if self.profiler_steps not in PROFILER_STEPS:

@@ -102,6 +102,9 @@ class PlanParams:
         self.memcpy = cfg.include_memcpy
         self.nccl = cfg.include_nccl
         self.annotations = cfg.pp_annotations
+        group = cfg.pipeline_groups[cfg.my_pipeline] if cfg.pipelined else (cfg.rank,)
+        # PP position in this plan -> how many times as long its compute takes
+        self.slowdown = {group.index(cfg.slow_rank): cfg.slow_factor} if cfg.slow_rank in group else {}
 
 
 def _annotation(action: Action, style: str) -> Optional[str]:
@@ -116,7 +119,7 @@ def _u(rng: random.Random, lo_us: float, hi_us: float) -> int:
     return int(rng.uniform(lo_us, hi_us) * US)
 
 
-def _compute_cost(op: Op, p: PlanParams, rng: random.Random) -> None:
+def _compute_cost(op: Op, p: PlanParams, rng: random.Random, slowdown: float) -> None:
     assert op.graph_kind is not None  # a compute op
     span = graph_span_ns(op.graph_kind, p.kernels)
     total = 0
@@ -124,11 +127,12 @@ def _compute_cost(op: Op, p: PlanParams, rng: random.Random) -> None:
         total += int(span * rng.uniform(0.97, 1.04)) + 4 * US
         if p.memcpy:
             total += 9 * US
-    op.gpu_cost = total
+    op.gpu_cost = int(total * slowdown)
     op.cpu_cost = op.n_replays * _u(rng, 35, 70) + _u(rng, 15, 30)
 
 
-def _build_ops(step: int, actions: Optional[list[Action]], p: PlanParams, rng: random.Random) -> list[Op]:
+def _build_ops(step: int, actions: Optional[list[Action]], p: PlanParams, rng: random.Random,
+               slowdown: float) -> list[Op]:
     """A rank's ops for one step, with costs and local dependencies."""
     ops: list[Op] = []
     if step == 0 and p.nccl:
@@ -147,7 +151,7 @@ def _build_ops(step: int, actions: Optional[list[Action]], p: PlanParams, rng: r
             if n == 0:
                 continue
             op = Op("compute", label=label, thread=thread, lane=COMPUTE, graph_kind=kind, n_replays=n)
-            _compute_cost(op, p, rng)
+            _compute_cost(op, p, rng, slowdown)
             ops.append(op)
             last_compute = op
     else:
@@ -159,7 +163,7 @@ def _build_ops(step: int, actions: Optional[list[Action]], p: PlanParams, rng: r
             if t in ("F", "B", "I", "W"):
                 op = Op("compute", action=a, label=action_label, thread="main" if t == "F" else "bwd",
                         lane=COMPUTE, graph_kind=t, n_replays=p.graphs_per_action)
-                _compute_cost(op, p, rng)
+                _compute_cost(op, p, rng, slowdown)
                 if t == "F":
                     dep = by_key.get(("RECV_F", a.stage, a.microbatch))
                     unshard = by_key.get(("UNSHARD", a.stage, None))
@@ -308,7 +312,7 @@ def plan_step(step: int, starts: list[int], schedule: Optional[dict[int, list[st
     all_ops: list[list[Op]] = []
     for r in range(n):
         actions = None if schedule is None else [parse_action(a) for a in schedule[r]]
-        all_ops.append(_build_ops(step, actions, params, rng))
+        all_ops.append(_build_ops(step, actions, params, rng, params.slowdown.get(r, 1.0)))
     # Pair every SEND with its RECV on the neighbouring stage.
     if schedule is not None:
         sends: dict[tuple, Op] = {}

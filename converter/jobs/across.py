@@ -16,7 +16,9 @@ from typing import Any, Optional
 import orjson
 
 from ..analysis.query import Result, format_table, open_checked, run_sql, terminal_safe
+from ..analysis.findings import as_text, straggler_findings
 from ..analysis.report import DEFINITIONS, build_report
+from ..analysis.stragglers import Arrival, late_arrivals, stragglers
 from ..errors import CgtraceError
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import roles_document
@@ -25,13 +27,13 @@ from .rank_files import MERGED_OUTPUT_NAME, find_rank_files
 from .readable import as_perfetto
 from .runner import PERFETTO_SUFFIX
 
-STRAGGLERS = 3  # how many ranks the report names as furthest from the median step time
 ACROSS_DEFINITIONS = {
     "step time": "a GPU's mean ProfilerStep length over the steps of its window (the window's length where it "
                  "has no steps)",
     "vs median": "its step time minus the median step time of all GPUs listed",
-    "stragglers": f"the {STRAGGLERS} GPUs whose step time is furthest from that median",
     "bubble share": "its bubbles' total over its steps' total",
+    "clock": "each trace's own: Kineto's baseTimeNanoseconds plus each event's ts, so ranks on one host share it "
+             "and ranks on several hosts are as far apart as their clocks (merge aligns them: report the merge)",
 }
 
 
@@ -84,28 +86,39 @@ def recorded_rank(tp: Any, path: Path) -> Optional[int]:
 def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = None,
                   lanes: Optional[LaneRules] = None) -> dict[str, Any]:
     """Per GPU of every trace: step time, busy, exposed communication and bubble, and the
-    stragglers: the GPUs furthest from the median step time."""
+    stragglers: the traces whose late arrival into collectives holds the others up."""
     files = traces_in(directory)
     lanes = lanes or load_lane_rules()
     outcomes = run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes) for path in files],
                          list(map(str, files)), "reporting", stop_at_failure=True)
-    rows = [_rank_row(path, gpu) for path, outcome in zip(files, outcomes) for gpu in outcome.value["gpus"]]
+    rows = [_rank_row(path, gpu) for path, outcome in zip(files, outcomes) for gpu in outcome.value[0]["gpus"]]
     median = statistics.median(row["step_ns"] for row in rows) if rows else 0
     for row in rows:
         row["vs_median_ns"] = row["step_ns"] - median
-    by_distance = sorted(rows, key=lambda row: (-abs(row["vs_median_ns"]), row["file"]))
-    stragglers = [{"file": row["file"], "global_rank": row["global_rank"], "gpu": row["gpu"],
-                   "vs_median_ns": row["vs_median_ns"]} for row in by_distance[:STRAGGLERS] if row["vs_median_ns"]]
-    definitions = {**{k: DEFINITIONS[k] for k in ("window", "busy", "exposed communication", "bubble")},
+    first_row = {row["file"]: row for row in reversed(rows)}
+    late = late_arrivals({path.name: outcome.value[1] for path, outcome in zip(files, outcomes)})
+    named = [{"file": file, "global_rank": first_row[file]["global_rank"] if file in first_row else None,
+              "gpu": first_row[file]["gpu"] if file in first_row else None,
+              "title": _title(file, first_row.get(file)), **figures}
+             for file, figures in stragglers(late, {file: max(row["steps"], 1) for file, row in first_row.items()},
+                                             median)]
+    definitions = {**{k: DEFINITIONS[k] for k in ("window", "busy", "exposed communication", "bubble", "stragglers")},
                    **ACROSS_DEFINITIONS}
-    return {"directory": str(directory), "traces": len(files), "definitions": definitions,
-            "median_step_ns": median, "ranks": rows, "stragglers": stragglers}
+    return {"directory": str(directory), "traces": len(files),
+            "findings": [finding.as_json() for finding in straggler_findings(named)], "definitions": definitions,
+            "median_step_ns": median, "ranks": rows, "stragglers": named}
 
 
-def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> dict[str, Any]:
-    """One trace's report figures, as `cgtrace report` computes them (no kernel list)."""
+def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> tuple[dict[str, Any], list[Arrival]]:
+    """One trace's report figures, as `cgtrace report` computes them (no kernel list), and
+    its collective kernels' arrivals."""
     with as_perfetto(path, compact=True, lanes=lanes) as trace:
-        return build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path).figures
+        report = build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path)
+    return report.figures, [arrival for arrivals in report.arrivals.values() for arrival in arrivals]
+
+
+def _title(file: str, row: Optional[dict[str, Any]]) -> str:
+    return f"rank {row['global_rank']} ({file})" if row and row["global_rank"] is not None else file
 
 
 def _rank_row(path: Path, gpu: dict[str, Any]) -> dict[str, Any]:
@@ -128,10 +141,9 @@ def render_across(report: dict[str, Any], fmt: str) -> str:
           f"{row['step_ns'] / 1e6:.3f}", f"{row['vs_median_ns'] / 1e6:+.3f}", f"{row['busy_share'] * 100:.1f}%",
           f"{row['exposed_comm_share'] * 100:.1f}%", f"{row['bubble_share'] * 100:.1f}%"] for row in report["ranks"]],
         numeric_columns=[1, 3, 4, 5, 6, 7, 8])
-    named = terminal_safe(", ".join(("" if s["global_rank"] is None else f"rank {s['global_rank']} ")
-                                    + f"({s['file']}, {s['gpu']}, {s['vs_median_ns'] / 1e6:+.3f} ms)"
-                                    for s in report["stragglers"]))
     return (f"cgtrace report: {terminal_safe(report['directory'])}, {report['traces']} traces\n\n"
+            + "\n".join(map(terminal_safe, as_text(report["findings"]).split("\n"))) + "\n"
             f"GPUs: step time, busy, exposed communication and bubble, over each GPU's window\n{table}\n"
-            f"Median step time {report['median_step_ns'] / 1e6:.3f} ms; stragglers: {named or 'none'}\n"
+            f"Median step time {report['median_step_ns'] / 1e6:.3f} ms; stragglers: "
+            f"{len(report['stragglers']) or 'none'} (findings above)\n"
             "\nDefinitions\n" + "".join(f"  {term}: {text}\n" for term, text in report["definitions"].items()))

@@ -1,0 +1,239 @@
+"""Pipeline anatomy: each PP rank's step split into parts that add up to the step exactly.
+
+A part is a set of disjoint intervals inside the step, so the parts partition it (see
+ANATOMY_DEFINITIONS). What a rank's compute is depends on the trace: a rank with GPU lanes
+computes where a compute lane is busy (as the rest of the report says); a CPU-only rank
+(gloo pipelining) computes where one of its CPU ops runs that is no communication op, which
+is what the real torch pipelining traces show: forward and backward run as aten ops on the
+CPU thread, while a receive posted early is a `gloo:recv` span that outlives its c10d op.
+The schedule's actions (`PP:<stage><action><mb>`, GPipe's `Forward <mb>` / `Backward <mb>`)
+bound the stage's work and name what a wait was for, where the trace has them.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional, Sequence
+
+from ..lane_rules import LaneRules
+from ..model.trace import rank_title
+from .intervals import Intervals, covered, intersect, subtract, union
+
+ANATOMY_DEFINITIONS = {
+    "stage compute": "per PP rank: a rank with GPU lanes computes while a compute lane is busy; a CPU-only rank "
+                     "while one of its CPU ops (cpu_op) runs that is no communication op (c10d::, gloo:, nccl:, "
+                     "record_param_comms) and no transfer buffer (aten::empty*, aten::detach*, detach*); its first "
+                     "and last compute in a step are those inside the schedule's compute actions (F, B, I, W, "
+                     "Forward <mb>, Backward <mb>) where it names them, else any",
+    "warm-up, drain": "per PP rank and step: time without compute before the stage's first compute (warm-up) and "
+                      "after its last (drain)",
+    "receive wait": "per PP rank and step, between its first and last compute: time without compute inside a "
+                    "receive (a PP RECV_F/RECV_B block, a c10d::recv*, gloo:recv* or nccl:recv* op or span); each "
+                    "moment goes to the receive that ends first among those open, which names the stage and "
+                    "microbatch waited for where the schedule does",
+    "stage parts": "compute, warm-up, drain, receive wait, exposed communication (the rest of the time between "
+                   "first and last compute that a communication lane, op or span covers) and other (the rest) "
+                   "add up to the step exactly",
+}
+
+_COMMUNICATION_OPS = ("c10d::", "gloo:", "nccl:", "record_param_comms")
+# Buffers a transfer allocates or detaches (as engine/transfers.py reads them): not compute.
+_TRANSFER_BUFFERS = ("aten::empty", "aten::detach", "detach")
+_RECEIVE_OPS = ("c10d::recv", "gloo:recv", "nccl:recv")
+_GPIPE = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d+)$")
+_COMPUTE_ACTIONS = {"F", "B", "I", "W"}
+RankKey = tuple[int, int, bool]  # (PP rank, global rank, in a pipeline), as report.py ranks tracks
+Rows = Callable[[str], list[tuple[Any, ...]]]
+
+
+@dataclass(frozen=True)
+class Action:
+    """One scheduled action as the trace names it; stage None where the schedule writes none."""
+
+    action: str
+    stage: Optional[int]
+    microbatch: Optional[int]
+
+    @property
+    def computes(self) -> bool:
+        return self.action in _COMPUTE_ACTIONS or self.action == "OVERLAP_F_B"
+
+    @property
+    def sender_stage(self) -> Optional[int]:
+        """The stage a RECV_F (RECV_B) waits for: the one before (after) it."""
+        if self.stage is None or not self.action.startswith("RECV_"):
+            return None
+        return self.stage - 1 if self.action == "RECV_F" else self.stage + 1
+
+
+def parse_action(name: str, rules: LaneRules) -> Optional[Action]:
+    """The action a `PP:` or GPipe annotation names, or None."""
+    if name.startswith("PP:(") and name.endswith(")OVERLAP_F_B"):
+        return Action("OVERLAP_F_B", None, None)
+    match = rules.pp_match(name)
+    if match is not None:
+        microbatch = match.group("microbatch")
+        return Action(match.group("action"), int(match.group("stage")), int(microbatch) if microbatch else None)
+    gpipe = _GPIPE.match(name)
+    if gpipe is not None:
+        return Action("F" if gpipe.group("action") == "Forward" else "B", None, int(gpipe.group("microbatch")))
+    return None
+
+
+@dataclass
+class Receive:
+    """Time spent inside one receive, and what it was for where a RECV block says."""
+
+    start: int
+    end: int
+    action: Optional[Action]
+
+
+@dataclass
+class StageInput:
+    """What one PP rank's anatomy is made of, on the merged clock."""
+
+    pp_rank: int
+    global_rank: int
+    in_pipeline: bool
+    steps: list[tuple[str, int, int]]
+    compute: Intervals
+    communication: Intervals
+    receives: list[Receive] = field(default_factory=list)
+    actions: list[tuple[Action, int, int]] = field(default_factory=list)
+
+
+def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: LaneRules,
+                steps: dict[Optional[RankKey], list[tuple[str, int, int]]],
+                gpu_lanes: dict[RankKey, tuple[Intervals, Intervals]]) -> list[StageInput]:
+    """Each ranked PP stage's inputs from the trace: its actions and receives (GPU side on a rank
+    with GPU lanes, else CPU side), and its compute and communication (`gpu_lanes`: rank ->
+    (compute, communication) of its GPU lanes; CPU-only ranks read their CPU ops)."""
+    annotation = ", ".join(f"'{category}'" for category in sorted(rules.annotation_categories))
+    receives = " or ".join(f"s.name glob '{prefix}*'" for prefix in _RECEIVE_OPS)
+    found: dict[RankKey, StageInput] = {}
+    spans: dict[RankKey, list[tuple[str, int, int]]] = {}
+    for name, start, end, owner, on_gpu_side in rows(f"""
+            select s.name, s.ts, s.ts + s.dur, t.owner,
+                   (s.category in ({annotation}) or t.annotation) as gpu_side
+            from slice s join cgtrace_track t on t.id = s.track_id
+            where s.dur > 0 and (s.name glob 'PP:*' or s.name glob 'Forward *' or s.name glob 'Backward *'
+                                 or {receives})"""):
+        rank = rank_of(owner)
+        if rank is None or bool(on_gpu_side) != (rank in gpu_lanes):
+            continue
+        spans.setdefault(rank, []).append((name, start, end))
+    cpu_only = [rank for rank in spans if rank not in gpu_lanes]
+    cpu = _cpu_ops(rows, rank_of, set(cpu_only)) if cpu_only else {}
+    for rank, named in spans.items():
+        compute, communication = gpu_lanes.get(rank) or cpu.get(rank, ([], []))
+        stage = found[rank] = StageInput(*rank, steps.get(rank, []), compute, communication)
+        blocks = sorted(((start, end, action) for name, start, end in named
+                         if (action := parse_action(name, rules)) is not None), key=lambda block: block[:2])
+        stage.actions = [(action, start, end) for start, end, action in blocks]
+        recv_blocks = [(start, end, action) for start, end, action in blocks if action.action.startswith("RECV_")]
+        for name, start, end in named:
+            if name.startswith(_RECEIVE_OPS):
+                stage.receives.append(Receive(start, end, _enclosing(recv_blocks, start)))
+        stage.receives += [Receive(start, end, action) for start, end, action in recv_blocks]
+    return sorted((stage for stage in found.values() if stage.steps), key=lambda stage: stage.pp_rank)
+
+
+def _enclosing(blocks: list[tuple[int, int, Action]], at: int) -> Optional[Action]:
+    """The RECV block a receive op starts in (the latest one open at `at`)."""
+    inside = [action for start, end, action in blocks if start <= at < end]
+    return inside[-1] if inside else None
+
+
+def _cpu_ops(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], ranks: set[RankKey]
+             ) -> dict[RankKey, tuple[Intervals, Intervals]]:
+    """CPU-only ranks' compute (CPU ops that are no communication op, less the time a
+    communication op runs inside one) and communication (communication ops and the transport
+    spans they leave running, such as gloo's)."""
+    found: dict[RankKey, tuple[Intervals, Intervals, Intervals]] = {}
+    prefixes = " or ".join(f"s.name glob '{prefix}*'" for prefix in _COMMUNICATION_OPS)
+    buffers = " or ".join(f"s.name glob '{prefix}*'" for prefix in _TRANSFER_BUFFERS)
+    for start, end, owner, communicates, is_op in rows(f"""
+            select s.ts, s.ts + s.dur, t.owner, ({prefixes}), s.category = 'cpu_op'
+            from slice s join cgtrace_track t on t.id = s.track_id
+            where s.dur > 0 and (s.category = 'cpu_op' or ({prefixes}))
+              and not ({buffers})"""):
+        rank = rank_of(owner)
+        if rank is not None and rank in ranks:
+            work, blocking, comms = found.setdefault(rank, ([], [], []))
+            (comms if communicates else work).append((start, end))
+            if communicates and is_op:
+                blocking.append((start, end))
+    return {rank: (subtract(union(work), union(blocking)), union(comms))
+            for rank, (work, blocking, comms) in found.items()}
+
+
+def stage_parts(stage: StageInput, start: int, end: int) -> dict[str, Any]:
+    """One step's parts (they add up to `end - start`) and what each receive wait was for."""
+    step = [(start, end)]
+    compute = intersect(stage.compute, step)
+    bounds = intersect(compute, union((s, e) for action, s, e in stage.actions if action.computes)) or compute
+    idle = subtract(step, compute)
+    first, last = (bounds[0][0], bounds[-1][1]) if bounds else (end, end)
+    warmup, drain = intersect(idle, [(start, first)]), intersect(idle, [(last, end)])
+    middle = subtract(subtract(idle, warmup), drain)
+    receiving = intersect(middle, union((r.start, r.end) for r in stage.receives))
+    exposed = intersect(subtract(middle, receiving), stage.communication)
+    other = subtract(subtract(middle, receiving), exposed)
+    return {"compute_ns": _length(compute), "warmup_ns": _length(warmup), "drain_ns": _length(drain),
+            "recv_wait_ns": _length(receiving), "exposed_comm_ns": _length(exposed), "other_ns": _length(other),
+            "recv_waits": _attributed(receiving, [r for r in stage.receives if r.start < end and r.end > start])}
+
+
+def _length(intervals: Intervals) -> int:
+    return sum(end - start for start, end in intervals)
+
+
+def _attributed(waiting: Intervals, receives: Sequence[Receive]) -> list[dict[str, Any]]:
+    """Receive waits by what they waited for: each moment goes to the receive that finishes
+    first among those open then (the one the rank is blocked on)."""
+    by_action: dict[Optional[Action], int] = {}
+    left = waiting
+    for receive in sorted(receives, key=lambda r: (r.end, r.action is None)):
+        [inside] = covered(left, [(receive.start, receive.end)])
+        if inside:
+            by_action[receive.action] = by_action.get(receive.action, 0) + inside
+            left = subtract(left, [(receive.start, receive.end)])
+    return [{"action": action.action if action else None, "stage": action.stage if action else None,
+             "microbatch": action.microbatch if action else None,
+             "from_stage": action.sender_stage if action else None, "wait_ns": ns}
+            for action, ns in sorted(by_action.items(), key=lambda item: -item[1])]
+
+
+def anatomy(stages: list[StageInput]) -> Optional[dict[str, Any]]:
+    """`pipeline` of the report: a row per PP rank and step; None where no rank is a stage."""
+    if not stages:
+        return None
+    holder = {action.stage: stage for stage in stages for action, _, _ in stage.actions
+              if action.stage is not None and action.computes}
+    rows = []
+    for stage in stages:
+        for name, start, end in stage.steps:
+            parts = stage_parts(stage, start, end)
+            for wait in parts["recv_waits"]:
+                sender = holder.get(wait["from_stage"])
+                wait["from_pp_rank"] = sender.pp_rank if sender else None
+                wait["from_rank"] = rank_title(sender.pp_rank, sender.global_rank, sender.in_pipeline) if sender else None
+            rows.append({"pp_rank": stage.pp_rank, "global_rank": stage.global_rank,
+                         "rank": rank_title(stage.pp_rank, stage.global_rank, stage.in_pipeline), "step": name,
+                         "start_ns": start, "step_ns": end - start, **parts,
+                         "actions": _compute_actions(stage, start, end)})
+    return {"stages": rows}
+
+
+def _compute_actions(stage: StageInput, start: int, end: int) -> list[dict[str, Any]]:
+    """The step's compute actions (per action, stage and microbatch, in the order they began)
+    and how long the stage computed inside each (its blocks may be cut by gaps)."""
+    blocks: dict[Action, list[tuple[int, int]]] = {}
+    for action, s, e in stage.actions:
+        if action.computes and s < end and e > start:
+            blocks.setdefault(action, []).append((max(s, start), min(e, end)))
+    return [{"action": action.action, "stage": action.stage, "microbatch": action.microbatch,
+             "start_ns": spans[0][0], "compute_ns": sum(covered(stage.compute, union(spans)))}
+            for action, spans in sorted(blocks.items(), key=lambda item: item[1][0][0])]
