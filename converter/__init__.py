@@ -1,6 +1,6 @@
 """cgtrace: PyTorch profiler (Kineto) traces of CUDA-graph runs -> readable native Perfetto traces.
 
-The Python API (converter/api): `convert`, `compact`, `merge`, `report`, `open_trace` and
+The Python API (converter/api): `convert`, `compact`, `merge`, `report`, `diff`, `open_trace` and
 `trace_handler` (a torch.profiler callback); each raises `CgtraceError` with the command
 line's one-line message.
 """
@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 from .errors import CgtraceError
 
 if TYPE_CHECKING:
-    from .api import compact, convert, merge, open_trace, report, trace_handler
+    from .api import compact, convert, diff, merge, open_trace, report, trace_handler
 
 __version__ = "0.1.0"
 
-__all__ = ["CgtraceError", "compact", "convert", "merge", "open_trace", "report", "trace_handler", "__version__"]
+__all__ = ["CgtraceError", "compact", "convert", "diff", "merge", "open_trace", "report", "trace_handler", "__version__"]
 _API = frozenset(__all__) - {"CgtraceError", "__version__"}
 
 

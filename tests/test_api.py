@@ -29,7 +29,7 @@ def test_the_docstring_examples_run():
             runner.run(test)
     finally:
         shutil.rmtree(set_up.globs["folder"], ignore_errors=True)  # the set-up's folder, with what the examples wrote
-    assert tuple(runner.summarize(verbose=False)) == (0, runner.tries) and len(examples) == 6
+    assert tuple(runner.summarize(verbose=False)) == (0, runner.tries) and len(examples) == 7
 
 
 def _mentions_any(hint: object) -> bool:

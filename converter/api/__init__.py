@@ -22,15 +22,16 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..errors import CgtraceError
 from .handler import ChromeTraceExporter, TraceHandler
-from .options import PathLike, cut, job_options, lane_rules, merge_outputs, rank_list
-from .summaries import CompactSummary, ConvertSummary, GpuFigures, GpuLanes, Kernel, MergeSummary, ReportSummary
+from .options import PathLike, cut, job_options, lane_rules, merge_outputs, rank_list, workers
+from .summaries import (Change, CompactSummary, ConvertSummary, DiffSummary, Finding, GpuFigures, GpuLanes, Kernel,
+                        MergeSummary, ReportSummary)
 
 if TYPE_CHECKING:
     from perfetto.trace_processor.api import TraceProcessor
 
-__all__ = ["CgtraceError", "ChromeTraceExporter", "CompactSummary", "ConvertSummary", "GpuFigures", "GpuLanes",
-           "Kernel", "MergeSummary", "ReportSummary", "TraceHandler", "compact", "convert", "merge",
-           "open_trace", "report", "trace_handler"]
+__all__ = ["CgtraceError", "Change", "ChromeTraceExporter", "CompactSummary", "ConvertSummary", "DiffSummary",
+           "Finding", "GpuFigures", "GpuLanes", "Kernel", "MergeSummary", "ReportSummary", "TraceHandler", "compact",
+           "convert", "diff", "merge", "open_trace", "report", "trace_handler"]
 
 
 def convert(trace: PathLike, output: Optional[PathLike] = None, *, overwrite: bool = False,
@@ -119,6 +120,23 @@ def report(trace: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
     source, rules = _one_trace(Path(trace), "report"), lane_rules(lanes)
     with as_perfetto(source, compact=True, lanes=rules) as readable:
         return ReportSummary.of(build_report(readable, tp_bin=tp_bin, top=top, lanes=rules, shown_as=source))
+
+
+def diff(a: PathLike, b: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
+         tp_bin: Optional[str] = None, jobs: Optional[int] = None, scheduler: Optional[str] = None) -> DiffSummary:
+    """`cgtrace diff`: what changed from trace `a` (before) to `b` (after), per step, lane
+    group, kernel (the `top` that moved most) and pipeline stage part, with findings first;
+    `.beyond(pct)` names what `--fail-above pct` would fail on.
+
+    >>> from converter import diff
+    >>> same = diff(folder / "trace.json", folder / "trace.json", jobs=1)
+    >>> [found.key for found in same.findings][:2], same.beyond(0.0)
+    (['step_time', 'kind.compute'], ())
+    """
+    from ..jobs.diff_pair import diff_traces
+
+    with workers(jobs, scheduler) as where:
+        return DiffSummary.of(diff_traces(Path(a), Path(b), where, tp_bin, lane_rules(lanes), top))
 
 
 def open_trace(trace: PathLike | bytes, tp_bin: Optional[str] = None,

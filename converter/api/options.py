@@ -7,13 +7,15 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Callable, Optional, Union
+from typing import Callable, ContextManager, Optional, Union
 
 from ..engine.window import Window, parse_steps, parse_window
 from ..errors import CgtraceError
+from ..jobs.executors import Workers, open_workers, scheduler_address
 from ..jobs.rank_files import RankList, default_merge_output, parse_rank_list
 from ..jobs.runner import JobOptions
 from ..lane_rules import LaneRules, load_lane_rules
+from ..tuning import Tuning
 
 PathLike = Union[str, os.PathLike[str]]  # what open() takes, typed
 
@@ -61,3 +63,9 @@ def merge_outputs(output: Optional[Path], inputs: list[Path], pp_group: Optional
                                "or leave out -o to write pp_group<k>_merged.perfetto-trace files")
         return default_merge_output(inputs, group, groups)
     return output_for
+
+
+def workers(jobs: Optional[int], scheduler: Optional[str]) -> ContextManager[Workers]:
+    """Where tasks run, as --jobs and --scheduler say: `jobs` local processes (default: every
+    core), or the Dask scheduler given (else CGTRACE_SCHEDULER's)."""
+    return open_workers(jobs or Tuning.for_this_machine().cores, scheduler_address(scheduler))

@@ -143,3 +143,62 @@ class ReportSummary:
                                 g["exposed_comm_share"]) for g in figures["gpus"])
         kernels = tuple(Kernel(k["name"], k["count"], k["total_ns"], k["mean_ns"]) for k in figures["top_kernels"])
         return cls(figures["input"]["trace"], gpus, kernels, figures, report)
+
+
+class Finding(NamedTuple):
+    """One line of a report's or diff's findings, under the key CI can gate on."""
+
+    key: str
+    text: str
+
+
+class Change(NamedTuple):
+    """One figure on both sides of a diff, in ns per step: what it is, A's, B's, B - A."""
+
+    subject: str
+    a_ns: int
+    b_ns: int
+    delta_ns: int
+
+
+@dataclass(frozen=True)
+class DiffSummary:
+    """`cgtrace diff` as an object: the findings, each lane group's and kernel's change, every
+    figure in `figures` (the JSON diff), and the text and HTML renderings."""
+
+    a: str
+    b: str
+    findings: tuple[Finding, ...]
+    lane_groups: tuple[Change, ...]
+    kernels: tuple[Change, ...]
+    figures: Mapping[str, object] = field(repr=False)
+
+    def beyond(self, pct: float) -> tuple[str, ...]:
+        """The figures `--fail-above pct` gates on that moved more than `pct` percent, a line each."""
+        from ..analysis.diff import beyond
+
+        return tuple(beyond(dict(self.figures), pct))
+
+    def text(self) -> str:
+        """The findings and tables `cgtrace diff` prints."""
+        from ..analysis.diff_render import render_diff
+
+        return render_diff(dict(self.figures), "text")
+
+    def html(self) -> str:
+        """One self-contained page, as `cgtrace diff --format html` writes it."""
+        from ..analysis.diff_render import render_diff
+
+        return render_diff(dict(self.figures), "html")
+
+    def _repr_html_(self) -> str:
+        return self.html()
+
+    @classmethod
+    def of(cls, diff: Mapping[str, Any]) -> DiffSummary:
+        def change(subject: str, row: Mapping[str, Any]) -> Change:
+            return Change(subject, row["a_ns"], row["b_ns"], row["delta_ns"])
+        return cls(diff["a"]["trace"], diff["b"]["trace"],
+                   tuple(Finding(found["key"], found["text"]) for found in diff["findings"]),
+                   tuple(change(f"{row['gpu']}: {row['group']}", row) for row in diff["lane_groups"]),
+                   tuple(change(row["name"], row) for row in diff["kernels"]), diff)

@@ -11,14 +11,13 @@ from typing import Callable, ContextManager
 import orjson
 
 from .. import progress
-from ..api.options import job_options
+from ..api.options import job_options, workers
 from ..engine.window import parse_steps, parse_window
-from ..jobs.executors import Workers, open_workers, scheduler_address
+from ..jobs.executors import Workers
 from ..jobs.merge import ALIGN_MODES
 from ..jobs.rank_files import parse_rank_list
 from ..jobs.runner import JobOptions
 from ..lane_rules import load_lane_rules
-from ..tuning import Tuning
 
 EXIT_USAGE = 2
 MAX_TOP = 100_000
@@ -133,8 +132,7 @@ def job_options_of(args: argparse.Namespace, compact: bool, ends_command: bool =
 
 def workers_of(args: argparse.Namespace) -> ContextManager[Workers]:
     """The executor of --jobs (default: every core) or --scheduler."""
-
-    return open_workers(args.jobs or Tuning.for_this_machine().cores, scheduler_address(args.scheduler))
+    return workers(args.jobs, args.scheduler)
 
 
 def print_summary(summary: dict, quiet: bool, human: str) -> None:
