@@ -1,14 +1,13 @@
 """`cgtrace share` as a colleague opens it: the folder from file:// (the report shows, the page
-says how to start the one-line server), then served by exactly that line, where the trace
-opens in the bundled Perfetto UI. Headless Chromium, skipping like tests/test_browser.py."""
+says how to start the one-line server), then served by exactly that line (the bundle's own
+open.py), where the trace opens in the bundled Perfetto UI. Headless Chromium, skipping like tests/test_browser.py."""
 
 from __future__ import annotations
 
+import re
 import shlex
-import socket
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 
@@ -29,7 +28,7 @@ def bundle(tmp_path_factory) -> Path:
 
 
 def test_the_bundle_holds_trace_report_ui_and_index(bundle, tmp_path):
-    assert {p.name for p in bundle.iterdir()} == {"index.html", "report.html", "OPEN.txt", "ui",
+    assert {p.name for p in bundle.iterdir()} == {"index.html", "report.html", "OPEN.txt", "open.py", "ui",
                                                   "trace_compacted.perfetto-trace"}
     assert (bundle / "ui" / "index.html").is_file()
     assert main(["share", str(bundle / "trace_compacted.perfetto-trace"), "-o", str(tmp_path / "b.zip"), "-q"]) == 0
@@ -42,7 +41,7 @@ def test_from_a_file_the_report_shows_and_the_page_says_how_to_serve(browser, bu
     page = browser.new_page()
     try:
         page.goto((bundle / "index.html").as_uri())
-        assert "python3 -m http.server" in page.inner_text("#from-file")
+        assert "python3 open.py" in page.inner_text("#from-file")
         report = page.frame_locator("iframe").locator("body")
         assert "GPU 0" in report.inner_text(timeout=LOAD_TIMEOUT_MS)
     finally:
@@ -50,20 +49,17 @@ def test_from_a_file_the_report_shows_and_the_page_says_how_to_serve(browser, bu
 
 
 def _serve(bundle: Path) -> tuple[subprocess.Popen, int]:
-    """The OPEN.txt line as written, on a free port, with this Python."""
-    [line] = [line.strip() for line in (bundle / "OPEN.txt").read_text().splitlines() if "http.server" in line]
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    words = [sys.executable if w == "python3" else str(port) if w == "8000" else w for w in shlex.split(line)]
-    server = subprocess.Popen(words, cwd=bundle, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    for _ in range(100):
-        with socket.socket() as client:
-            if client.connect_ex(("127.0.0.1", port)) == 0:
-                return server, port
-        time.sleep(0.05)
-    server.kill()
-    pytest.fail(f"`{line}` did not start listening")
+    """The OPEN.txt line as written, with this Python, on any free port and no browser; the
+    port is the one its first line names."""
+    [line] = [line.strip() for line in (bundle / "OPEN.txt").read_text().splitlines() if line.startswith("    ")]
+    words = [sys.executable if w == "python3" else w for w in shlex.split(line)] + ["--port", "0", "--no-browser"]
+    server = subprocess.Popen(words, cwd=bundle, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    said = server.stdout.readline()
+    found = re.search(r"http://127\.0\.0\.1:(\d+)/", said)
+    if not found:
+        server.kill()
+        pytest.fail(f"`{line}` did not say where it serves: {said!r}")
+    return server, int(found.group(1))
 
 
 def test_served_the_trace_opens_in_the_bundled_ui(browser, bundle):  # noqa: F811

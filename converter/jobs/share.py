@@ -5,8 +5,9 @@ The UI cannot start from a file:// page: Chromium refuses to start its trace-pro
 Worker for a page whose origin is `null` ("Failed to construct 'Worker': Script at 'file:///…'
 cannot be accessed from origin 'null'"), and the UI fetches its WebAssembly and the trace,
 which file:// pages may not. So the UI needs an http origin, and the least that gives one is
-Python's own server in the folder; the report is one self-contained file and opens anywhere.
-index.html says so when opened from a file, and links the UI to the trace when served.
+Python's own server in the folder: the bundle's open.py starts it and opens the browser. The
+report is one self-contained file and opens anywhere. index.html says so when opened from a
+file, and links the UI to the trace when served.
 """
 
 from __future__ import annotations
@@ -29,8 +30,30 @@ from ..fileio.atomic import check_output_path
 from .viewable import viewable
 
 PORT = 8000
-SERVE = f"python3 -m http.server {PORT} --bind 127.0.0.1"
+SERVE = "python3 open.py"
 _MARKERS = ("index.html", "report.html", "ui")  # a folder holding these is a bundle share may replace
+
+# The bundle's starter: Python's standard library only, so a colleague needs nothing installed.
+_OPEN_PY = f"""\"\"\"Serves this folder on 127.0.0.1 and opens it in the browser, since the Perfetto UI
+cannot start from a file on disk. Ctrl-C stops. Options: --port N (0: any free one), --no-browser.\"\"\"
+import functools, http.server, os, sys, threading, webbrowser
+
+folder = os.path.dirname(os.path.abspath(__file__))
+port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else {PORT}
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=folder)
+try:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+except OSError:  # the port is taken: any free one
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+url = "http://127.0.0.1:%d/" % server.server_address[1]
+print("Serving this folder at " + url + " (Ctrl-C stops)", flush=True)
+if "--no-browser" not in sys.argv:
+    threading.Timer(0.5, webbrowser.open, [url]).start()
+try:
+    server.serve_forever()
+except KeyboardInterrupt:
+    pass
+"""
 
 _INDEX = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>{title} - cgtrace</title>
@@ -48,8 +71,8 @@ iframe {{ border: 0; width: 100%; height: calc(100vh - 60px); }}
 <a href="report.html">Report</a>
 <a href="{trace_href}" download>Download the trace</a></header>
 <div id="from-file">The Perfetto UI does not start from a file on disk (browsers refuse its worker
-there). In this folder run <code>{serve}</code> and open
-<a href="http://127.0.0.1:{port}/">http://127.0.0.1:{port}/</a>; or open {trace_name} at
+there). In this folder run <code>{serve}</code>: it serves the folder and opens it in your browser
+(<a href="http://127.0.0.1:{port}/">http://127.0.0.1:{port}/</a>); or open {trace_name} at
 <a href="https://ui.perfetto.dev">ui.perfetto.dev</a> (the file stays in your browser).
 The report below needs nothing.</div>
 <iframe src="report.html" title="report"></iframe>
@@ -85,8 +108,10 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
         (folder / "index.html").write_text(_INDEX.format(
             title=html.escape(trace.name), trace_name=html.escape(trace.name), trace_href=quote(trace.name),
             serve=SERVE, port=PORT))
+        (folder / "open.py").write_text(_OPEN_PY)
         (folder / "OPEN.txt").write_text(f"The report: open report.html. The trace in the Perfetto UI: in this "
-                                         f"folder run\n    {SERVE}\nthen open http://127.0.0.1:{PORT}/\n")
+                                         f"folder run\n    {SERVE}\nwhich serves the folder at http://127.0.0.1:{PORT}/ "
+                                         "and opens it in your browser (Ctrl-C stops).\n")
         _put_in_place(_zipped(folder) if as_zip else folder, target)
     except OSError as error:
         raise CgtraceError(f"{target}: cannot write the bundle ({error.strerror or error}); "
@@ -96,8 +121,7 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
     folder_named = shlex.quote(target.stem if as_zip else str(target))
     return {"input": str(source), "trace": str(trace), "made": done, "output": str(target),
             "how_to_open": f"{f'unzip {target}, then ' if as_zip else ''}open {folder_named}/index.html for the "
-                           f"report; for the trace run `{SERVE} --directory {folder_named}` and open "
-                           f"http://127.0.0.1:{PORT}/"}
+                           f"report; for the trace too run `python3 {folder_named}/open.py`"}
 
 
 def _check_target(target: Path, overwrite: bool, as_zip: bool) -> None:
