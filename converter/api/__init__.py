@@ -66,11 +66,11 @@ def compact(trace: PathLike, output: Optional[PathLike] = None, *, lanes: Option
     >>> done.output.name, done.gpus
     ('trace_compacted.perfetto-trace', (GpuLanes(gpu='GPU 0', streams=4, lanes=4),))
     """
-    from ..jobs.runner import default_output_path, run_job
+    from ..jobs.runner import COMPACTED_TAG, default_output_path, run_job
 
     output_format = "json" if json else "perfetto"
     source = Path(trace)
-    target = Path(output) if output is not None else default_output_path(source, "_compacted", output_format)
+    target = Path(output) if output is not None else default_output_path(source, COMPACTED_TAG, output_format)
     options = job_options(True, lane_rules(lanes), relane=relane, strict=strict, window=cut(window, steps),
                           split_steps=split_steps, output_format=output_format, overwrite=overwrite,
                           verify=verify)

@@ -10,7 +10,7 @@ from typing import Any
 from ..api.options import merge_outputs
 from ..jobs.executors import scheduler_address
 from ..jobs.merge import merge_ranks
-from ..jobs.runner import default_output_path, run_job
+from ..jobs.runner import COMPACTED_TAG, default_output_path, run_job
 from ..lane_rules import DEFAULT_LANES_TOML
 from .options import (EXIT_USAGE, add_lane_options, add_merge_options, add_output_options, add_split_option,
                       add_workers_options, job_options_of, print_summary, say)
@@ -85,7 +85,7 @@ def _run_compact(args: argparse.Namespace) -> int:
         return _run_merge(args)
     if args.input.is_dir():
         return _run_batch(args, compact=True)
-    output = args.output or default_output_path(args.input, "_compacted", args.format)
+    output = args.output or default_output_path(args.input, COMPACTED_TAG, args.format)
     summary = run_job(args.input, output, job_options_of(args, compact=True, ends_command=True))
     per_gpu = "; ".join(f"{gpu['gpu']}: {gpu['streams']} streams -> {gpu['lanes']} lanes"
                         for gpu in summary["per_gpu"]) or "no GPU slices"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Optional
 
 import orjson
 
@@ -23,9 +23,9 @@ from ..errors import CgtraceError
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import roles_document
 from .executors import Workers, for_cluster, run_tasks
-from .rank_files import MERGED_OUTPUT_NAME, find_rank_files
+from .rank_files import MERGED_OUTPUT_NAME, find_rank_files, is_rank_trace_name
 from .readable import as_perfetto
-from .runner import PERFETTO_SUFFIX
+from .runner import COMPACTED_TAG, PERFETTO_SUFFIX, default_output_path
 
 ACROSS_DEFINITIONS = {
     "step time": "a GPU's mean ProfilerStep length over the steps of its window (the window's length where it "
@@ -43,6 +43,7 @@ def traces_in(directory: Path) -> list[Path]:
     perfetto = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(PERFETTO_SUFFIX)
                       and not p.name.startswith(".") and not MERGED_OUTPUT_NAME.match(p.name))
     if perfetto:
+        _refuse_ranks_without_output(directory, perfetto)
         return perfetto
     try:
         return find_rank_files([directory])
@@ -51,11 +52,37 @@ def traces_in(directory: Path) -> list[Path]:
                            "of rank traces or of their outputs") from None
 
 
+def _refuse_ranks_without_output(directory: Path, outputs: list[Path]) -> None:
+    """An answer from the outputs there are would pass for the whole run's: a rank trace beside
+    them without an output of its own (not written yet, or its conversion failed) is named."""
+    written = {path.name for path in outputs}
+    missing = sorted(path.name for path in directory.iterdir() if is_rank_trace_name(path.name) and
+                     not any(default_output_path(path, tag).name in written for tag in ("", COMPACTED_TAG)))
+    if missing:
+        names = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        raise CgtraceError(f"{directory}: {len(missing)} rank trace(s) there have no output yet ({names}), so an "
+                           f"answer from the {len(outputs)} outputs would leave them out; run `cgtrace compact "
+                           f"{directory}` to write them (it names a rank that fails), or move them out of the folder")
+
+
+def _refuse_duplicate_ranks(directory: Path, ranked: Iterable[tuple[str, Optional[int]]]) -> None:
+    """Two files holding one global rank (a copy, a second run's output) would count it twice."""
+    first: dict[int, str] = {}
+    for file, rank in ranked:
+        if rank is None:  # a trace that records no rank (converted, not compacted) cannot clash
+            continue
+        other = first.setdefault(rank, file)
+        if other != file:
+            raise CgtraceError(f"{directory}: {other} and {file} both hold global rank {rank}; move one of them "
+                               "out of the folder and run again")
+
+
 def query_across(directory: Path, sql: str, workers: Workers, tp_bin: Optional[str] = None) -> Result:
     """One query on every trace: the rows of all, each led by its file and rank."""
     files = traces_in(directory)
     outcomes = run_tasks(workers, query_one, [(for_cluster(path, workers.remote), sql, tp_bin) for path in files],
                          list(map(str, files)), "querying", stop_at_failure=True)
+    _refuse_duplicate_ranks(directory, ((path.name, outcome.value[0]) for path, outcome in zip(files, outcomes)))
     columns: Optional[list[str]] = None
     rows: list[tuple] = []
     for path, outcome in zip(files, outcomes):
@@ -92,6 +119,7 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
     outcomes = run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes) for path in files],
                          list(map(str, files)), "reporting", stop_at_failure=True)
     rows = [_rank_row(path, gpu) for path, outcome in zip(files, outcomes) for gpu in outcome.value[0]["gpus"]]
+    _refuse_duplicate_ranks(directory, ((row["file"], row["global_rank"]) for row in rows))
     median = statistics.median(row["step_ns"] for row in rows) if rows else 0
     for row in rows:
         row["vs_median_ns"] = row["step_ns"] - median

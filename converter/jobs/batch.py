@@ -20,13 +20,13 @@ from ..fileio.atomic import check_output_path, remove_leftovers
 from ..inputs.source import json_size
 from .executors import for_cluster, open_workers, run_tasks
 from .rank_files import find_rank_files
-from .runner import JobOptions, default_output_path, run_job
+from .runner import COMPACTED_TAG, JobOptions, default_output_path, run_job
 from .stopping import Interrupted
 
 
 def batch_output(input_path: Path, output_dir: Optional[Path], options: JobOptions) -> Path:
     """Where one rank's output goes: as for a single trace, in `output_dir` when given."""
-    beside = default_output_path(input_path, "_compacted" if options.compact else "", options.output_format)
+    beside = default_output_path(input_path, COMPACTED_TAG if options.compact else "", options.output_format)
     return beside if output_dir is None else output_dir / beside.name
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from ..errors import CgtraceError
 from ..generator import GeneratorConfig, write_pp_run, write_trace
 from .merge import merge_ranks
-from .runner import JobOptions, default_output_path, run_job
+from .runner import COMPACTED_TAG, JobOptions, default_output_path, run_job
 
 DEMO_CONFIG = GeneratorConfig(seed=7, steps=2, graphs_per_step=12, kernels_per_replay=32,
                               annotation_gaps=True, world_size=4, rank=0)
@@ -53,7 +53,7 @@ def run_demo(directory: Path, overwrite: bool = False) -> dict[str, Any]:
 def _write_demo(directory: Path) -> dict[str, Any]:
     source = directory / EXAMPLE_NAME
     write_trace(DEMO_CONFIG, source)  # every output from here on is the demo's own: replaced
-    compacted = default_output_path(source, "_compacted")
+    compacted = default_output_path(source, COMPACTED_TAG)
     compact_summary = run_job(source, compacted, JobOptions(compact=True, overwrite=True, args_strategy="auto"))
 
     ranks_dir = directory / RANKS_NAME
@@ -85,5 +85,5 @@ def _take_back(directory: Path, created: bool) -> None:
         return
     shutil.rmtree(directory / RANKS_NAME, ignore_errors=True)
     source = directory / EXAMPLE_NAME
-    for own in (source, default_output_path(source, "_compacted"), directory / MERGED_NAME, directory / DEMO_MARKER):
+    for own in (source, default_output_path(source, COMPACTED_TAG), directory / MERGED_NAME, directory / DEMO_MARKER):
         own.unlink(missing_ok=True)

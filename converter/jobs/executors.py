@@ -19,7 +19,6 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from .. import progress
 from ..errors import CgtraceError
-from .runner import JobOptions
 
 if TYPE_CHECKING:
     # Imported only where tasks run (open_workers): concurrent.futures imports logging, whose

@@ -43,12 +43,17 @@ def find_rank_files(inputs: list[Path]) -> list[Path]:
         if not files:
             raise CgtraceError(f"{directory}: is a directory with no trace files (*.json, *.json.gz); pass a trace "
                                "file or a directory of rank traces")
-        named = [p for p in files if _RANK_TRACE_NAME.match(p.name)]
+        named = [p for p in files if is_rank_trace_name(p.name)]
         return named or files
     for path in inputs:
         if not path.is_file():
             raise CgtraceError(f"{path}: no such file; pass rank trace files or one directory")
     return list(inputs)
+
+
+def is_rank_trace_name(name: str) -> bool:
+    """Named as profilers name one rank's trace (`rank*_trace.json`, `*.pt.trace.json`, gzipped or not)."""
+    return bool(_RANK_TRACE_NAME.match(name)) and not name.startswith(".")
 
 
 def _refuse_special(path: Path) -> None:

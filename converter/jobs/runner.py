@@ -34,6 +34,7 @@ from .verify import Expected, verify_output
 PERFETTO_SUFFIX = ".perfetto-trace"
 PROFILER_OUTPUT = (".json", ".json.gz")  # what our reader reads; anything else goes to trace_processor as it is
 SUFFIXES = {"perfetto": PERFETTO_SUFFIX, "json": ".json"}
+COMPACTED_TAG = "_compacted"  # what compact adds to an output's name (convert adds nothing)
 # in-process: the main process keeps args in a temporary file and encodes them when writing;
 # helper: a forked helper encodes them for Perfetto while the trace is read;
 # auto: the helper where a core is free and the output is Perfetto (the command line's choice).

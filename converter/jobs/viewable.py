@@ -20,7 +20,7 @@ from ..errors import CgtraceError
 from ..fileio.cache import cache_dir
 from .merge import merge_ranks
 from .rank_files import default_merge_output, find_rank_files
-from .runner import PROFILER_OUTPUT, JobOptions, default_output_path, run_job
+from .runner import COMPACTED_TAG, PROFILER_OUTPUT, JobOptions, default_output_path, run_job
 
 KEPT = 4  # results view keeps: traces can be gigabytes
 
@@ -40,7 +40,7 @@ def viewable(path: Path, kept_in: Optional[Path] = None) -> tuple[Path, str]:
     folder = (kept_in or cache_dir() / "view") / _digest(files)
     if path.is_dir():
         return _merged(path, files, folder)
-    output = folder / default_output_path(path, "_compacted").name
+    output = folder / default_output_path(path, COMPACTED_TAG).name
     if output.is_file():
         return output, f"opening {output}, compacted earlier from {path}"
     _make_room(folder)

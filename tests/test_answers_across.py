@@ -1,0 +1,89 @@
+"""`report DIR` and `query DIR` answer for every rank of the folder or not at all: a rank trace
+whose output is missing (not written yet, or its compaction failed) and two files that hold
+one global rank are each refused in one line that names the files, exit 2, nothing written.
+An answer over the ranks that happen to be there would pass for the whole run's."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from converter.generator import write_pp_run
+from tests.test_bad_input import assert_clean_error, run_cli, snapshot
+
+COUNT = "select count(*) as n from slice"
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory) -> Path:
+    """Four ranks' profiler output, rank 2's cut short, compacted in place: rank 2 fails, the
+    other three are written."""
+    folder = tmp_path_factory.mktemp("run") / "ranks"
+    write_pp_run(folder, 4, events_per_rank=2_000)
+    (folder / "rank2_trace.json").write_text('{"traceEvents": [')
+    compact = run_cli(folder.parent, "compact", "ranks", "--jobs", "2", "-q")
+    assert compact.returncode == 2 and "rank2_trace.json" in compact.stderr, compact.stderr[-1500:]
+    assert json.loads(compact.stdout)["written"] == 3
+    return folder
+
+
+def _copy(folder: Path, to: Path) -> Path:
+    shutil.copytree(folder, to)
+    return to
+
+
+@pytest.mark.parametrize("args", [("report",), ("query", COUNT)], ids=["report", "query"])
+def test_a_rank_whose_compaction_failed_is_named_not_left_out(run_dir, tmp_path, args):
+    folder = _copy(run_dir, tmp_path / "ranks")
+    before = snapshot(tmp_path)
+
+    run = run_cli(tmp_path, args[0], "ranks", *args[1:], "--jobs", "2")
+
+    assert_clean_error(run, "ranks: 1 rank trace(s) there have no output yet (rank2_trace.json), so an answer "
+                            "from the 3 outputs would leave them out", tmp_path, before)
+    assert "run `cgtrace compact ranks` to write them" in run.stderr
+    assert len(list(folder.glob("*.perfetto-trace"))) == 3
+
+
+def test_an_output_not_written_yet_is_named_and_the_whole_run_then_answers(run_dir, tmp_path):
+    folder = _copy(run_dir, tmp_path / "ranks")
+    (folder / "rank2_trace.json").unlink()
+    (folder / "rank1_trace_compacted.perfetto-trace").unlink()  # its batch still running, say
+    before = snapshot(tmp_path)
+
+    assert_clean_error(run_cli(tmp_path, "query", "ranks", COUNT), "(rank1_trace.json)", tmp_path, before)
+
+    assert run_cli(tmp_path, "compact", "ranks", "-q").returncode == 0
+    run = run_cli(tmp_path, "query", "ranks", COUNT, "--format", "json", "--jobs", "2")
+    assert run.returncode == 0, run.stderr[-1500:]
+    expected = sorted(path.name for path in folder.glob("rank*_trace.json"))  # every rank trace the folder holds
+    assert [row["file"].replace("_compacted.perfetto-trace", ".json") for row in json.loads(run.stdout)] == expected
+
+
+@pytest.mark.parametrize("args", [("report",), ("query", COUNT)], ids=["report", "query"])
+def test_two_outputs_of_one_global_rank_are_named_both(run_dir, tmp_path, args):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for name in ("rank0_trace_compacted.perfetto-trace", "rank1_trace_compacted.perfetto-trace"):
+        shutil.copy(run_dir / name, folder / name)
+    shutil.copy(run_dir / "rank0_trace_compacted.perfetto-trace", folder / "rerun_compacted.perfetto-trace")
+    before = snapshot(tmp_path)
+
+    run = run_cli(tmp_path, args[0], "ranks", *args[1:], "--jobs", "2")
+
+    assert_clean_error(run, "ranks: rank0_trace_compacted.perfetto-trace and rerun_compacted.perfetto-trace both "
+                            "hold global rank 0; move one of them out", tmp_path, before)
+
+
+def test_two_rank_traces_of_one_global_rank_are_named_both(run_dir, tmp_path):
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    shutil.copy(run_dir / "rank0_trace.json", folder / "rank0_trace.json")
+    shutil.copy(run_dir / "rank0_trace.json", folder / "rank9_trace.json")  # its header says rank 0
+    before = snapshot(tmp_path)
+
+    assert_clean_error(run_cli(tmp_path, "report", "ranks", "--jobs", "2"),
+                       "ranks: rank0_trace.json and rank9_trace.json both hold global rank 0", tmp_path, before)
