@@ -423,3 +423,82 @@ def test_answers_across_ranks_read_each_ranks_output_not_a_merge(tmp_path):
     for path in tmp_path.glob("*.perfetto-trace"):
         path.unlink()
     assert [p.name for p in traces_in(tmp_path)] == ["rank0_trace.json", "rank1_trace.json"]
+
+
+# -- a merge on Dask that fails or is stopped leaves nothing open in the workers --------------------
+def _deleted_files_held(pids: dict) -> dict[str, list[str]]:
+    """Per worker, the deleted files its process holds open (/proc/PID/fd): each keeps its disk
+    space taken while the worker lives, long after the command."""
+    held = {}
+    for worker, pid in pids.items():
+        held[worker] = []
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            try:
+                target = os.readlink(fd)
+            except OSError:  # closed while listed
+                continue
+            if target.endswith(" (deleted)"):
+                held[worker].append(target)
+    return held
+
+
+def _file_size_soft_limit(limit: int) -> int:
+    """In each worker: writes past `limit` bytes fail (EFBIG), as on a full disk; the hard
+    limit is kept, so the test can lift it again."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+    return os.getpid()
+
+
+@needs_dask
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("limit_kb, failing", [(20, "args"), (250, "part of the merge")])
+def test_a_merge_on_dask_that_fills_the_disk_leaves_no_file_open_in_the_workers(cluster, tmp_path, limit_kb,
+                                                                                 failing):
+    from .test_hardening import _with_file_size_limit
+
+    address, client = cluster
+    ranks = tmp_path / "ranks"
+    write_pp_run(ranks, 4, events_per_rank=3_000)
+    pids = client.run(os.getpid)
+    before = _deleted_files_held(pids)  # the cluster's own (Dask's), from where it started
+    (tmp_path / "out").mkdir()
+    client.run(_file_size_soft_limit, limit_kb << 10)
+    try:
+        run = _with_file_size_limit(tmp_path, ["merge", ranks, "-o", "out/m.perfetto-trace", "--scheduler", address],
+                                    limit_kb << 10)
+    finally:
+        client.run(_file_size_soft_limit, -1)  # RLIM_INFINITY
+    assert "Traceback" not in run.stderr and run.returncode == 2, run.stderr[-1500:]
+    lines = [line for line in run.stderr.splitlines() if line.startswith("cgtrace")]
+    assert len(lines) == 1 and failing in lines[0], run.stderr[-1500:]
+    assert list((tmp_path / "out").iterdir()) == [] and list((tmp_path / "tmp").iterdir()) == []
+    assert _deleted_files_held(pids) == before
+
+
+@needs_dask
+@pytest.mark.skipif(not Path("/proc/self/fd").exists(), reason="needs Linux /proc")
+@pytest.mark.parametrize("phase", ["pass one", "pass two", "writing"])
+def test_sigterm_to_a_merge_on_dask_leaves_no_scratch_no_open_file_no_process(cluster, tmp_path, phase):
+    """Dask cannot stop a task it cancels: the command asks the workers to stop its tasks and
+    waits for them to remove their files."""
+    from .test_signals import _scratch, merge_pass_two, stop_in_phase, writing
+
+    address, client = cluster
+    ranks = tmp_path / "inputs" / "ranks"
+    write_pp_run(ranks, 4, events_per_rank=40_000)
+    pids = client.run(os.getpid)
+    before = _deleted_files_held(pids)  # the cluster's own (Dask's), from where it started
+    args = ["merge", "in/ranks", "-o", "out/m.perfetto-trace", "--scheduler", address]
+    phases = {"pass one": lambda pid, out: any(p.is_file() for folder in _scratch(out) for p in folder.iterdir())
+              and not merge_pass_two(pid, out),  # a rank kept, others still read
+              "pass two": merge_pass_two, "writing": writing}
+    (tmp_path / "run").mkdir()
+    run = stop_in_phase(tmp_path / "run", ranks.parent, args, phases[phase], signal.SIGTERM)
+    stderr = run.stderr.read()
+    assert run.returncode == 143, stderr
+    assert stderr.splitlines() == ["cgtrace: interrupted; nothing was written"]
+    assert run.leftovers == []  # no scratch folder, no temporary output (TMPDIR is there too)
+    assert _deleted_files_held(pids) == before
+    client.wait_for_workers(2, timeout=60)

@@ -9,9 +9,10 @@ On a cluster every input and output path must be one that every worker sees (a s
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
+import time
+import uuid
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from .. import progress
 from ..errors import CgtraceError
+from .cluster_tasks import run_task
 
 if TYPE_CHECKING:
     # Imported only where tasks run (open_workers): concurrent.futures imports logging, whose
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 SCHEDULER_ENV = "CGTRACE_SCHEDULER"
 _CONNECT_TIMEOUT_S = 10
+_UNWIND_S = 10.0  # how long a stopped command waits for its tasks on a cluster to remove their files
 _RETRIES = 1  # a task that raises runs once more; a dead worker's task the scheduler reschedules (allowed-failures)
 
 
@@ -38,6 +41,7 @@ class Workers:
     executor: "Executor"
     where: str      # for messages: "2 local processes", "Dask scheduler tcp://..."
     remote: bool    # a cluster: tasks run in long-lived worker processes, not forked from this one
+    token: str = ""  # on a cluster, what names this command's tasks to the workers (cluster_tasks.py)
 
 
 @dataclass
@@ -84,12 +88,31 @@ def open_workers(jobs: int, scheduler: Optional[str], connect_timeout_s: float =
         raise _unreachable(scheduler, error) from None
     with client:
         executor = client.get_executor(retries=_RETRIES, pure=False)
+        token = uuid.uuid4().hex
         try:
-            yield Workers(executor, f"Dask scheduler {scheduler}", remote=True)
+            yield Workers(executor, f"Dask scheduler {scheduler}", remote=True, token=token)
         except BaseException:
-            executor.shutdown(wait=False)  # cancels what has not finished
+            executor.shutdown(wait=False)  # cancels what has not started
+            _stop_running(client, token)
             raise
         executor.shutdown(wait=True)
+
+
+def _stop_running(client: Any, token: str) -> None:
+    """Stop this command's tasks still running on the workers and wait, `_UNWIND_S` at most, for
+    them to unwind, so none holds a file open that the command's cleanup is about to delete.
+    Asked again until none runs: a worker may start a task before it hears of its cancelling."""
+    from .cluster_tasks import stop_tasks
+
+    deadline = time.monotonic() + _UNWIND_S
+    while time.monotonic() < deadline:
+        try:
+            still = client.run(stop_tasks, token)
+        except (OSError, TimeoutError):  # a worker or the scheduler gone: nothing more to ask
+            return
+        if not any(still.values()):
+            return
+        time.sleep(0.05)
 
 
 def _check_scheduler(scheduler: str, timeout_s: float) -> None:
@@ -168,8 +191,8 @@ def run_tasks(workers: Workers, function: Callable[..., Any], tasks: Sequence[tu
     results are kept; with `stop_at_failure` the first failure is raised instead, and leaving
     `open_workers` then stops the rest."""
     submit = workers.executor.submit
-    futures: list["Future"] = [submit(_without_gc, function, *task) if workers.remote else submit(function, *task)
-                             for task in tasks]
+    futures: list["Future"] = [submit(run_task, workers.token, function, *task) if workers.remote
+                             else submit(function, *task) for task in tasks]
     outcomes = []
     for done, (future, name) in enumerate(zip(futures, names), 1):
         outcome = _outcome(future, name)
@@ -178,19 +201,6 @@ def run_tasks(workers: Workers, function: Callable[..., Any], tasks: Sequence[tu
         outcomes.append(outcome)
         progress.stage(f"{label}: {done} of {len(tasks)} done ({workers.where})")
     return outcomes
-
-
-def _without_gc(function: Callable[..., Any], *task: Any) -> Any:
-    """A task on a cluster worker, with cyclic GC off as the command line has it (cli.main): the
-    trace model's objects are acyclic, so GC passes over them free nothing. Local workers are
-    forked from the command line, GC off already."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return function(*task)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _outcome(future: Future, name: str) -> Outcome:
