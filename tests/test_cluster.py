@@ -321,16 +321,18 @@ def listening(handler: type[socketserver.BaseRequestHandler]) -> Iterator[str]:
 
 @needs_dask
 @pytest.mark.parametrize("handler", [Silent, Dashboard])
-@pytest.mark.parametrize("command", ["compact", "merge"])
+@pytest.mark.parametrize("command", ["compact", "merge", "report", "query"])
 def test_a_listener_that_is_no_scheduler_is_refused_in_one_line_within_15_s(ranks, tmp_path, handler, command):
     """Dask's connect bounds the TCP connect but not the handshake after it, so these hung Client()."""
     output = tmp_path / ("out" if command == "compact" else "merged.perfetto-trace")
     if command == "compact":
         output.mkdir()
+    rest = {"compact": ["-o", str(output)], "merge": ["-o", str(output)], "report": [],
+            "query": ["select count(*) from slice"]}[command]
     before = snapshot(tmp_path), snapshot(ranks)
     with listening(handler) as address:
         started = time.monotonic()
-        with subprocess.Popen([sys.executable, "-m", "converter.cli", command, str(ranks), "-o", str(output),
+        with subprocess.Popen([sys.executable, "-m", "converter.cli", command, str(ranks), *rest,
                                "--scheduler", address], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                               start_new_session=True) as run:
             out, err = run.communicate(timeout=60)

@@ -158,6 +158,21 @@ def test_cli_prints_the_url_and_stops_cleanly_on_ctrl_c(trace):
     assert "Traceback" not in err and err.strip().splitlines()[-1] == f"cgtrace: stopped serving {trace}"
 
 
+def test_sigterm_stops_view_with_143(trace):
+    """A service manager's stop is SIGTERM: the exit status says so (it was 0, as if served out)."""
+    import signal
+    import subprocess
+    import sys
+
+    with subprocess.Popen([sys.executable, "-m", "converter.cli", "view", str(trace), "--port", "0", "--no-browser",
+                           "--offline"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as process:
+        assert "url=http://127.0.0.1:" in (process.stdout.readline() if process.stdout else "")
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=10)
+    assert process.returncode == 143
+    assert "Traceback" not in err and err.strip().splitlines()[-1] == f"cgtrace: stopped serving {trace}"
+
+
 def get_as(server: TraceServer, host: str | None, path: str = "/my%20trace.perfetto-trace") -> tuple[int, dict]:
     """A request with this Host header (None: without one), as a rebound DNS name would send."""
     connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
