@@ -87,3 +87,26 @@ def test_two_rank_traces_of_one_global_rank_are_named_both(run_dir, tmp_path):
 
     assert_clean_error(run_cli(tmp_path, "report", "ranks", "--jobs", "2"),
                        "ranks: rank0_trace.json and rank9_trace.json both hold global rank 0", tmp_path, before)
+
+
+@pytest.mark.parametrize("args", [("report",), ("query", COUNT)], ids=["report", "query"])
+def test_a_rank_that_fails_while_answering_is_named_and_leaves_no_scratch(run_dir, tmp_path, args):
+    """From profiler output each rank is converted into a scratch trace first; a rank that
+    fails stops the answer, and neither its scratch nor the others' stays in TMPDIR."""
+    import os
+    import subprocess
+    import sys
+
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    for name in ("rank0_trace.json", "rank1_trace.json", "rank2_trace.json", "rank3_trace.json"):
+        shutil.copy(run_dir / name, folder / name)  # rank 2's is cut short
+    (tmp_path / "tmp").mkdir()
+    run = subprocess.run([sys.executable, "-m", "converter.cli", args[0], "ranks", *args[1:], "--jobs", "2"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, TMPDIR=str(tmp_path / "tmp")))
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-1500:]
+    assert run.stderr.splitlines()[-1].startswith(f"cgtrace: error: {Path('ranks/rank2_trace.json')}"), run.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
+    assert sorted(p.name for p in folder.iterdir()) == ["rank0_trace.json", "rank1_trace.json", "rank2_trace.json",
+                                                        "rank3_trace.json"]
