@@ -72,7 +72,7 @@ class KinetoEvents(PhaseHandlers):
         limit = FLOAT_EXACT_LIMIT_US
         if any(type(event.ts) is float and not -limit < event.ts < limit for event in events):
             return False
-        self.metadata_events.extend(events)
+        self.keep_metadata(events)
         return True
 
     def _add_plain(self, items: list, start: int, end: int, codes: np.ndarray, raw_piece) -> None:
