@@ -12,7 +12,8 @@ the previous one (by the source's span plus 1 ms) and with every id that links e
 (flow ids, correlation, External id, Python ids) moved to a range of its own, so flows,
 launches and Python stacks bind within each copy as in the source. Process and thread
 metadata appear once. The generator's CUDA-graph pipeline rank is tiled alike, as a second
-kind. Written under benchmarks/out/corpus/ (never committed), streamed copy by copy.
+kind, and as a third on 1k or 20k replay streams in the orders real exporters write
+(STREAM_SHAPES, replay_streams.py). Written under benchmarks/out/corpus/ (never committed), streamed copy by copy.
 
 A rank set (the real 8-rank DLRM run, for merges) is tiled rank by rank to its share of the
 size, every rank shifted by the same span per copy (the longest rank's), so the ranks stay
@@ -35,13 +36,20 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from benchmarks.run import parse_size  # noqa: E402  (after the path set-up above)
+from benchmarks.replay_streams import ReplayStreams, StreamShape, kept_metadata  # noqa: E402  (after the path set-up)
+from benchmarks.run import parse_size  # noqa: E402
 
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 DEFAULT_OUT = REPO / "benchmarks" / "out" / "corpus"
 # args that link events: shifted per copy so each copy's links stay its own.
 LINK_ARGS = ("correlation", "External id", "Python id", "Python parent id", "Sequence number", "Ev Idx")
 GAP_US = 1000.0
+# The generator's rank on thousands of replay streams (replay_streams.py), time-sorted, its
+# streams' metadata where real exporters put it.
+STREAM_SHAPES = {"cuda_graph_1k_streams_meta_first": StreamShape(1000, "first"),
+                 "cuda_graph_20k_streams_meta_first": StreamShape(20000, "first"),
+                 "cuda_graph_20k_streams_meta_last": StreamShape(20000, "last"),
+                 "cuda_graph_20k_streams_interleaved": StreamShape(20000, "interleaved")}
 
 
 def sources(only: list[str]) -> dict[str, Path]:
@@ -51,6 +59,7 @@ def sources(only: list[str]) -> dict[str, Path]:
     if (SHARED_TRACES / "dlrm_8ranks").is_dir():
         found["dlrm_rank0"] = SHARED_TRACES / "dlrm_8ranks" / "rank0_trace.json.gz"
     found["generated_cuda_graph_pp_rank"] = Path("generated")
+    found.update(dict.fromkeys(STREAM_SHAPES, Path("generated")))
     return {name: path for name, path in found.items() if not only or name in only}
 
 
@@ -77,15 +86,20 @@ def _span(timed: list[dict]) -> int:
     return math.ceil(max(e["ts"] + (e.get("dur") or 0) for e in timed) - min(e["ts"] for e in timed) + GAP_US)
 
 
-def tiled(document: dict, target_bytes: int, span: int = 0) -> Iterator[bytes]:
+def tiled(document: dict, target_bytes: int, span: int = 0, shape: StreamShape | None = None) -> Iterator[bytes]:
     """The tiled trace's JSON text, piece by piece, until it reaches `target_bytes`; each copy
-    is shifted by `span` us (default: the source's own span plus a gap)."""
+    is shifted by `span` us (default: the source's own span plus a gap). With a `shape`, on
+    that many replay streams in its order (replay_streams.py)."""
     events = [e for e in document.get("traceEvents", []) if isinstance(e, dict)]
     metadata = [e for e in events if e.get("ph") == "M"]
     timed = _timed(document)
     start = min(e["ts"] for e in timed)
     span = span or _span(timed)
     id_range = 1 + max(_links(timed))
+    replays = ReplayStreams(timed, shape) if shape else None
+    if replays:
+        timed, metadata = replays.events, kept_metadata(metadata)
+        metadata += list(replays.all_metadata()) if replays.shape.metadata == "first" else []
     header = {k: v for k, v in document.items() if k != "traceEvents"}
     yield orjson.dumps(header)[:-1] + b',"traceEvents":['
     written = 0
@@ -96,10 +110,13 @@ def tiled(document: dict, target_bytes: int, span: int = 0) -> Iterator[bytes]:
     copy = 0
     while written < target_bytes:
         shift, offset = copy * span, copy * id_range
-        piece = b",".join(orjson.dumps(_shifted(e, shift, offset)) for e in timed) + b","
+        copied = [_shifted(e, shift, offset) for e in timed]
+        piece = b",".join(map(orjson.dumps, replays.restreamed(copied, copy) if replays else copied)) + b","
         written += len(piece)
         yield piece
         copy += 1
+    if replays and replays.shape.metadata == "last":
+        yield b"".join(orjson.dumps(event) + b"," for event in replays.all_metadata())
     yield orjson.dumps({"ph": "i", "s": "g", "name": "Corpus End", "pid": "", "tid": "",
                         "ts": _shifted({"ts": start}, copy * span, 0)["ts"]}) + b"]}"
 
@@ -146,7 +163,7 @@ def build(sizes: list[str], only: list[str], out: Path) -> list[dict]:
                 document = document or load(name, path, out)
                 temporary = target.with_suffix(".partial")
                 with open(temporary, "wb") as stream:
-                    for piece in tiled(document, _bytes(size)):
+                    for piece in tiled(document, _bytes(size), shape=STREAM_SHAPES.get(name)):
                         stream.write(piece)
                 temporary.rename(target)
             built.append({"name": name, "size": size, "path": str(target), "bytes": target.stat().st_size})

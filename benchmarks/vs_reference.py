@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""cgtrace convert and compact, and the reference script, on the same real-shaped traces, in one run.
+"""cgtrace convert and compact, the reference script and `orjson.loads`, on the same real-shaped traces, in one run.
 
     python benchmarks/vs_reference.py --sizes 100MB                    # every corpus trace
     python benchmarks/vs_reference.py --sizes 100MB,1GB --only hta_nccl_a100 --repeat 3
@@ -9,8 +9,9 @@ Inputs come from benchmarks/corpus.py (built here when missing). Each tool runs 
 times per input (best wall time kept) through run.py's measuring helper, so peak memory is
 the process tree's. Prints a Markdown table per job: size, events (cgtrace's summary), bytes
 per event, wall time, MB/s, events/s, peak memory, output / input, and for compact the
-reference's time and peak with the ratios (reference / cgtrace: speed-up and memory saved);
-JSON goes to benchmarks/out/results/vs_reference-<time>.json. The reference is skipped,
+reference's time and peak with the ratios (reference / cgtrace: speed-up and memory saved)
+and the floor of any Python reader: `orjson.loads` of the same bytes alone (read beforehand,
+timed in its own process, best of `--repeat`) and cgtrace's wall time over it; JSON goes to benchmarks/out/results/vs_reference-<time>.json. The reference is skipped,
 saying so, when ../shared/reference is absent or with --no-reference.
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import json
+import subprocess
 import sys
 from pathlib import Path
 from typing import Callable, Optional
@@ -31,6 +33,9 @@ from benchmarks.corpus import DEFAULT_OUT as CORPUS  # noqa: E402  (after the pa
 from benchmarks.corpus import build  # noqa: E402
 from benchmarks.run import MB, find_cgtrace, machine_info, measure  # noqa: E402
 
+# orjson.loads of a file's bytes, timed alone (the bytes read first): what parsing costs any reader.
+_ORJSON = ("import sys, time, orjson\ntext = open(sys.argv[1], 'rb').read()\nstart = time.perf_counter()\n"
+           "orjson.loads(text)\nprint(time.perf_counter() - start)")
 REFERENCE = REPO.parent / "shared" / "reference" / "compact_cuda_graph_trace.py"
 RESULTS = REPO / "benchmarks" / "out" / "results"
 
@@ -53,11 +58,17 @@ def best_of(argv: list[str], repeat: int, timeout: Optional[float]) -> dict:
             "output_bytes": summary.get("output_bytes")}
 
 
+def orjson_seconds(path: str, repeat: int) -> float:
+    """The best of `repeat` timings of orjson.loads of the file, each in a fresh process."""
+    return min(float(subprocess.run([sys.executable, "-c", _ORJSON, path], capture_output=True, text=True,
+                                    check=True).stdout) for _ in range(repeat))
+
+
 def compare(entry: dict, job: str, cgtrace: list[str], reference: bool, repeat: int, timeout: Optional[float],
             work: Path) -> dict:
     source = entry["path"]
     ours = best_of([*cgtrace, job, source, "-o", str(work / "cgtrace.perfetto-trace"), "--overwrite"], repeat, timeout)
-    row = {**entry, "job": job, "cgtrace": ours}
+    row = {**entry, "job": job, "cgtrace": ours, "orjson_s": orjson_seconds(source, repeat)}
     if job == "compact" and reference:
         theirs = row["reference"] = best_of([sys.executable, str(REFERENCE), source, "-o", str(work / "reference.json"),
                                              "--overwrite"], repeat, timeout)
@@ -79,19 +90,21 @@ def table_head(machine: dict, measured: str, text_columns: list[str], number_col
 def markdown(rows: list[dict], machine: dict) -> str:
     lines = table_head(machine, "peak = process tree's RSS; MB = 10^6 bytes", ["job", "trace (tiled)"],
                        ["MB", "events", "B/event", "cgtrace s", "MB/s", "events/s", "peak MB", "peak / input",
-                        "output / input", "reference s", "reference peak MB", "speed-up", "memory saved"])
+                        "output / input", "orjson.loads s", "cgtrace / orjson", "reference s", "reference peak MB",
+                        "speed-up", "memory saved"])
     for row in rows:
         ours, theirs = row["cgtrace"], row.get("reference", {})
         mb = row["bytes"] / MB
         cells = [row["job"], row["name"], f"{mb:.0f}"]
         if "error" in ours:
-            cells += [f"failed: {ours['error']}"] + [""] * 7
+            cells += [f"failed: {ours['error']}"] + [""] * 9
         else:
             events = ours["events"] or 0
             cells += [f"{events:,}", f"{row['bytes'] / events:.0f}" if events else "",
                       f"{ours['wall_s']:.2f}", f"{mb / ours['wall_s']:.1f}", f"{events / ours['wall_s']:,.0f}",
                       f"{ours['peak_mb']:.0f}", f"{ours['peak_mb'] / mb:.2f}",
-                      f"{ours['output_bytes'] / row['bytes']:.2f}" if ours["output_bytes"] else ""]
+                      f"{ours['output_bytes'] / row['bytes']:.2f}" if ours["output_bytes"] else "",
+                      f"{row['orjson_s']:.2f}", f"{ours['wall_s'] / row['orjson_s']:.2f}x"]
         cells += [f"failed: {theirs['error']}", ""] if "error" in theirs else \
             [f"{theirs['wall_s']:.2f}", f"{theirs['peak_mb']:.0f}"] if theirs else ["", ""]
         cells += [f"{row['speedup']:.2f}x", f"{row['memory_ratio']:.2f}x"] if "speedup" in row else ["", ""]

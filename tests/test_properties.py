@@ -13,7 +13,7 @@ Properties:
       error/data_loss stats;
   (b) compact keeps every measured slice and never lets two slices on a lane overlap or nest;
   (c) converting (and compacting) the same input twice gives byte-identical files, also across
-      processes with different string-hash seeds.
+      processes with different string-hash seeds, and wherever its metadata events stand.
 
 Seeded (derandomize) and bounded (max_examples): a passing run is reproducible and takes ~35 s.
 A failing one then shrinks its example, which reloads trace_processor hundreds of times (minutes);
@@ -141,9 +141,14 @@ def event(ph, name, pid, tid, ts, cat=None, dur=None, args=None, **extra):
     return ev
 
 
+def kineto_traces():
+    """A random valid Kineto trace, as the bytes of its file."""
+    return kineto_documents().map(lambda drawn: dump(drawn[0], ensure_ascii=drawn[1]))
+
+
 @st.composite
-def kineto_traces(draw):
-    """A random valid Kineto trace: (document bytes, facts for the assertions)."""
+def kineto_documents(draw):
+    """A random valid Kineto trace: (the document, whether its file escapes non-ASCII)."""
     events = []
     cpu_pids = draw(st.lists(st.one_of(st.integers(1, 2**31 + 5), st.sampled_from(["host", "Spans", "Traces"])),
                              min_size=1, max_size=3, unique=True))
@@ -292,7 +297,24 @@ def kineto_traces(draw):
         document["baseTimeNanoseconds"] = base
     if draw(st.booleans()):
         document["displayTimeUnit"] = "ms"
-    return dump(document, ensure_ascii=draw(st.booleans()))  # raw UTF-8 or \u escapes
+    return document, draw(st.booleans())  # raw UTF-8 or \u escapes
+
+
+def metadata_placed(document: dict, placement: str) -> dict:
+    """The document with its metadata events first, last, or spread among the others (one
+    before each stretch of them), as exporters place them; each kind keeps its own order."""
+    metadata = [event for event in document["traceEvents"] if event["ph"] == "M"]
+    others = [event for event in document["traceEvents"] if event["ph"] != "M"]
+    if placement == "first":
+        events = metadata + others
+    elif placement == "last":
+        events = others + metadata
+    else:
+        stretch = -(-len(others) // max(1, len(metadata)))
+        events = [event for at, lead in enumerate(metadata)
+                  for event in [lead, *others[at * stretch:(at + 1) * stretch]]]
+        events += others[len(metadata) * stretch:]
+    return {**document, "traceEvents": events}
 
 
 # -- reading outputs ----------------------------------------------------------------------------------
@@ -420,6 +442,24 @@ def test_same_input_gives_identical_bytes(document):
             job(source, first, overwrite=True)
             job(source, second, overwrite=True)
             assert first.read_bytes() == second.read_bytes(), job.__name__
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(kineto_documents())
+def test_metadata_first_last_or_interleaved_gives_identical_bytes(drawn):
+    """The reader sets metadata events aside wherever they stand (so they part no bulk run):
+    where the exporter put them changes nothing written."""
+    document, ensure_ascii = drawn
+    with tempfile.TemporaryDirectory() as directory:
+        for job in (convert_file, compact_file):
+            outputs = set()
+            for placement in ("first", "last", "interleaved"):
+                source = Path(directory) / f"{placement}.json"
+                source.write_bytes(dump(metadata_placed(document, placement), ensure_ascii))
+                output = Path(directory) / f"{placement}.pftrace"
+                job(source, output, overwrite=True)
+                outputs.add(output.read_bytes())
+            assert len(outputs) == 1, job.__name__
 
 
 @settings(max_examples=3, **SETTINGS)

@@ -52,11 +52,12 @@ class Plain(Tagged, gc=False):
     instant or a flow step. Its classes come in two kinds of times (_plain_phases)."""
 
 
-# What a plain event is, as a small int per class (PLAIN_CODES): a piece's events are told
+# What a plain event is, as a small int per class (EVENT_CODES): a piece's events are told
 # apart and split by numpy on these, instead of an isinstance of a msgspec class per event,
-# a Python call each. Flow steps come last, in flows.py's order of phases.
+# a Python call each. Flow steps come last, in flows.py's order of phases. METADATA: a tagged
+# `M` event, which only waits for the end of the read, so it parts no run of plain events.
 COMPLETE, INSTANT, FLOW = 0, 1, 2
-NOT_PLAIN = -1
+NOT_PLAIN, METADATA = -1, -2
 
 
 def _plain_phases(time: Any) -> tuple[type[Plain], ...]:
@@ -80,17 +81,20 @@ def _code_of_phase(ph: str) -> int:
 
 # The other phases the handlers know, as lenient as Event; a piece with any other phase (or
 # none) fails the tagged decoding and is decoded with Event instead.
-_OTHER_PHASES = tuple(type(f"_Phase_{ph}", (Tagged,), {"ph": ph}, tag=ph, gc=False) for ph in "BECbenM")
+_OTHER_PHASES: dict[str, type[Tagged]] = {ph: type(f"_Phase_{ph}", (Tagged,), {"ph": ph}, tag=ph, gc=False)
+                                           for ph in "BECbenM"}
 
 
 def _tagged_list(plain: tuple[type[Plain], ...]) -> msgspec.json.Decoder:
-    return msgspec.json.Decoder(list.__class_getitem__(Union.__getitem__((*plain, *_OTHER_PHASES))))
+    return msgspec.json.Decoder(list.__class_getitem__(Union.__getitem__((*plain, *_OTHER_PHASES.values()))))
 
 
 # Times as numbers while a float holds them to the ns (below 2**40 us), else as written.
 _PLAIN_WITH_NUMBERS, _PLAIN_WITH_TEXT = _plain_phases(Union[int, float]), _plain_phases(msgspec.Raw)
 _TAGGED_NUMBERS, _TAGGED_TEXT = _tagged_list(_PLAIN_WITH_NUMBERS), _tagged_list(_PLAIN_WITH_TEXT)
-PLAIN_CODES = {cls: _code_of_phase(cls.ph) for cls in (*_PLAIN_WITH_NUMBERS, *_PLAIN_WITH_TEXT)}
+EVENT_CODES: dict[type[Tagged], int] = {cls: _code_of_phase(cls.ph)
+                                        for cls in (*_PLAIN_WITH_NUMBERS, *_PLAIN_WITH_TEXT)}
+EVENT_CODES[_OTHER_PHASES["M"]] = METADATA
 
 
 class _ExactEvent(Event, gc=False):

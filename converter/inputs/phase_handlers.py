@@ -75,7 +75,7 @@ class PhaseHandlers(TraceBuilder):
                 continue
             ph = event.ph
             if ph == "M":
-                self.metadata_events.append(event)
+                self.keep_metadata((event,))
                 continue
             handler = handlers.get(ph) if type(ph) is str else None
             if handler is None:
@@ -88,6 +88,14 @@ class PhaseHandlers(TraceBuilder):
                 problem = self._identity_problem(event) or handler(event)
             if problem is not None:
                 skipped[problem] += 1
+
+    def keep_metadata(self, events) -> None:
+        """Metadata events, for the end of the read. Their args are copied out of the piece:
+        a decoded Raw holds the whole piece's text, and thread names spread over the file
+        (one before each of 20k replay streams' first event) would hold every piece to the end."""
+        for event in events:
+            event.args = msgspec.Raw(bytes(event.args))
+        self.metadata_events.extend(events)
 
     def _identity_problem(self, event: Event) -> Optional[str]:
         kind = type(event.pid)

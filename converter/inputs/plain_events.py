@@ -17,9 +17,9 @@ import numpy as np
 
 from ..kineto import MAX_NS
 from ..model import NO_ARGS, Trace, Track
-from .decimal_times import exact_ns, numbers_ns
+from .decimal_times import FLOAT_EXACT_LIMIT_US, exact_ns, numbers_ns
 from .flows import END
-from .kineto_events import COMPLETE, FLOW, INSTANT, NOT_PLAIN, PLAIN_CODES
+from .kineto_events import COMPLETE, FLOW, INSTANT, METADATA, NOT_PLAIN, EVENT_CODES
 from .phase_handlers import PhaseHandlers, chrome_thread_key
 
 _TS, _CAT, _NAME, _ARGS = map(attrgetter, ("ts", "cat", "name", "args"))
@@ -39,12 +39,24 @@ class KinetoEvents(PhaseHandlers):
         """Convert the events in order, releasing each as it is done: runs of `Plain` events
         in bulk, the others one by one. `items` are decoded events or raw ones (decoded here);
         an event whose decoded times cannot give its exact nanoseconds is decoded again from
-        `raw_piece()`: the same events, raw."""
+        `raw_piece()`: the same events, raw. Metadata events are set aside first, so however
+        the exporter placed them (first, last, or before each thread's first event) the plain
+        events around them make one run, at one bulk call's cost."""
         self.trace.events_read += len(items)
+        codes = np.fromiter(map(EVENT_CODES.get, map(type, items), repeat(NOT_PLAIN)), np.int8, len(items))
+        metadata = np.flatnonzero(codes == METADATA)
+        if len(metadata) and self._set_aside(_picker(metadata.tolist())(items)):
+            kept = np.flatnonzero(codes != METADATA)
+            take = _picker(kept.tolist()) if len(kept) else _nothing
+            items[:] = take(items)  # in place: the caller's list is released as it is done, too
+            codes = codes[kept]
+            if raw_piece is not None:
+                raw_piece = functools.partial(_taken, take, raw_piece)
+            if not items:
+                return
         if raw_piece is not None:
             raw_piece = functools.cache(raw_piece)  # decoded raw once per piece, however many runs ask
-        codes = np.fromiter(map(PLAIN_CODES.get, map(type, items), repeat(NOT_PLAIN)), np.int8, len(items))
-        plain = codes != NOT_PLAIN
+        plain = codes >= COMPLETE  # not NOT_PLAIN, nor METADATA left in place
         start = 0
         for end in [*(np.flatnonzero(plain[1:] != plain[:-1]) + 1).tolist(), len(items)]:
             if plain[start]:
@@ -52,6 +64,16 @@ class KinetoEvents(PhaseHandlers):
             else:
                 self._add_each(items, start, end, raw_piece)
             start = end
+
+    def _set_aside(self, events: Sequence) -> bool:
+        """A piece's metadata events, for the end of the read (what `_add_each` does with each),
+        unless one has a time a float cannot hold (then all stay in place for `_add_each`,
+        which decodes that one again, so their order is kept)."""
+        limit = FLOAT_EXACT_LIMIT_US
+        if any(type(event.ts) is float and not -limit < event.ts < limit for event in events):
+            return False
+        self.keep_metadata(events)
+        return True
 
     def _add_plain(self, items: list, start: int, end: int, codes: np.ndarray, raw_piece) -> None:
         """items[start:end], all `Plain` (`codes`: what each is): slices and flow events made
@@ -96,8 +118,9 @@ class KinetoEvents(PhaseHandlers):
         on: Sequence[Any] = [known((event.pid, event.tid)) for event in run]
         instants = codes == INSTANT
         if None in on or instants.any():  # a thread met for the first time, or an instant's scope
-            find = self._track_for_input_key
-            on = [track or find((e.pid, e.tid)) if not instant or e.s not in _NOT_THREAD else self._instant_track(e)
+            find = self._track_for_input_key  # made once per new thread: `known` has it for its later events
+            on = [track or known((e.pid, e.tid)) or find((e.pid, e.tid)) if not instant or e.s not in _NOT_THREAD
+                  else self._instant_track(e)
                   for e, instant, track in zip(run, instants.tolist(), on)]
         flow_at = np.flatnonzero(codes >= FLOW)
         if len(flow_at):
@@ -145,6 +168,15 @@ class KinetoEvents(PhaseHandlers):
         """The thread track of (pid, tid) as the input wrote them (a decimal text tid is its int)."""
         track = self._tracks_by_input_key[key] = self.thread_track(key[0], chrome_thread_key(key[1]))
         return track
+
+
+def _nothing(items: Sequence) -> tuple:
+    return ()
+
+
+def _taken(take: Callable[[Sequence], tuple], whole: Callable[[], list[msgspec.Raw]]) -> list[msgspec.Raw]:
+    """The raw events of what is left of a piece, by the same indices as its decoded ones."""
+    return list(take(whole()))
 
 
 def _picker(indices: list[int]) -> Callable[[Sequence], tuple]:
