@@ -1,0 +1,146 @@
+"""A merged pipeline's work as a dependency graph in columns, for its critical path.
+
+Nodes are the slices that do work: GPU kernels, copies and sets, and the CPU ops and runtime
+calls (nested ones too, as they run in turn on their thread); annotations are containers and
+synchronisations are waits, so neither is a node. Each rank's nodes come from pass two of a
+merge, on the pipeline's clock, with three kinds of edge into a node:
+
+- its same-track predecessor: the node of its lane or thread that ended last before it began;
+- its launch: the CPU call whose arrow (`cudaLaunchKernel`, `cudaGraphLaunch` -> each kernel of
+  the replay) started it;
+- an arrival: a cross-rank arrow (a transfer, or a SEND block to its RECV) whose data reached
+  the node's track at a known time, from the sending node on another rank.
+
+Nothing here moves or changes a slice: the graph is read from the rank's trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from .. import kineto
+from ..model import LaneKind, Trace, Track, TrackRole
+
+# A segment of a critical path is one of these kinds (wait: nothing of the path ran).
+COMPUTE, TRANSFER, LAUNCH, WAIT = "compute", "transfer", "launch", "wait"
+KINDS = (COMPUTE, TRANSFER, LAUNCH, WAIT)
+_CPU_WORK = ("cpu_op", "cuda_runtime", "cuda_driver")
+# Calls that wait for the GPU or for another stream: time spent waiting, never work.
+_SYNCHRONISATIONS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
+                               "cudaStreamWaitEvent"})
+_TRANSFER_OPS = ("c10d::send", "c10d::recv", "gloo:", "nccl:", "record_param_comms")
+
+
+@dataclass
+class RankWork:
+    """One rank's nodes as columns (index = node), their names, and its ends of cross-rank arrows."""
+
+    start: np.ndarray    # int64 ns, on the pipeline's clock
+    end: np.ndarray
+    track: np.ndarray    # int64: which of the rank's work tracks (a lane, a thread) it runs on
+    name: np.ndarray     # int64: index into `names`
+    kind: np.ndarray     # int8: index into KINDS
+    launch: np.ndarray   # int64: the node that launched it, -1 for none
+    gpu: np.ndarray      # bool: GPU work (a kernel, copy or set)
+    names: list[str]
+    sends: dict[int, int] = field(default_factory=dict)              # flow id -> sending node
+    arrivals: list[tuple[int, int, int]] = field(default_factory=list)  # (flow id, receiving node, arrival time)
+    steps: dict[int, tuple[int, int]] = field(default_factory=dict)  # ProfilerStep number -> (start, end)
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+
+def _work_track(track: Track) -> Track:
+    """The track whose work an annotation row or overlap track stands above: its home."""
+    return track.home if track.role in (TrackRole.ANNOTATIONS, TrackRole.OVERLAP) and track.home else track
+
+
+def _lane_kind(track: Track) -> Optional[LaneKind]:
+    group = _work_track(track).group
+    return group.kind if group is not None else None
+
+
+def rank_work(trace: Trace) -> RankWork:
+    """The rank's work graph, read after its arrow ends are attached (trace.flow_ends)."""
+    table = trace.slices
+    texts = table.texts
+    categories = np.fromiter((text in kineto.GPU_CATEGORIES or text in _CPU_WORK for text in texts), np.bool_,
+                             len(texts))
+    waits = np.fromiter((text in _SYNCHRONISATIONS for text in texts), np.bool_, len(texts))
+    is_node = categories[table.cat] & ~waits[table.name] & ~table.instant & (table.dur > 0)
+    rows = np.flatnonzero(is_node)
+    node_of = np.full(len(table), -1, np.int64)
+    node_of[rows] = np.arange(len(rows))
+    work_ids, _ = table.track_keys(lambda track: id(_work_track(track)))
+    track = work_ids[table.track[rows]]
+    start, end = table.spans(rows)
+    launch = np.full(len(rows), -1, np.int64)
+    gpu = np.fromiter((text in kineto.GPU_CATEGORIES for text in texts), np.bool_, len(texts))[table.cat]
+    sources, targets = trace.flow_rows()
+    if len(sources):
+        launches = (node_of[sources] >= 0) & (node_of[targets] >= 0) & ~gpu[sources] & gpu[targets]
+        launch[node_of[targets[launches]]] = node_of[sources[launches]]
+    kind = _kinds(trace, rows, gpu[rows], launch)
+    names, name = np.unique(table.name[rows], return_inverse=True)
+    work = RankWork(start, end, track, name.astype(np.int64), kind, launch, gpu[rows],
+                    [texts[i] for i in names.tolist()])
+    _arrow_ends(trace, work, work_ids, node_of)
+    for slice_ in table.rows(table.named(lambda text: kineto.profiler_step(text) is not None)):
+        if slice_.cat not in kineto.GPU_ANNOTATION_CATEGORIES:
+            number = kineto.profiler_step(slice_.name)
+            assert number is not None
+            known = work.steps.get(number, (slice_.ts, slice_.end))
+            work.steps[number] = (min(known[0], slice_.ts), max(known[1], slice_.end))
+    return work
+
+
+def _kinds(trace: Trace, rows: np.ndarray, on_gpu: np.ndarray, launch: np.ndarray) -> np.ndarray:
+    """Each node's kind: a GPU node on a communication lane, or a CPU P2P or collective op,
+    transfers; a CPU call with a launch arrow out of it launches; the rest computes."""
+    table = trace.slices
+    transfer_names = np.fromiter((text.startswith(_TRANSFER_OPS) for text in table.texts), np.bool_,
+                                 len(table.texts))
+    communication = table.track_mask(lambda track: _lane_kind(track) is LaneKind.COMMUNICATION)
+    kind = np.full(len(rows), KINDS.index(COMPUTE), np.int8)
+    kind[np.where(on_gpu, communication[table.track[rows]], transfer_names[table.name[rows]])] = KINDS.index(TRANSFER)
+    launching = np.zeros(len(rows), np.bool_)
+    launching[launch[launch >= 0]] = True
+    kind[launching & ~on_gpu] = KINDS.index(LAUNCH)
+    return kind
+
+
+def _arrow_ends(trace: Trace, work: RankWork, work_ids: np.ndarray, node_of: np.ndarray) -> None:
+    """The rank's ends of cross-rank arrows, on the nodes they stand for: a send's end on the
+    last node to end inside its slice's span on its work track; an arrival on the node of the
+    receive's work track that runs at the arrival (the latest to start), else the next to start."""
+    table = trace.slices
+    by_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def on_track(track: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if track not in by_track:
+            nodes = np.flatnonzero(work.track == track)
+            by_track[track] = (nodes, work.start[nodes], work.end[nodes])
+        return by_track[track]
+
+    for end in trace.flow_ends:
+        slice_ = table.row(end.row)
+        nodes, starts, ends = on_track(int(work_ids[table.track[end.row]]))
+        if end.outgoing:
+            node = int(node_of[end.row])
+            if node < 0:
+                inside = np.flatnonzero((starts >= slice_.ts) & (ends <= slice_.end))
+                node = int(nodes[inside[np.argmax(ends[inside])]]) if len(inside) else -1
+            if node >= 0:
+                work.sends[end.flow_id] = node
+            continue
+        at = slice_.ts
+        running = np.flatnonzero((starts <= at) & (ends >= at))
+        later = np.flatnonzero(starts > at)
+        if len(running):
+            work.arrivals.append((end.flow_id, int(nodes[running[np.argmax(starts[running])]]), at))
+        elif len(later):
+            work.arrivals.append((end.flow_id, int(nodes[later[np.argmin(starts[later])]]), at))
