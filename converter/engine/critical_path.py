@@ -52,6 +52,8 @@ class _Graph:
         self.end = np.concatenate([work.end for work in ranks])
         self.kind = np.concatenate([work.kind for work in ranks])
         self.gpu = np.concatenate([work.gpu for work in ranks])
+        self.waited = np.concatenate([np.where(work.waited >= 0, work.waited + offset, -1)
+                                      for work, offset in zip(ranks, offsets.tolist())])
         self.position = np.repeat(np.arange(len(ranks)), [len(work) for work in ranks])
         self.launch = np.concatenate([np.where(work.launch >= 0, work.launch + offset, -1)
                                       for work, offset in zip(ranks, offsets.tolist())])
@@ -111,8 +113,9 @@ def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]
         seen.add(node)
         start, position = int(graph.start[node]), int(graph.position[node])
         ready, predecessor, arrived = _ready(graph, node, cursor)
-        if predecessor is not None and arrived and ready > start:  # the receive ran on from the arrival
-            segments.append(Segment(position, TRANSFER, graph.name(node), ready, cursor))
+        if predecessor is not None and ready > start:  # it ran on from the arrival, or from the GPU's end
+            segments.append(Segment(position, TRANSFER if arrived else KINDS[graph.kind[node]], graph.name(node),
+                                    ready, cursor))
             after = ready
         else:
             segments.append(Segment(position, KINDS[graph.kind[node]], graph.name(node), min(start, cursor), cursor))
@@ -127,16 +130,19 @@ def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]
 
 
 def _ready(graph: _Graph, node: int, cursor: int) -> tuple[int, Optional[int], bool]:
-    """The predecessor ready last (same track, then launch, then arrival on a tie): when it was
-    ready, which node, and whether it is a cross-rank arrival."""
+    """The predecessor ready last (same track, then launch or the GPU work a synchronisation
+    waited for, then arrival on a tie): when it was ready (no later than `cursor`), which node,
+    and whether it is a cross-rank arrival."""
     start = int(graph.start[node])
     best: tuple[int, Optional[int], bool] = (-1, None, False)
     previous = int(graph.previous[node])
     if previous >= 0:
         best = (int(graph.end[previous]), previous, False)
-    launch = int(graph.launch[node])
-    if launch >= 0 and min(int(graph.end[launch]), start) > best[0]:
+    launch, waited = int(graph.launch[node]), int(graph.waited[node])
+    if launch >= 0 and min(int(graph.end[launch]), start) > best[0]:  # a kernel waits for no more than its launch to begin
         best = (min(int(graph.end[launch]), start), launch, False)
+    if waited >= 0 and min(int(graph.end[waited]), cursor) > best[0]:
+        best = (min(int(graph.end[waited]), cursor), waited, False)
     for at, sender in graph.arrivals.get(node, []):
         if at <= cursor and at > best[0]:
             best = (at, sender, True)

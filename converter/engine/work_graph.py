@@ -1,13 +1,14 @@
 """A merged pipeline's work as a dependency graph in columns, for its critical path.
 
 Nodes are the slices that do work: GPU kernels, copies and sets, and the CPU ops and runtime
-calls (nested ones too, as they run in turn on their thread); annotations are containers and
-synchronisations are waits, so neither is a node. Each rank's nodes come from pass two of a
+calls, the innermost only (an op's work is its innermost calls); annotations are containers,
+not nodes, and a synchronisation is a node that waits. Each rank's nodes come from pass two of a
 merge, on the pipeline's clock, with three kinds of edge into a node:
 
 - its same-track predecessor: the node of its lane or thread that ended last before it began;
 - its launch: the CPU call whose arrow (`cudaLaunchKernel`, `cudaGraphLaunch` -> each kernel of
   the replay) started it;
+- a synchronisation's wait: the GPU node it waited for (the last of its rank to end in it);
 - an arrival: a cross-rank arrow (a transfer, or a SEND block to its RECV) whose data reached
   the node's track at a known time, from the sending node on another rank.
 
@@ -23,6 +24,7 @@ import numpy as np
 
 from .. import kineto
 from ..model import LaneKind, Trace, Track, TrackRole
+from ..model.args import decode_json
 
 # A segment of a critical path is one of these kinds (wait: nothing of the path ran).
 COMPUTE, TRANSFER, LAUNCH, WAIT = "compute", "transfer", "launch", "wait"
@@ -45,6 +47,7 @@ class RankWork:
     kind: np.ndarray     # int8: index into KINDS
     launch: np.ndarray   # int64: the node that launched it, -1 for none
     gpu: np.ndarray      # bool: GPU work (a kernel, copy or set)
+    waited: np.ndarray   # int64: for a synchronisation, the GPU node it waited for (the last to end in it), else -1
     names: list[str]
     sends: dict[int, int] = field(default_factory=dict)              # flow id -> sending node
     arrivals: list[tuple[int, int, int]] = field(default_factory=list)  # (flow id, receiving node, arrival time)
@@ -71,23 +74,26 @@ def rank_work(trace: Trace) -> RankWork:
     categories = np.fromiter((text in kineto.GPU_CATEGORIES or text in _CPU_WORK for text in texts), np.bool_,
                              len(texts))
     waits = np.fromiter((text in _SYNCHRONISATIONS for text in texts), np.bool_, len(texts))
-    is_node = categories[table.cat] & ~waits[table.name] & ~table.instant & (table.dur > 0)
-    rows = np.flatnonzero(is_node)
+    rows = _leaves(table.track, table.ts, table.dur,
+                   np.flatnonzero(categories[table.cat] & ~table.instant & (table.dur > 0)))
     node_of = np.full(len(table), -1, np.int64)
     node_of[rows] = np.arange(len(rows))
     work_ids, _ = table.track_keys(lambda track: id(_work_track(track)))
-    track = work_ids[table.track[rows]]
+    gpu = np.fromiter((text in kineto.GPU_CATEGORIES for text in texts), np.bool_, len(texts))[table.cat]
+    gpus, _ = table.track_keys(lambda track: id(_work_track(track).parent or _work_track(track)))
+    track = _streams(trace, rows, gpu[rows], work_ids[table.track[rows]], gpus[table.track[rows]])
     start, end = table.spans(rows)
     launch = np.full(len(rows), -1, np.int64)
-    gpu = np.fromiter((text in kineto.GPU_CATEGORIES for text in texts), np.bool_, len(texts))[table.cat]
     sources, targets = trace.flow_rows()
     if len(sources):
         launches = (node_of[sources] >= 0) & (node_of[targets] >= 0) & ~gpu[sources] & gpu[targets]
         launch[node_of[targets[launches]]] = node_of[sources[launches]]
     kind = _kinds(trace, rows, gpu[rows], launch)
+    synchronising = waits[table.name[rows]]
+    kind[synchronising] = KINDS.index(WAIT)
     names, name = np.unique(table.name[rows], return_inverse=True)
     work = RankWork(start, end, track, name.astype(np.int64), kind, launch, gpu[rows],
-                    [texts[i] for i in names.tolist()])
+                    _waited(start, end, gpu[rows], synchronising), [texts[i] for i in names.tolist()])
     _arrow_ends(trace, work, work_ids, node_of)
     for slice_ in table.rows(table.named(lambda text: kineto.profiler_step(text) is not None)):
         if slice_.cat not in kineto.GPU_ANNOTATION_CATEGORIES:
@@ -96,6 +102,54 @@ def rank_work(trace: Trace) -> RankWork:
             known = work.steps.get(number, (slice_.ts, slice_.end))
             work.steps[number] = (min(known[0], slice_.ts), max(known[1], slice_.end))
     return work
+
+
+class _StreamRule:
+    """A GPU slice's stream from its args (Kineto's `stream`, else an exporter's `original_stream`)."""
+
+    marker = b'"stream"'
+
+    @staticmethod
+    def label(text: bytes) -> Optional[str]:
+        args = decode_json(text)
+        stream = args.get("original_stream", args.get("stream")) if isinstance(args, dict) else None
+        return None if stream is None else str(stream)
+
+
+def _streams(trace: Trace, rows: np.ndarray, on_gpu: np.ndarray, tracks: np.ndarray, gpus: np.ndarray) -> np.ndarray:
+    """The work track of each node: a GPU node's stream on its GPU (a lane gathers several
+    streams' work, and only a stream runs its work in order), else its own track."""
+    gpu_rows = rows[on_gpu]
+    streams = trace.args_labels(gpu_rows, _StreamRule())
+    keys: dict[tuple[int, object], int] = {}
+    first = int(tracks.max(initial=-1)) + 1
+    result = tracks.copy()
+    result[on_gpu] = [keys.setdefault((gpu, stream) if stream is not None else (-1, lane), first + len(keys))
+                      for lane, gpu, stream in zip(tracks[on_gpu].tolist(), gpus[on_gpu].tolist(), streams)]
+    return result
+
+
+def _leaves(tracks: np.ndarray, starts: np.ndarray, durations: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """The rows (of `rows`) with no other of them inside on their track, in order: an op's
+    work is its innermost calls, so an op that only waits inside (aten::item around a
+    synchronisation) never stands for the wait."""
+    order = rows[np.lexsort((-durations[rows], starts[rows], tracks[rows]))]
+    ends = starts[order] + durations[order]
+    parent = np.zeros(len(order), np.bool_)
+    parent[:-1] = (tracks[order][1:] == tracks[order][:-1]) & (starts[order][1:] < ends[:-1])
+    return np.sort(order[~parent])
+
+
+def _waited(starts: np.ndarray, ends: np.ndarray, gpu: np.ndarray, synchronising: np.ndarray) -> np.ndarray:
+    """Per node, for a synchronisation the GPU node that ended last while it waited, else -1."""
+    waited = np.full(len(starts), -1, np.int64)
+    on_gpu = np.flatnonzero(gpu)
+    by_end = on_gpu[np.argsort(ends[on_gpu], kind="stable")]
+    syncs = np.flatnonzero(synchronising)
+    found = np.searchsorted(ends[by_end], ends[syncs], "right") - 1
+    hit = (found >= 0) & (ends[by_end[np.maximum(found, 0)]] >= starts[syncs]) if len(by_end) else found < -1
+    waited[syncs[hit]] = by_end[found[hit]]
+    return waited
 
 
 def _kinds(trace: Trace, rows: np.ndarray, on_gpu: np.ndarray, launch: np.ndarray) -> np.ndarray:
