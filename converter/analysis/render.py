@@ -217,7 +217,7 @@ def _runs(intervals: Intervals, origin: int, scale: float) -> list[tuple[float, 
 
 def _strip(timeline: Timeline, origin: int, scale: float, path: list[dict]) -> str:
     """One rank's strip; under it, where `path` (critical path segments) has any, their band."""
-    height = _STRIP_HEIGHT + (sum(_PATH_BAND) - _STRIP_HEIGHT + 1 if path else 0)
+    full = _STRIP_HEIGHT + (sum(_PATH_BAND) - _STRIP_HEIGHT + 1 if path else 0)
     shapes = [f'<rect class="rest" width="{_TIMELINE_WIDTH}" height="{_STRIP_HEIGHT}" fill-opacity=".35"/>']
     y, band = _PATH_BAND
     for kind, _ in _PATH_COLORS:
@@ -230,8 +230,8 @@ def _strip(timeline: Timeline, origin: int, scale: float, path: list[dict]) -> s
             shapes += [f'<rect data-kind="{kind}" x="{x0:.1f}" y="{y}" width="{x1 - x0:.2f}" height="{height}"/>'
                        for x0, x1 in _runs(intervals, origin, scale)]
     shapes += [f'<line class="step" x1="{(start - origin) * scale:.1f}" x2="{(start - origin) * scale:.1f}" '
-               f'y1="0" y2="{height}"/>' for _, start, _ in timeline.steps]
-    return f'<svg class="strip" width="{_TIMELINE_WIDTH}" height="{height}">{"".join(shapes)}</svg>'
+               f'y1="0" y2="{full}"/>' for _, start, _ in timeline.steps]
+    return f'<svg class="strip" width="{_TIMELINE_WIDTH}" height="{full}">{"".join(shapes)}</svg>'
 
 
 def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:

@@ -61,6 +61,13 @@ class _Graph:
         track_offsets = np.cumsum([0] + [int(work.track.max(initial=-1)) + 1 for work in ranks]).tolist()
         tracks = np.concatenate([work.track + offset for work, offset in zip(ranks, track_offsets)])
         self.previous = _previous_on_track(tracks, self.start, self.end)
+        device_offsets = np.cumsum([0] + [int(work.device.max(initial=-1)) + 1 for work in ranks]).tolist()
+        devices = np.concatenate([np.where(work.device >= 0, work.device + offset, -1)
+                                  for work, offset in zip(ranks, device_offsets)])
+        on_gpu = np.flatnonzero(devices >= 0)
+        self.previous_on_device = np.full(len(devices), -1, np.int64)
+        found = _previous_on_track(devices[on_gpu], self.start[on_gpu], self.end[on_gpu])
+        self.previous_on_device[on_gpu] = np.where(found >= 0, on_gpu[np.maximum(found, 0)], -1)
         sends = {flow: node + offset for work, offset in zip(ranks, self._offsets) for flow, node in work.sends.items()}
         self.arrivals: dict[int, list[tuple[int, int]]] = {}
         for work, offset in zip(ranks, self._offsets):
@@ -131,7 +138,7 @@ def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]
 
 def _ready(graph: _Graph, node: int, cursor: int) -> tuple[int, Optional[int], bool]:
     """The predecessor ready last (same track, then launch or the GPU work a synchronisation
-    waited for, then arrival on a tie): when it was ready (no later than `cursor`), which node,
+    waited for, then the GPU's other streams, then arrival on a tie): when it was ready (no later than `cursor`), which node,
     and whether it is a cross-rank arrival."""
     start = int(graph.start[node])
     best: tuple[int, Optional[int], bool] = (-1, None, False)
@@ -143,6 +150,9 @@ def _ready(graph: _Graph, node: int, cursor: int) -> tuple[int, Optional[int], b
         best = (min(int(graph.end[launch]), start), launch, False)
     if waited >= 0 and min(int(graph.end[waited]), cursor) > best[0]:
         best = (min(int(graph.end[waited]), cursor), waited, False)
+    on_device = int(graph.previous_on_device[node])
+    if on_device >= 0 and int(graph.end[on_device]) > best[0]:
+        best = (int(graph.end[on_device]), on_device, False)
     for at, sender in graph.arrivals.get(node, []):
         if at <= cursor and at > best[0]:
             best = (at, sender, True)

@@ -5,7 +5,10 @@ calls, the innermost only (an op's work is its innermost calls); annotations are
 not nodes, and a synchronisation is a node that waits. Each rank's nodes come from pass two of a
 merge, on the pipeline's clock, with three kinds of edge into a node:
 
-- its same-track predecessor: the node of its lane or thread that ended last before it began;
+- its same-track predecessor: the node of its stream or thread that ended last before it began;
+- for a GPU node, the node of its GPU (any stream) that ended last before it began: a stream
+  that waits for an event of another (cudaStreamWaitEvent) names no event in the trace, and
+  the work that ended just before is what it most likely waited for;
 - its launch: the CPU call whose arrow (`cudaLaunchKernel`, `cudaGraphLaunch` -> each kernel of
   the replay) started it;
 - a synchronisation's wait: the GPU node it waited for (the last of its rank to end in it);
@@ -47,6 +50,7 @@ class RankWork:
     kind: np.ndarray     # int8: index into KINDS
     launch: np.ndarray   # int64: the node that launched it, -1 for none
     gpu: np.ndarray      # bool: GPU work (a kernel, copy or set)
+    device: np.ndarray   # int64: a GPU node's GPU (its lanes' container), -1 on the CPU
     waited: np.ndarray   # int64: for a synchronisation, the GPU node it waited for (the last to end in it), else -1
     names: list[str]
     sends: dict[int, int] = field(default_factory=dict)              # flow id -> sending node
@@ -81,7 +85,8 @@ def rank_work(trace: Trace) -> RankWork:
     work_ids, _ = table.track_keys(lambda track: id(_work_track(track)))
     gpu = np.fromiter((text in kineto.GPU_CATEGORIES for text in texts), np.bool_, len(texts))[table.cat]
     gpus, _ = table.track_keys(lambda track: id(_work_track(track).parent or _work_track(track)))
-    track = _streams(trace, rows, gpu[rows], work_ids[table.track[rows]], gpus[table.track[rows]])
+    lanes = work_ids[table.track[rows]]
+    track = _streams(trace, rows, gpu[rows], lanes, gpus[table.track[rows]])
     start, end = table.spans(rows)
     launch = np.full(len(rows), -1, np.int64)
     sources, targets = trace.flow_rows()
@@ -93,8 +98,9 @@ def rank_work(trace: Trace) -> RankWork:
     kind[synchronising] = KINDS.index(WAIT)
     names, name = np.unique(table.name[rows], return_inverse=True)
     work = RankWork(start, end, track, name.astype(np.int64), kind, launch, gpu[rows],
+                    np.where(gpu[rows], gpus[table.track[rows]], -1),
                     _waited(start, end, gpu[rows], synchronising), [texts[i] for i in names.tolist()])
-    _arrow_ends(trace, work, work_ids, node_of)
+    _arrow_ends(trace, work, lanes, work_ids, node_of)
     for slice_ in table.rows(table.named(lambda text: kineto.profiler_step(text) is not None)):
         if slice_.cat not in kineto.GPU_ANNOTATION_CATEGORIES:
             number = kineto.profiler_step(slice_.name)
@@ -167,16 +173,16 @@ def _kinds(trace: Trace, rows: np.ndarray, on_gpu: np.ndarray, launch: np.ndarra
     return kind
 
 
-def _arrow_ends(trace: Trace, work: RankWork, work_ids: np.ndarray, node_of: np.ndarray) -> None:
+def _arrow_ends(trace: Trace, work: RankWork, lanes: np.ndarray, work_ids: np.ndarray, node_of: np.ndarray) -> None:
     """The rank's ends of cross-rank arrows, on the nodes they stand for: a send's end on the
     last node to end inside its slice's span on its work track; an arrival on the node of the
-    receive's work track that runs at the arrival (the latest to start), else the next to start."""
+    receive's lane or thread that runs at the arrival (the latest to start), else the next to start."""
     table = trace.slices
     by_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
     def on_track(track: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         if track not in by_track:
-            nodes = np.flatnonzero(work.track == track)
+            nodes = np.flatnonzero(lanes == track)
             by_track[track] = (nodes, work.start[nodes], work.end[nodes])
         return by_track[track]
 
