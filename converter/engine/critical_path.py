@@ -25,6 +25,7 @@ from .work_graph import KINDS, TRANSFER, WAIT, RankWork
 
 CATEGORY = "critical_path"
 GROUP_NAME = "Critical path (per step, across ranks)"
+IN_FLIGHT = "in flight"  # a transfer between its send's end and its arrival
 
 
 class Segment(NamedTuple):
@@ -62,12 +63,8 @@ class _Graph:
         tracks = np.concatenate([work.track + offset for work, offset in zip(ranks, track_offsets)])
         self.previous = _previous_on_track(tracks, self.start, self.end)
         device_offsets = np.cumsum([0] + [int(work.device.max(initial=-1)) + 1 for work in ranks]).tolist()
-        devices = np.concatenate([np.where(work.device >= 0, work.device + offset, -1)
-                                  for work, offset in zip(ranks, device_offsets)])
-        on_gpu = np.flatnonzero(devices >= 0)
-        self.previous_on_device = np.full(len(devices), -1, np.int64)
-        found = _previous_on_track(devices[on_gpu], self.start[on_gpu], self.end[on_gpu])
-        self.previous_on_device[on_gpu] = np.where(found >= 0, on_gpu[np.maximum(found, 0)], -1)
+        devices = np.concatenate([work.device + offset for work, offset in zip(ranks, device_offsets)])
+        self.previous_on_device = _previous_on_track(devices, self.start, self.end)
         sends = {flow: node + offset for work, offset in zip(ranks, self._offsets) for flow, node in work.sends.items()}
         self.arrivals: dict[int, list[tuple[int, int]]] = {}
         for work, offset in zip(ranks, self._offsets):
@@ -119,6 +116,9 @@ def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]
     while True:
         seen.add(node)
         start, position = int(graph.start[node]), int(graph.position[node])
+        if int(graph.end[node]) < cursor:  # a send whose data arrived after it ended
+            segments.append(Segment(position, TRANSFER, IN_FLIGHT, int(graph.end[node]), cursor))
+            cursor = int(graph.end[node])
         ready, predecessor, arrived = _ready(graph, node, cursor)
         if predecessor is not None and ready > start:  # it ran on from the arrival, or from the GPU's end
             segments.append(Segment(position, TRANSFER if arrived else KINDS[graph.kind[node]], graph.name(node),
@@ -132,13 +132,15 @@ def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]
         if predecessor is None or predecessor in seen or after <= first:
             break
         cursor, node = after, predecessor
+    if segments[-1].start > first:  # nothing ran before it in the step: the step's start waited for it
+        segments.append(Segment(segments[-1].position, WAIT, "step start", first, segments[-1].start))
     clipped = (s._replace(start=max(s.start, first)) for s in reversed(segments))
     return StepPath(step, first, end, tuple(s for s in clipped if s.end > s.start))
 
 
 def _ready(graph: _Graph, node: int, cursor: int) -> tuple[int, Optional[int], bool]:
     """The predecessor ready last (same track, then launch or the GPU work a synchronisation
-    waited for, then the GPU's other streams, then arrival on a tie): when it was ready (no later than `cursor`), which node,
+    waited for, then the device's other streams or threads, then arrival on a tie): when it was ready (no later than `cursor`), which node,
     and whether it is a cross-rank arrival."""
     start = int(graph.start[node])
     best: tuple[int, Optional[int], bool] = (-1, None, False)

@@ -6,9 +6,10 @@ not nodes, and a synchronisation is a node that waits. Each rank's nodes come fr
 merge, on the pipeline's clock, with three kinds of edge into a node:
 
 - its same-track predecessor: the node of its stream or thread that ended last before it began;
-- for a GPU node, the node of its GPU (any stream) that ended last before it began: a stream
-  that waits for an event of another (cudaStreamWaitEvent) names no event in the trace, and
-  the work that ended just before is what it most likely waited for;
+- the node of its device (any stream of its GPU, any thread of its rank's CPU) that ended last
+  before it began: a stream that waits for an event of another (cudaStreamWaitEvent), or a
+  thread woken by another (autograd's backward thread), names no event in the trace, and the
+  work that ended just before is what it most likely waited for;
 - its launch: the CPU call whose arrow (`cudaLaunchKernel`, `cudaGraphLaunch` -> each kernel of
   the replay) started it;
 - a synchronisation's wait: the GPU node it waited for (the last of its rank to end in it);
@@ -50,7 +51,7 @@ class RankWork:
     kind: np.ndarray     # int8: index into KINDS
     launch: np.ndarray   # int64: the node that launched it, -1 for none
     gpu: np.ndarray      # bool: GPU work (a kernel, copy or set)
-    device: np.ndarray   # int64: a GPU node's GPU (its lanes' container), -1 on the CPU
+    device: np.ndarray   # int64: where it ran: a GPU node's GPU (its lanes' container), else the rank's CPU
     waited: np.ndarray   # int64: for a synchronisation, the GPU node it waited for (the last to end in it), else -1
     names: list[str]
     sends: dict[int, int] = field(default_factory=dict)              # flow id -> sending node
@@ -98,7 +99,7 @@ def rank_work(trace: Trace) -> RankWork:
     kind[synchronising] = KINDS.index(WAIT)
     names, name = np.unique(table.name[rows], return_inverse=True)
     work = RankWork(start, end, track, name.astype(np.int64), kind, launch, gpu[rows],
-                    np.where(gpu[rows], gpus[table.track[rows]], -1),
+                    np.where(gpu[rows], gpus[table.track[rows]], int(gpus.max(initial=-1)) + 1),
                     _waited(start, end, gpu[rows], synchronising), [texts[i] for i in names.tolist()])
     _arrow_ends(trace, work, lanes, work_ids, node_of)
     for slice_ in table.rows(table.named(lambda text: kineto.profiler_step(text) is not None)):
