@@ -164,6 +164,8 @@ def _ready(graph: _Graph, node: int, cursor: int) -> tuple[int, Optional[int], b
 def add_path_tracks(root: Trace, parent: Track, paths: list[StepPath], ranks: list[RankIdentity]) -> int:
     """The paths as slices on extra tracks under `parent` (a group, then a row per rank, in
     merge order); each slice's args say its kind, step and rank. How many slices."""
+    if not paths:
+        return 0
     group = root.add_track(Track(name=GROUP_NAME, parent=parent, orders_children=True))
     rows: dict[int, Track] = {}
     encoder = msgspec.json.Encoder()

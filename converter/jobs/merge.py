@@ -171,7 +171,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
                                         [plan.file for plan in plans], "writing ranks")
     busy_gpus = running_totals(change for part in parts for change in part.busy_gpu_changes)
     root = root_trace(root_name(any(plan.in_pp_group for plan in plans)), busy_gpus)
-    paths = critical_paths([part.work for part in parts])
+    # Across ranks only where arrows join them (a pipeline); data-parallel ranks share no path.
+    paths = critical_paths([part.work for part in parts]) if cross_rank_arrows else []
     path_slices = add_path_tracks(root, root.tracks[0], paths, [
         RankIdentity(plan.pp_rank, plan.global_rank, plan.in_pp_group) for plan in plans])
     expected = Expected(sum(part.expected.slices for part in parts) + path_slices,
