@@ -144,8 +144,8 @@ _COLORS = (("F", "#4a7bd0"), ("B", "#3c9d5d"), ("I", "#8fcf9a"), ("W", "#2a6b3d"
            ("other", "#9a9a9a"), ("RECV", "#e0892b"), ("SEND", "#f2c94c"), ("bubble", "#d64545"))
 # The stage parts as the stacked bars colour them, in _PARTS order.
 # The critical path's band under each rank's strip, a colour per segment kind (engine/work_graph.KINDS).
-_PATH_COLORS = (("compute", "#111111"), ("transfer", "#c2185b"), ("launch", "#00a0a0"), ("wait", "#f4b6c2"))
-_PATH_BAND = (37, 7)
+_PATH_COLORS = (("compute", "#111111"), ("transfer", "#6a1b9a"), ("launch", "#00a0a0"), ("wait", "#b0b0b0"))
+_PATH_BAND = (38, 9)
 _PART_COLORS = ("#4a7bd0", "#b7c7e6", "#d9b3e6", "#e0892b", "#d64545", "#bbbbbb")
 _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}
