@@ -176,32 +176,31 @@ def _kinds(trace: Trace, rows: np.ndarray, on_gpu: np.ndarray, launch: np.ndarra
 
 def _arrow_ends(trace: Trace, work: RankWork, lanes: np.ndarray, work_ids: np.ndarray, node_of: np.ndarray) -> None:
     """The rank's ends of cross-rank arrows, on the nodes they stand for: a send's end on the
-    last node to end inside its slice's span on its work track; an arrival on the node of the
-    receive's lane or thread that runs at the arrival (the latest to start), else the next to start."""
+    last node to end inside its slice's span on its lane or thread; an arrival on the node of
+    the receive's lane or thread that runs at the arrival, else the next to start. A track's
+    nodes do not overlap (lanes never do; a thread's innermost calls follow one another), so
+    each end is a binary search."""
     table = trace.slices
     by_track: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
-
-    def on_track(track: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        if track not in by_track:
-            nodes = np.flatnonzero(lanes == track)
-            by_track[track] = (nodes, work.start[nodes], work.end[nodes])
-        return by_track[track]
-
     for end in trace.flow_ends:
         slice_ = table.row(end.row)
-        nodes, starts, ends = on_track(int(work_ids[table.track[end.row]]))
+        track = int(work_ids[table.track[end.row]])
+        if track not in by_track:
+            nodes = np.flatnonzero(lanes == track)
+            nodes = nodes[np.argsort(work.start[nodes], kind="stable")]
+            by_track[track] = (nodes, work.start[nodes], work.end[nodes])
+        nodes, starts, ends = by_track[track]
         if end.outgoing:
             node = int(node_of[end.row])
-            if node < 0:
-                inside = np.flatnonzero((starts >= slice_.ts) & (ends <= slice_.end))
-                node = int(nodes[inside[np.argmax(ends[inside])]]) if len(inside) else -1
+            last = int(np.searchsorted(ends, slice_.end, "right")) - 1
+            if node < 0 and last >= 0 and starts[last] >= slice_.ts:
+                node = int(nodes[last])
             if node >= 0:
                 work.sends[end.flow_id] = node
             continue
         at = slice_.ts
-        running = np.flatnonzero((starts <= at) & (ends >= at))
-        later = np.flatnonzero(starts > at)
-        if len(running):
-            work.arrivals.append((end.flow_id, int(nodes[running[np.argmax(starts[running])]]), at))
-        elif len(later):
-            work.arrivals.append((end.flow_id, int(nodes[later[np.argmin(starts[later])]]), at))
+        index = int(np.searchsorted(starts, at, "right")) - 1
+        if index < 0 or ends[index] < at:
+            index += 1  # nothing runs at the arrival: the next to start
+        if index < len(nodes):
+            work.arrivals.append((end.flow_id, int(nodes[index]), at))
