@@ -33,7 +33,7 @@ def path_segments(trace: Path) -> dict[int, list[dict]]:
     uuids = [role.uuid for role in track_roles(trace) if role.role is TrackRole.CRITICAL_PATH]
     assert uuids
     found = rows(trace, f"""
-        select s.id, s.ts, s.ts + s.dur as end_ts, s.name, s.category,
+        select s.id, s.track_id, s.ts, s.ts + s.dur as end_ts, s.name, s.category,
                extract_arg(s.arg_set_id, 'debug.args.kind') as kind, extract_arg(s.arg_set_id, 'debug.args.step') as step,
                extract_arg(s.arg_set_id, 'debug.args.pp_rank') as pp_rank,
                extract_arg(s.arg_set_id, 'debug.args.global_rank') as global_rank
@@ -42,8 +42,11 @@ def path_segments(trace: Path) -> dict[int, list[dict]]:
               in ({', '.join(map(str, uuids))})
         order by s.ts, s.id""")
     steps: dict[int, list[dict]] = defaultdict(list)
+    track_end: dict[int, int] = {}
     for row in found:
         assert row["category"] == "critical_path"  # nothing measured sits on the path's tracks
+        assert row["ts"] >= track_end.get(row["track_id"], row["ts"])  # a row's slices never overlap
+        track_end[row["track_id"]] = row["end_ts"]
         steps[row["step"]].append(row)
     return steps
 

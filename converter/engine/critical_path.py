@@ -26,6 +26,7 @@ from .work_graph import KINDS, TRANSFER, WAIT, RankWork
 CATEGORY = "critical_path"
 GROUP_NAME = "Critical path (per step, across ranks)"
 IN_FLIGHT = "in flight"  # a transfer between its send's end and its arrival
+_ROWS_PER_RANK = 16  # a rank's rows in the group: its own, then overlap layers
 
 
 class Segment(NamedTuple):
@@ -103,6 +104,8 @@ def critical_paths(ranks: list[RankWork]) -> list[StepPath]:
 
 
 def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]:
+    """The path of the step from `first` to `last`, built backwards from its last work; a node
+    already on the path ends the walk, so it ends on any graph."""
     inside = np.flatnonzero((graph.start >= first) & (graph.end <= last))
     on_gpu = inside[graph.gpu[inside]]
     if len(on_gpu):  # the GPUs' work sets the step; the CPU's last op often only waits for it
@@ -162,25 +165,36 @@ def _ready(graph: _Graph, node: int, cursor: int) -> tuple[int, Optional[int], b
 
 
 def add_path_tracks(root: Trace, parent: Track, paths: list[StepPath], ranks: list[RankIdentity]) -> int:
-    """The paths as slices on extra tracks under `parent` (a group, then a row per rank, in
-    merge order); each slice's args say its kind, step and rank. How many slices."""
+    """The paths as slices on extra tracks under `parent`: a group, then a row per rank in merge
+    order; each slice's args say its kind, step and rank. A rank's steps overlap where its
+    neighbours' do (a pipeline's ranks start a step at different times), and one row's slices
+    must not, so a step that would overlap the row's last goes to a second row of the rank
+    (its overlap layer). How many slices."""
     if not paths:
         return 0
     group = root.add_track(Track(name=GROUP_NAME, parent=parent, orders_children=True))
-    rows: dict[int, Track] = {}
+    layers: dict[int, list[tuple[Track, int]]] = {}  # position -> its rows and where each row's slices end
     encoder = msgspec.json.Encoder()
     count = 0
     for path in paths:
+        by_rank: dict[int, list[Segment]] = {}
         for segment in path.segments:
-            if segment.position not in rows:
-                rows[segment.position] = root.add_track(Track(name=ranks[segment.position].title, parent=group,
-                                                              order=segment.position + 1,
-                                                              role=TrackRole.CRITICAL_PATH))
-            args = root.args.add(encoder.encode({"kind": segment.kind, "step": path.step,
-                                                 "pp_rank": ranks[segment.position].pp_rank,
-                                                 "global_rank": ranks[segment.position].global_rank}))
-            root.slices.append(segment.start, segment.end - segment.start, segment.name, CATEGORY, args,
-                               rows[segment.position])
-            count += 1
+            by_rank.setdefault(segment.position, []).append(segment)
+        for position, segments in by_rank.items():
+            rows = layers.setdefault(position, [])
+            layer = next((k for k, (_, end) in enumerate(rows) if end <= segments[0].start), len(rows))
+            if layer == len(rows):
+                home = rows[0][0] if rows else None
+                rows.append((root.add_track(Track(name=ranks[position].title, parent=group,
+                                                  order=(position + 1) * _ROWS_PER_RANK + layer,
+                                                  role=TrackRole.CRITICAL_PATH, home=home, layer=layer)), 0))
+            track = rows[layer][0]
+            rows[layer] = (track, segments[-1].end)
+            identity = ranks[position]
+            for segment in segments:
+                args = root.args.add(encoder.encode({"kind": segment.kind, "step": path.step,
+                                                     "pp_rank": identity.pp_rank,
+                                                     "global_rank": identity.global_rank}))
+                root.slices.append(segment.start, segment.end - segment.start, segment.name, CATEGORY, args, track)
+                count += 1
     return count
-
