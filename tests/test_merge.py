@@ -15,6 +15,7 @@ import pytest
 from converter.outputs.args_accelerator import BackgroundArgsEncoder, EncodedArgs
 from converter.generator import pipeline_schedule, write_pp_run
 from converter.engine.placement import PIPELINE_ROOT_NAME, RANKS_ROOT_NAME
+from converter.engine.critical_path import GROUP_NAME as CRITICAL_PATH_GROUP
 from converter.model import LaneKind, TrackRole
 
 from .helpers import merge_files as merge_ranks
@@ -103,7 +104,9 @@ def assert_ranks_named_and_ordered(output, pp_size: int, pp_group: bool = True) 
         include perfetto module viz.summary.track_event;
         select g.name from _track_event_tracks_ordered_groups g join track p on g.parent_id = p.id
         where p.name = '{PIPELINE_ROOT_NAME if pp_group else RANKS_ROOT_NAME}' order by g.order_id""")
-    ranks = [int(RANK.match(r["name"]).group(1)) for r in shown]
+    if pp_group:  # the critical path's rows come first, then the ranks'
+        assert shown[0]["name"] == CRITICAL_PATH_GROUP
+    ranks = [int(RANK.match(r["name"]).group(1)) for r in shown if r["name"] != CRITICAL_PATH_GROUP]
     assert ranks == sorted(ranks) and set(ranks) == set(range(pp_size))
     assert rows(output, "select count(*) n from thread_track")[0]["n"] == 0
 

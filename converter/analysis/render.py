@@ -143,6 +143,9 @@ def text_page(header: str, lead: str, tables: list[Table], definitions: dict[str
 _COLORS = (("F", "#4a7bd0"), ("B", "#3c9d5d"), ("I", "#8fcf9a"), ("W", "#2a6b3d"), ("F+B", "#7a5cc4"),
            ("other", "#9a9a9a"), ("RECV", "#e0892b"), ("SEND", "#f2c94c"), ("bubble", "#d64545"))
 # The stage parts as the stacked bars colour them, in _PARTS order.
+# The critical path's band under each rank's strip, a colour per segment kind (engine/work_graph.KINDS).
+_PATH_COLORS = (("compute", "#111111"), ("transfer", "#6a1b9a"), ("launch", "#00a0a0"), ("wait", "#b0b0b0"))
+_PATH_BAND = (38, 9)
 _PART_COLORS = ("#4a7bd0", "#b7c7e6", "#d9b3e6", "#e0892b", "#d64545", "#bbbbbb")
 _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
 h1{font-size:1.4em}h2{font-size:1.1em;margin-top:2em}
@@ -153,7 +156,8 @@ vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-s
 dl{max-width:60em}dt{font-weight:600}dd{margin:0 0 .5em 1.5em}.key{display:inline-block;margin-right:1.2em}
 .findings li{margin:.2em 0}
 """ + "".join(f'[data-kind="{kind}"]{{fill:{color}}}' for kind, color in _COLORS) \
-    + "".join(f'[data-part="{key}"]{{fill:{color}}}' for (key, _), color in zip(_PARTS, _PART_COLORS))
+    + "".join(f'[data-part="{key}"]{{fill:{color}}}' for (key, _), color in zip(_PARTS, _PART_COLORS)) \
+    + "".join(f'[data-path="{kind}"]{{fill:{color}}}' for kind, color in _PATH_COLORS)
 _TIMELINE_WIDTH = 900
 # Bands of one rank's strip: (y, height, what it shows).
 _BANDS = ((2, 12, ("F", "B", "I", "W", "F+B", "other")), (16, 8, ("RECV", "SEND")), (26, 8, ("bubble",)))
@@ -211,30 +215,49 @@ def _runs(intervals: Intervals, origin: int, scale: float) -> list[tuple[float, 
     return runs
 
 
-def _strip(timeline: Timeline, origin: int, scale: float) -> str:
+def _strip(timeline: Timeline, origin: int, scale: float, path: list[dict]) -> str:
+    """One rank's strip; under it, where `path` (critical path segments) has any, their band."""
+    full = _STRIP_HEIGHT + (sum(_PATH_BAND) - _STRIP_HEIGHT + 1 if path else 0)
     shapes = [f'<rect class="rest" width="{_TIMELINE_WIDTH}" height="{_STRIP_HEIGHT}" fill-opacity=".35"/>']
+    y, band = _PATH_BAND
+    for kind, _ in _PATH_COLORS:
+        intervals = [(s["start_ns"], s["end_ns"]) for s in path if s["kind"] == kind]
+        shapes += [f'<rect data-path="{kind}" x="{x0:.1f}" y="{y}" width="{max(x1 - x0, 0.5):.2f}" height="{band}"/>'
+                   for x0, x1 in _runs(intervals, origin, scale)]
     for y, height, kinds in _BANDS:
         for kind in kinds:
             intervals = timeline.bubbles if kind == "bubble" else timeline.blocks.get(kind, [])
             shapes += [f'<rect data-kind="{kind}" x="{x0:.1f}" y="{y}" width="{x1 - x0:.2f}" height="{height}"/>'
                        for x0, x1 in _runs(intervals, origin, scale)]
     shapes += [f'<line class="step" x1="{(start - origin) * scale:.1f}" x2="{(start - origin) * scale:.1f}" '
-               f'y1="0" y2="{_STRIP_HEIGHT}"/>' for _, start, _ in timeline.steps]
-    return f'<svg class="strip" width="{_TIMELINE_WIDTH}" height="{_STRIP_HEIGHT}">{"".join(shapes)}</svg>'
+               f'y1="0" y2="{full}"/>' for _, start, _ in timeline.steps]
+    return f'<svg class="strip" width="{_TIMELINE_WIDTH}" height="{full}">{"".join(shapes)}</svg>'
 
 
-def _timeline(timelines: list[Timeline]) -> str:
-    """Per rank, one strip over the steps: PP blocks by kind, RECV and SEND, and the bubble."""
+def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:
+    """Per rank, one strip over the steps: PP blocks by kind, RECV and SEND, and the bubble; and
+    where the merge found a critical path, its segments on that rank in a band below."""
+    on_rank: dict[int, list[dict]] = {}
+    for step in critical_path:
+        for segment in step["segments"]:
+            on_rank.setdefault(segment["pp_rank"], []).append(segment)
     origin = min(start for t in timelines for _, start, _ in t.steps)
     end = max(stop for t in timelines for _, _, stop in t.steps)
     scale = _TIMELINE_WIDTH / max(end - origin, 1)
     key = "".join(f'<span class="key"><svg width="12" height="12"><rect data-kind="{kind}" width="12" '
                   f'height="12"/></svg> {html.escape(kind)}</span>' for kind, _ in _COLORS)
-    rows = "".join(f'<tr class="rank"><th class="wrap">{html.escape(t.label)}</th><td>{_strip(t, origin, scale)}</td></tr>'
+    if critical_path:
+        key += "<br>critical path: " + "".join(
+            f'<span class="key"><svg width="12" height="12"><rect data-path="{kind}" width="12" height="12"/></svg> '
+            f'{kind}</span>' for kind, _ in _PATH_COLORS)
+    rows = "".join(f'<tr class="rank"><th class="wrap">{html.escape(t.label)}</th>'
+                   f'<td>{_strip(t, origin, scale, on_rank.get(t.pp_rank, []) if t.pp_rank is not None else [])}</td></tr>'
                    for t in timelines)
+    path_note = (" Below each rank, the step's critical path where it ran on that rank: the chain of compute, "
+                 "launches, transfers and waits, across ranks, that set the step time.") if critical_path else ""
     return (f"<h2>Pipeline timeline: {ms(end - origin)} ms, steps marked by lines</h2>"
             f"<p class=note>Each rank: PP blocks by kind (top band), RECV and SEND blocks (middle), the bubble "
-            f"(bottom: no compute lane busy).</p><p>{key}</p><table class=timeline>{rows}</table>")
+            f"(bottom: no compute lane busy).{path_note}</p><p>{key}</p><table class=timeline>{rows}</table>")
 
 
 def render_html(report: Report) -> str:
@@ -247,7 +270,7 @@ def render_html(report: Report) -> str:
     if not figures["gpus"]:
         lead.append(f"<p>{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}</p>")
     if report.timelines:
-        lead.append(_timeline(report.timelines))
+        lead.append(_timeline(report.timelines, figures.get("critical_path", [])))
     return html_page(f"cgtrace report: {Path(source['trace']).name}",
                      f"{source['trace']}; lanes from {source['lanes_from']}", lead,
                      _tables(figures, lambda name: name), figures["definitions"])

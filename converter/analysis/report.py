@@ -25,6 +25,7 @@ from ..model.roles_document import RolesDocument, TrackEntry
 from ..model.trace import rank_title
 from .findings import FINDINGS_DEFINITION, report_findings
 from .intervals import Intervals, covered, intersect, subtract, union
+from .critical_path import read_critical_path
 from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
 from .stragglers import STRAGGLER_DEFINITIONS, Arrival, late_arrivals, read_arrivals, stragglers
 from .query import open_checked, run_sql
@@ -138,6 +139,7 @@ class _Trace:
         self.only_rank: Rank = None
         self.clocks: list[dict[str, Any]] = []    # how a merge set each rank's clock, where it did
         self.groups: dict[str, LaneGroup] = {}    # lane group id -> group, in display order
+        self.path_tracks: list[int] = []          # the tracks of a merge's critical path
 
     def rows(self, sql: str) -> list[tuple[Any, ...]]:
         return run_sql(self.tp, sql, self.path).rows
@@ -187,6 +189,8 @@ class _Trace:
             lane = _lane_group(role)
             if lane is not None:
                 self.groups.setdefault(lane.id, lane)
+            if role is not None and role.role is TrackRole.CRITICAL_PATH:
+                self.path_tracks.append(track_id)
             owned.append((track_id, track_owner, None if lane is None else lane.id,
                           int(role is not None and role.role is TrackRole.ANNOTATIONS)))
             # Ranked by its own role (a compacted rank's tracks, in its process), or by the
@@ -249,6 +253,7 @@ class Timeline:
     steps: list[tuple[str, int, int]]
     blocks: dict[str, Intervals]   # PP kind -> the time inside its blocks
     bubbles: Intervals
+    pp_rank: Optional[int] = None  # where a merge ranks it: the critical path's segments on it are drawn too
 
 
 @dataclass
@@ -289,6 +294,7 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
             group by g.name order by total desc, g.name limit {max(int(top), 0)}""")
         owners = dict(trace.rows("select id, owner from cgtrace_track"))
         arrivals = read_arrivals(trace.rows, lambda track: trace.rank(owners.get(track)))
+        critical = read_critical_path(trace.rows, trace.path_tracks)
         pipeline = anatomy(read_stages(trace.rows, trace.rank, rules, steps,
                                        {gpu.rank: (gpu.compute, gpu.communication) for gpu in gpus if gpu.rank}))
     per_gpu = [gpu.figures(counts) for gpu in gpus]
@@ -302,6 +308,8 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
     }
     if pipeline is not None:
         figures["pipeline"] = pipeline
+    if critical:  # a merge wrote its critical path
+        figures["critical_path"] = critical
     if trace.clocks:  # a merge that moved its ranks' clocks
         figures["clocks"] = trace.clocks
     if len(arrivals) > 1:  # a merge: its ranks' collectives on its one clock
@@ -416,7 +424,8 @@ class _Gpu:
         return row
 
     def timeline(self, label: str) -> Timeline:
-        return Timeline(label, self.periods, self.blocks, subtract(self.window, self.compute))
+        return Timeline(label, self.periods, self.blocks, subtract(self.window, self.compute),
+                        self.rank[0] if self.rank else None)
 
 
 def _share(part: int, whole: int) -> float:

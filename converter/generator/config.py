@@ -118,6 +118,9 @@ class GeneratorConfig:
     #: (the same on every rank's plan, so its pipeline's ranks agree on its timing).
     slow_rank: Optional[int] = None
     slow_factor: float = 2.0
+    #: A launch-bound run: every compute action's CPU time (its cudaGraphLaunch calls) takes
+    #: `launch_factor` times as long, so from about 20 the GPUs wait for the launches.
+    launch_factor: float = 1.0
 
     def __post_init__(self) -> None:
         def bad(msg: str) -> None:
@@ -137,6 +140,8 @@ class GeneratorConfig:
             bad("parallel_branch_fraction must be in [0, 1]")
         if self.annotation_gap_ns < 0:
             bad("annotation_gap_ns must be >= 0")
+        if not self.launch_factor > 0:
+            bad(f"launch_factor must be > 0, got {self.launch_factor}")
         if self.slow_rank is not None and not (0 <= self.slow_rank < self.world_size and self.slow_factor > 0):
             bad(f"slow_rank must be a global rank (0..{self.world_size - 1}) and slow_factor > 0, "
                 f"got {self.slow_rank} and {self.slow_factor}")

@@ -105,6 +105,7 @@ class PlanParams:
         group = cfg.pipeline_groups[cfg.my_pipeline] if cfg.pipelined else (cfg.rank,)
         # PP position in this plan -> how many times as long its compute takes
         self.slowdown = {group.index(cfg.slow_rank): cfg.slow_factor} if cfg.slow_rank in group else {}
+        self.launch_factor = cfg.launch_factor
 
 
 def _annotation(action: Action, style: str) -> Optional[str]:
@@ -128,7 +129,7 @@ def _compute_cost(op: Op, p: PlanParams, rng: random.Random, slowdown: float) ->
         if p.memcpy:
             total += 9 * US
     op.gpu_cost = int(total * slowdown)
-    op.cpu_cost = op.n_replays * _u(rng, 35, 70) + _u(rng, 15, 30)
+    op.cpu_cost = int((op.n_replays * _u(rng, 35, 70) + _u(rng, 15, 30)) * p.launch_factor)
 
 
 def _build_ops(step: int, actions: Optional[list[Action]], p: PlanParams, rng: random.Random,

@@ -22,12 +22,14 @@ from typing import Any, BinaryIO, Callable, Container, Optional, cast
 from .. import kineto
 from ..engine.activity import busy_gpu_changes, running_totals
 from ..engine.clock import Clocks, Collectives, estimate_clocks, find_collectives
+from ..engine.critical_path import add_path_tracks, critical_paths
 from ..engine.layout import separate_overlaps
 from ..engine.placement import place_rank, root_name, root_trace
 from ..engine.pp import (CPU_PP, GPU_PP, STAGELESS, Anchor, BlockKey, CrossRankArrows, Extent, link_rank_local,
                          pair_sends_and_receives, pair_stages)
 from ..engine.transfers import RankOps, TransferEnd, Transfers, attach_transfer_ends, find_ops, pair_transfers
 from ..engine.transfers import summary as transfers_summary
+from ..engine.work_graph import RankWork, rank_work
 from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path, scratch_folder
 from ..inputs.source import json_size
@@ -168,7 +170,12 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
                                          for plan in plans],
                                         [plan.file for plan in plans], "writing ranks")
     busy_gpus = running_totals(change for part in parts for change in part.busy_gpu_changes)
-    expected = Expected(sum(part.expected.slices for part in parts),
+    root = root_trace(root_name(any(plan.in_pp_group for plan in plans)), busy_gpus)
+    # Across ranks only where arrows join them (a pipeline); data-parallel ranks share no path.
+    paths = critical_paths([part.work for part in parts]) if cross_rank_arrows else []
+    path_slices = add_path_tracks(root, root.tracks[0], paths, [
+        RankIdentity(plan.pp_rank, plan.global_rank, plan.in_pp_group) for plan in plans])
+    expected = Expected(sum(part.expected.slices for part in parts) + path_slices,
                         sum(part.expected.flows for part in parts) + cross_rank_arrows,
                         sum(part.expected.counter_samples for part in parts) + len(busy_gpus))
     verified: dict[str, int] = {}
@@ -177,7 +184,6 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         verified.update(verify_output(temporary, expected, options.tp_bin, shown_as=target))
 
     with atomic_output(output, options.overwrite, check if options.verify else None) as stream:
-        root = root_trace(root_name(any(plan.in_pp_group for plan in plans)), busy_gpus)
         writer = PerfettoWriter(cast(BinaryIO, stream), sequence_id=1)  # a DirectWriter: the writer only calls write()
         writer.write(root)
         writer.close()
@@ -206,6 +212,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         "pp_compute_dependency_unmatched": sum(r["pp_compute_dependency_unmatched"] for r in per_rank),
         "pp_unshard_compute_pairs": sum(r["pp_unshard_compute_pairs"] for r in per_rank),
         "pp_unshard_compute_unmatched": sum(r["pp_unshard_compute_unmatched"] for r in per_rank),
+        "critical_path": {"steps": len(paths), "segments": path_slices},
         "per_rank_compaction": per_rank,
         "output_bytes": output.stat().st_size,
     }
@@ -344,6 +351,7 @@ class RankPart:
     summary: dict[str, Any]
     expected: Expected
     busy_gpu_changes: list[tuple[int, int]]   # activity.busy_gpu_changes, for the root's counter
+    work: RankWork  # its work graph on the pipeline's clock, for the critical path (written with the root)
 
 
 def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
@@ -357,6 +365,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     for key, anchor, flow_id, outgoing in plan.flow_ends:
         blocks[key].attach(trace, anchor, flow_id, outgoing)
     attach_transfer_ends(trace, plan.transfer_ends)
+    work = rank_work(trace)  # before overlaps move: nodes keep their own lane or thread
     place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank, clock=plan.clock), plan.in_pp_group)
     summary["overlaps_moved"] = separate_overlaps(trace, tuning)
     stride = plan.position + 1
@@ -371,4 +380,4 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,
                    file=plan.file)
     return RankPart(path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters)),
-                    busy_gpu_changes(trace))
+                    busy_gpu_changes(trace), work)

@@ -89,6 +89,7 @@ class TrackRole(enum.Enum):
     ANNOTATIONS = "annotations"  # GPU annotations and kernel labels above one lane
     OVERLAP = "overlap"          # slices that partially overlap on their home track
     GLOBAL = "global"            # instants of global scope (profiler bookkeeping): one row per output
+    CRITICAL_PATH = "critical_path"  # a merge's critical path on one rank: copies of segments (engine/critical_path.py)
 
 
 class LaneKind(enum.Enum):

@@ -1,0 +1,200 @@
+"""The critical path of each step across a pipeline's ranks: the chain of work that set the step time.
+
+The walk starts at the last node to end in the step (across ranks) and goes backwards: at each
+node it takes, of the node's predecessors (work_graph.py: same track, launch, arrival), the one
+that was ready last, until it reaches the step's start. Where the predecessor was ready before
+the node began, the gap is a wait on the node's rank; where data arrived after a receive began,
+the receive ran on from the arrival, and the path crosses to the send on the other rank. So the
+segments tile the path with no gap or overlap, on the pipeline's one clock.
+
+The path is written into the merged trace as extra tracks (one per rank, role critical_path
+under one group at the top of the pipeline) whose slices copy the names and times of the
+segments: the measured slices themselves stay where they are, unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
+
+import msgspec
+import numpy as np
+
+from ..model import RankIdentity, Trace, Track, TrackRole
+from .work_graph import KINDS, TRANSFER, WAIT, RankWork
+
+CATEGORY = "critical_path"
+GROUP_NAME = "Critical path (per step, across ranks)"
+IN_FLIGHT = "in flight"  # a transfer between its send's end and its arrival
+_ROWS_PER_RANK = 16  # a rank's rows in the group: its own, then overlap layers
+
+
+class Segment(NamedTuple):
+    position: int  # the rank's place in the merge
+    kind: str      # one of work_graph.KINDS
+    name: str      # the work's slice name, or what was waited for
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class StepPath:
+    step: int
+    start: int   # the step's start across ranks (its first ProfilerStep#N)
+    end: int     # when the last work of the step ended
+    segments: tuple[Segment, ...]
+
+
+class _Graph:
+    """Every rank's nodes in one set of columns (global node numbers), with the edges resolved."""
+
+    def __init__(self, ranks: list[RankWork]):
+        offsets = np.cumsum([0] + [len(work) for work in ranks])
+        self.start = np.concatenate([work.start for work in ranks])
+        self.end = np.concatenate([work.end for work in ranks])
+        self.kind = np.concatenate([work.kind for work in ranks])
+        self.gpu = np.concatenate([work.gpu for work in ranks])
+        self.waited = np.concatenate([np.where(work.waited >= 0, work.waited + offset, -1)
+                                      for work, offset in zip(ranks, offsets.tolist())])
+        self.position = np.repeat(np.arange(len(ranks)), [len(work) for work in ranks])
+        self.launch = np.concatenate([np.where(work.launch >= 0, work.launch + offset, -1)
+                                      for work, offset in zip(ranks, offsets.tolist())])
+        self._ranks, self._offsets = ranks, offsets.tolist()
+        track_offsets = np.cumsum([0] + [int(work.track.max(initial=-1)) + 1 for work in ranks]).tolist()
+        tracks = np.concatenate([work.track + offset for work, offset in zip(ranks, track_offsets)])
+        self.previous = _previous_on_track(tracks, self.start, self.end)
+        device_offsets = np.cumsum([0] + [int(work.device.max(initial=-1)) + 1 for work in ranks]).tolist()
+        devices = np.concatenate([work.device + offset for work, offset in zip(ranks, device_offsets)])
+        self.previous_on_device = _previous_on_track(devices, self.start, self.end)
+        sends = {flow: node + offset for work, offset in zip(ranks, self._offsets) for flow, node in work.sends.items()}
+        self.arrivals: dict[int, list[tuple[int, int]]] = {}
+        for work, offset in zip(ranks, self._offsets):
+            for flow, node, at in work.arrivals:
+                if flow in sends:
+                    self.arrivals.setdefault(node + offset, []).append((at, sends[flow]))
+
+    def name(self, node: int) -> str:
+        position = int(self.position[node])
+        work = self._ranks[position]
+        return work.names[int(work.name[node - self._offsets[position]])]
+
+
+def _previous_on_track(tracks: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Per node, the node of its track that ended last at or before it began (-1: none)."""
+    previous = np.full(len(starts), -1, np.int64)
+    order = np.lexsort((ends, tracks))
+    sorted_tracks, sorted_ends = tracks[order], ends[order]
+    bounds = np.flatnonzero(np.diff(sorted_tracks)) + 1
+    for first, last in zip([0, *bounds.tolist()], [*bounds.tolist(), len(order)]):
+        members = order[first:last]
+        found = np.searchsorted(sorted_ends[first:last], starts[members], "right") - 1
+        previous[members] = np.where(found >= 0, members[np.maximum(found, 0)], -1)
+    return previous
+
+
+def critical_paths(ranks: list[RankWork]) -> list[StepPath]:
+    """Each step's critical path, for the steps every rank that names steps names alike."""
+    named = [work.steps for work in ranks if work.steps]
+    if not named:
+        return []
+    graph = _Graph(ranks)
+    steps = sorted(set.intersection(*(set(steps) for steps in named)))
+    return [path for path in (_walk(graph, step, min(s[step][0] for s in named), max(s[step][1] for s in named))
+                              for step in steps) if path is not None]
+
+
+def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]:
+    """The path of the step from `first` to `last`, built backwards from its last work; a node
+    already on the path ends the walk, so it ends on any graph."""
+    inside = np.flatnonzero((graph.start >= first) & (graph.end <= last))
+    on_gpu = inside[graph.gpu[inside]]
+    if len(on_gpu):  # the GPUs' work sets the step; the CPU's last op often only waits for it
+        inside = on_gpu
+    if not len(inside):
+        return None
+    node = int(inside[np.argmax(graph.end[inside])])
+    end = cursor = int(graph.end[node])
+    segments: list[Segment] = []
+    seen: set[int] = set()
+    while True:
+        seen.add(node)
+        start, position = int(graph.start[node]), int(graph.position[node])
+        if int(graph.end[node]) < cursor:  # a send whose data arrived after it ended
+            segments.append(Segment(position, TRANSFER, IN_FLIGHT, int(graph.end[node]), cursor))
+            cursor = int(graph.end[node])
+        ready, predecessor, arrived = _ready(graph, node, cursor)
+        if predecessor is not None and ready > start:  # it ran on from the arrival, or from the GPU's end
+            segments.append(Segment(position, TRANSFER if arrived else KINDS[graph.kind[node]], graph.name(node),
+                                    ready, cursor))
+            after = ready
+        else:
+            segments.append(Segment(position, KINDS[graph.kind[node]], graph.name(node), min(start, cursor), cursor))
+            if predecessor is not None and ready < start:
+                segments.append(Segment(position, WAIT, f"after {graph.name(predecessor)}", ready, start))
+            after = min(ready, start)
+        if predecessor is None or predecessor in seen or after <= first:
+            break
+        cursor, node = after, predecessor
+    if segments[-1].start > first:  # nothing ran before it in the step: the step's start waited for it
+        segments.append(Segment(segments[-1].position, WAIT, "step start", first, segments[-1].start))
+    clipped = (s._replace(start=max(s.start, first)) for s in reversed(segments))
+    return StepPath(step, first, end, tuple(s for s in clipped if s.end > s.start))
+
+
+def _ready(graph: _Graph, node: int, cursor: int) -> tuple[int, Optional[int], bool]:
+    """The predecessor ready last (same track, then launch or the GPU work a synchronisation
+    waited for, then the device's other streams or threads, then arrival on a tie): when it was ready (no later than `cursor`), which node,
+    and whether it is a cross-rank arrival."""
+    start = int(graph.start[node])
+    best: tuple[int, Optional[int], bool] = (-1, None, False)
+    previous = int(graph.previous[node])
+    if previous >= 0:
+        best = (int(graph.end[previous]), previous, False)
+    launch, waited = int(graph.launch[node]), int(graph.waited[node])
+    if launch >= 0 and min(int(graph.end[launch]), start) > best[0]:  # a kernel waits for no more than its launch to begin
+        best = (min(int(graph.end[launch]), start), launch, False)
+    if waited >= 0 and min(int(graph.end[waited]), cursor) > best[0]:
+        best = (min(int(graph.end[waited]), cursor), waited, False)
+    on_device = int(graph.previous_on_device[node])
+    if on_device >= 0 and int(graph.end[on_device]) > best[0]:
+        best = (int(graph.end[on_device]), on_device, False)
+    for at, sender in graph.arrivals.get(node, []):
+        if at <= cursor and at > best[0]:
+            best = (at, sender, True)
+    return best
+
+
+def add_path_tracks(root: Trace, parent: Track, paths: list[StepPath], ranks: list[RankIdentity]) -> int:
+    """The paths as slices on extra tracks under `parent`: a group, then a row per rank in merge
+    order; each slice's args say its kind, step and rank. A rank's steps overlap where its
+    neighbours' do (a pipeline's ranks start a step at different times), and one row's slices
+    must not, so a step that would overlap the row's last goes to a second row of the rank
+    (its overlap layer). How many slices."""
+    if not paths:
+        return 0
+    group = root.add_track(Track(name=GROUP_NAME, parent=parent, orders_children=True))
+    layers: dict[int, list[tuple[Track, int]]] = {}  # position -> its rows and where each row's slices end
+    encoder = msgspec.json.Encoder()
+    count = 0
+    for path in paths:
+        by_rank: dict[int, list[Segment]] = {}
+        for segment in path.segments:
+            by_rank.setdefault(segment.position, []).append(segment)
+        for position, segments in by_rank.items():
+            rows = layers.setdefault(position, [])
+            layer = next((k for k, (_, end) in enumerate(rows) if end <= segments[0].start), len(rows))
+            if layer == len(rows):
+                home = rows[0][0] if rows else None
+                rows.append((root.add_track(Track(name=ranks[position].title, parent=group,
+                                                  order=(position + 1) * _ROWS_PER_RANK + layer,
+                                                  role=TrackRole.CRITICAL_PATH, home=home, layer=layer)), 0))
+            track = rows[layer][0]
+            rows[layer] = (track, segments[-1].end)
+            identity = ranks[position]
+            for segment in segments:
+                args = root.args.add(encoder.encode({"kind": segment.kind, "step": path.step,
+                                                     "pp_rank": identity.pp_rank,
+                                                     "global_rank": identity.global_rank}))
+                root.slices.append(segment.start, segment.end - segment.start, segment.name, CATEGORY, args, track)
+                count += 1
+    return count

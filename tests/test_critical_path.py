@@ -1,0 +1,209 @@
+"""The critical path of each step across a merged pipeline's ranks (engine/critical_path.py).
+
+Read back from the written trace with trace_processor, and checked against the input JSON:
+the path tiles the step from its first ProfilerStep start to the last GPU work's end (on the
+merge's clock, within its uncertainty), crosses from `cudaGraphLaunch` into the kernels it
+replays and from rank to rank through SEND -> RECV transfers, and sits on tracks of its own
+while every measured slice stays where it was.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shutil
+from collections import defaultdict
+from contextlib import redirect_stdout
+from pathlib import Path
+
+import pytest
+
+from converter.cli import main
+from converter.generator import write_pp_run
+from converter.model import TrackRole
+
+from .helpers import SHARED_TRACES, merge_files, rows, track_roles
+from .oracle import load_events, to_ns
+
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def path_segments(trace: Path) -> dict[int, list[dict]]:
+    """Per step, the critical path's slices in time order, found by their tracks' role."""
+    uuids = [role.uuid for role in track_roles(trace) if role.role is TrackRole.CRITICAL_PATH]
+    assert uuids
+    found = rows(trace, f"""
+        select s.id, s.track_id, s.ts, s.ts + s.dur as end_ts, s.name, s.category,
+               extract_arg(s.arg_set_id, 'debug.args.kind') as kind, extract_arg(s.arg_set_id, 'debug.args.step') as step,
+               extract_arg(s.arg_set_id, 'debug.args.pp_rank') as pp_rank,
+               extract_arg(s.arg_set_id, 'debug.args.global_rank') as global_rank
+        from slice s join track t on t.id = s.track_id
+        where (select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')
+              in ({', '.join(map(str, uuids))})
+        order by s.ts, s.id""")
+    steps: dict[int, list[dict]] = defaultdict(list)
+    track_end: dict[int, int] = {}
+    for row in found:
+        assert row["category"] == "critical_path"  # nothing measured sits on the path's tracks
+        assert row["ts"] >= track_end.get(row["track_id"], row["ts"])  # a row's slices never overlap
+        track_end[row["track_id"]] = row["end_ts"]
+        steps[row["step"]].append(row)
+    return steps
+
+
+def rank_events(file: Path, offset: int) -> list[tuple[dict, int, int]]:
+    """A rank's complete events with their times on the merge's clock (base time + its offset)."""
+    header, events = load_events(file)
+    base = int(header.get("baseTimeNanoseconds", 0)) + offset
+    return [(e, base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e.get("dur", 0))) for e in events
+            if e.get("ph") == "X" and "ts" in e]
+
+
+def step_windows(events_by_rank: dict[int, list]) -> dict[int, tuple[int, int]]:
+    """Step N across ranks: from the first ProfilerStep#N start to the last one's end (CPU side)."""
+    windows: dict[int, tuple[int, int]] = {}
+    for events in events_by_rank.values():
+        for e, start, end in events:
+            if e["name"].startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation":
+                number = int(e["name"].split("#")[1])
+                known = windows.get(number, (start, end))
+                windows[number] = (min(known[0], start), max(known[1], end))
+    return windows
+
+
+def merged_run(files: list[Path], output: Path) -> tuple[dict, dict[int, list], int]:
+    """Merge with the self-check; each global rank's events on the merge's clock, and the largest
+    uncertainty of the clocks it set (0 where it kept the base times)."""
+    summary = merge_files(files, lambda group, groups: output, verify=True)
+    clocks = {rank["global_rank"]: rank for rank in summary.get("clock_alignment", {}).get("ranks", [])}
+    by_rank = {}
+    for place in summary["pp_ranks"]:
+        clock = clocks.get(place["global_rank"], {})
+        by_rank[place["global_rank"]] = rank_events(Path(place["file"]), clock.get("applied_offset_ns", 0))
+    uncertainty = max([clock["uncertainty_ns"] or 0 for clock in clocks.values() if clock["applied_offset_ns"]],
+                      default=0)
+    return summary, by_rank, uncertainty
+
+
+def check_tiling(steps: dict[int, list[dict]], windows: dict[int, tuple[int, int]]) -> None:
+    """Each step's segments follow one another with no gap or overlap, from the step's start."""
+    assert set(steps) <= set(windows) and steps
+    for step, segments in steps.items():
+        first, last = windows[step]
+        assert segments[0]["ts"] == first
+        assert all(a["end_ts"] == b["ts"] for a, b in zip(segments, segments[1:]))
+        assert segments[-1]["end_ts"] <= last
+        assert {s["kind"] for s in segments} <= {"compute", "transfer", "launch", "wait"}
+
+
+def rank_changes(segments: list[dict]) -> list[tuple[dict, dict]]:
+    return [(a, b) for a, b in zip(segments, segments[1:]) if a["global_rank"] != b["global_rank"]]
+
+
+def sent(segment: dict, segments: list[dict]) -> dict:
+    """The send a segment stands for: itself, or for its data in flight, the segment before it."""
+    if segment["name"] != "in flight":
+        return segment
+    before = [s for s in segments if s["end_ts"] == segment["ts"] and s["global_rank"] == segment["global_rank"]]
+    assert len(before) == 1
+    return before[0]
+
+
+def test_generated_cuda_graph_pipeline(tmp_path):
+    # Launch-bound (the CPU's graph launches take 40 times as long) so kernels wait for their launch.
+    files = write_pp_run(tmp_path / "ranks", pp_size=4, microbatches=4, steps=2, seed=3, graphs_per_step=2,
+                         kernels_per_replay=8, launch_factor=40, include_memcpy=False)
+    output = tmp_path / "merged.perfetto-trace"
+    summary, by_rank, uncertainty = merged_run(files, output)
+    steps = path_segments(output)
+    windows = step_windows(by_rank)
+    check_tiling(steps, windows)
+    assert summary["critical_path"] == {"steps": len(steps), "segments": sum(map(len, steps.values()))}
+    for step, segments in steps.items():
+        # Its length is the step's: from the step's first start to the last GPU work to end in it.
+        first, last = windows[step]
+        last_gpu = max(end for events in by_rank.values() for e, start, end in events
+                       if e.get("cat") in GPU_CATEGORIES and start >= first and end <= last)
+        assert abs((segments[-1]["end_ts"] - segments[0]["ts"]) - (last_gpu - first)) <= uncertainty
+    all_segments = [s for segments in steps.values() for s in segments]
+    # From a cudaGraphLaunch into a kernel of its replay (the same correlation in the input).
+    crossings = 0
+    for segments in steps.values():
+        work = [s for s in segments if s["kind"] != "wait"]
+        for launch, kernel in zip(work, work[1:]):
+            if launch["name"] != "cudaGraphLaunch" or launch["global_rank"] != kernel["global_rank"]:
+                continue
+            events = by_rank[launch["global_rank"]]
+            correlations = {e["args"]["correlation"] for e, start, _ in events
+                            if e["name"] == "cudaGraphLaunch" and start == launch["ts"]}
+            replayed = [e for e, start, _ in events if e.get("cat") == "kernel" and start == kernel["ts"]
+                        and e["name"] == kernel["name"] and e["args"].get("correlation") in correlations]
+            crossings += len(replayed) == 1
+    assert crossings >= 1
+    # Across ranks through transfers: a SEND's kernel on one rank, the RECV's kernel running on
+    # from the moment it ended on the next rank up or down the pipeline.
+    changes = [change for segments in steps.values() for change in rank_changes(segments)]
+    assert len(changes) >= 2
+    for send, receive in changes:
+        assert send["kind"] == receive["kind"] == "transfer" and abs(send["pp_rank"] - receive["pp_rank"]) == 1
+        send = sent(send, all_segments)
+        assert any(e["name"] == send["name"] and end == send["end_ts"] for e, _, end in by_rank[send["global_rank"]]
+                   if e.get("cat") == "kernel")
+        assert any(e["name"] == receive["name"] and start <= receive["ts"] and end == receive["end_ts"]
+                   for e, start, end in by_rank[receive["global_rank"]] if e.get("cat") == "kernel")
+    # The path copies the work it names: each whole compute segment is a measured slice, still in place.
+    measured = {(row["name"], row["ts"], row["end_ts"]) for row in rows(output, """
+        select name, ts, ts + dur as end_ts from slice where coalesce(category, '') != 'critical_path'""")}
+    whole = [s for s in all_segments if s["kind"] == "compute" and s["ts"] != windows[s["step"]][0]]
+    assert whole and all((s["name"], s["ts"], s["end_ts"]) in measured for s in whole)
+    assert summary["verified"]["slices"] == len(measured) + len(all_segments)
+    check_report(output, steps)
+
+
+def check_report(trace: Path, steps: dict[int, list[dict]]) -> None:
+    """`report` gives the path per step as the trace holds it, and draws it on the HTML timeline."""
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(trace), "--format", "json"]) == 0
+    reported = json.loads(out.getvalue())["critical_path"]
+    assert [row["step"] for row in reported] == sorted(steps)
+    for row in reported:
+        segments = steps[row["step"]]
+        assert row["start_ns"] == segments[0]["ts"] and row["end_ns"] == segments[-1]["end_ts"]
+        assert row["length_ns"] == row["end_ns"] - row["start_ns"]
+        assert [(s["pp_rank"], s["global_rank"], s["kind"], s["name"], s["start_ns"], s["end_ns"])
+                for s in row["segments"]] == [(s["pp_rank"], s["global_rank"], s["kind"], s["name"], s["ts"],
+                                               s["end_ts"]) for s in segments]
+    html = out_html(trace)
+    assert 'data-path="compute"' in html and 'data-path="transfer"' in html and "critical path" in html
+
+
+def out_html(trace: Path) -> str:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main(["report", str(trace), "--format", "html"]) == 0
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("name", ["torch215_1f1b_pp4", "torch215_gpipe_pp4", "torch215_zb_pp2v2"])
+def test_real_torch_pipelines(name, tmp_path):
+    """CPU-only gloo pipelines: the path runs through CPU ops and crosses ranks where a c10d
+    receive ran on from its send's end."""
+    source = SHARED_TRACES / "torch_pp_cpu" / name
+    if not source.is_dir():
+        pytest.skip("../shared/traces is absent")
+    ranks = tmp_path / name
+    shutil.copytree(source, ranks)
+    output = tmp_path / "merged.perfetto-trace"
+    summary, by_rank, _ = merged_run(sorted(ranks.glob("rank*_trace.json*")), output)
+    steps = path_segments(output)
+    check_tiling(steps, step_windows(by_rank))
+    changes = [change for segments in steps.values() for change in rank_changes(segments)]
+    assert changes
+    for send, receive in changes:
+        send = sent(send, [s for segments in steps.values() for s in segments])
+        sends = [end for e, _, end in by_rank[send["global_rank"]] if e["name"] == "c10d::send"]
+        assert send["end_ts"] in sends and send["kind"] == "transfer"
+        # The receive ran on from the arrival, or the data was there before the receiver came to it.
+        assert (receive["kind"], receive["name"][:10]) == ("transfer", "c10d::recv") or \
+            (receive["kind"], receive["name"]) == ("wait", "after c10d::send")
