@@ -4,8 +4,8 @@ Ranks are read and compacted in worker processes, one rank in memory per worker,
 the first pass finds each rank's PP blocks and keeps the prepared rank in a snapshot
 (snapshot.py), the main process pairs every SEND with its RECV across ranks and agrees a flow
 id for each arrow, and the second pass loads each snapshot and writes the rank's part with
-its arrow ends attached, handing back when its GPUs turn busy or idle for the root row's
-count of busy GPUs. Parts use their own packet sequence and disjoint uuid and flow-id ranges,
+its arrow ends attached, handing back when its GPUs start or stop computing for the root row's
+share of computing GPUs. Parts use their own packet sequence and disjoint uuid and flow-id ranges,
 so they concatenate into one valid trace.
 """
 
@@ -168,6 +168,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
                                          for plan in plans],
                                         [plan.file for plan in plans], "writing ranks")
     busy_gpus = running_totals(change for part in parts for change in part.busy_gpu_changes)
+    gpus = sum(part.gpus for part in parts)
     expected = Expected(sum(part.expected.slices for part in parts),
                         sum(part.expected.flows for part in parts) + cross_rank_arrows,
                         sum(part.expected.counter_samples for part in parts) + len(busy_gpus))
@@ -177,7 +178,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         verified.update(verify_output(temporary, expected, options.tp_bin, shown_as=target))
 
     with atomic_output(output, options.overwrite, check if options.verify else None) as stream:
-        root = root_trace(root_name(any(plan.in_pp_group for plan in plans)), busy_gpus)
+        root = root_trace(root_name(any(plan.in_pp_group for plan in plans)), busy_gpus, gpus)
         writer = PerfettoWriter(cast(BinaryIO, stream), sequence_id=1)  # a DirectWriter: the writer only calls write()
         writer.write(root)
         writer.close()
@@ -344,6 +345,7 @@ class RankPart:
     summary: dict[str, Any]
     expected: Expected
     busy_gpu_changes: list[tuple[int, int]]   # activity.busy_gpu_changes, for the root's counter
+    gpus: int                                 # ... and how many GPUs (a CPU-only rank counts as one)
 
 
 def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
@@ -371,4 +373,4 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
     summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,
                    file=plan.file)
     return RankPart(path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters)),
-                    busy_gpu_changes(trace))
+                    *busy_gpu_changes(trace))
