@@ -32,6 +32,7 @@ from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path, scratch_folder
 from ..inputs.source import json_size
 from ..model import ClockPlacement, RankIdentity
+from ..model.trace import rank_title
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import Tuning
 from .executors import Workers, for_cluster, open_workers, run_tasks
@@ -370,7 +371,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
             writer.close()
     except OSError as error:
         raise _scratch_failed(Path(path), "write a rank's part of the merge", error) from None
-    summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,
-                   file=plan.file)
+    summary.update(rank=rank_title(plan.pp_rank, plan.global_rank, plan.in_pp_group), pp_rank=plan.pp_rank, global_rank=plan.global_rank,
+                   pp_annotations=prepared.pp_annotations, file=plan.file)
     return RankPart(path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters)),
                     *busy_gpu_changes(trace))
