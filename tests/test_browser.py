@@ -367,3 +367,28 @@ def test_every_first_screen_row_draws_and_no_title_is_cut(rows_in_ui, browser, t
         assert [row.title for row in shown if row.cut] == [], what
         twice = [row.title for row in shown if re.search(r"(-?\d{3,})\D+\1$", row.title)]  # a tid, twice
         assert twice == [], what
+
+
+@pytest.mark.parametrize("source", ["generated pipeline", "dlrm_8ranks"])
+def test_ui_report_and_summary_name_each_rank_alike(rows_in_ui, tmp_path, source):
+    """One name per rank everywhere: the UI's rank rows, `report`'s GPUs and the merge summary;
+    "PP rank" only where a pipeline orders the ranks (the generated one), "rank" elsewhere."""
+    import json
+
+    from converter.analysis.render import render
+    from converter.analysis.report import build_report
+
+    merged = tmp_path / "merged.perfetto-trace"
+    if source == "generated pipeline":
+        files = write_pp_run(tmp_path / "run", pp_size=2, microbatches=2, steps=1, seed=2, graphs_per_step=2,
+                             kernels_per_replay=4)
+    else:
+        shutil.copytree(real(source), tmp_path / "ranks")
+        files = [tmp_path / "ranks"]
+    summary = merge_ranks(files, lambda group, groups: merged, jobs=1)
+    in_summary = sorted(rank["rank"] for rank in summary["per_rank_compaction"])
+    in_report = sorted(gpu["rank"] for gpu in json.loads(render(build_report(merged), "json"))["gpus"])
+    shown, _ = rows_in_ui(merged)
+    in_ui = sorted(row.title.split(" · ")[0] for row in shown if RANK_ROW.match(row.title) and " · GPU" in row.title)
+    assert in_ui == in_report == in_summary and in_ui
+    assert all(title.startswith("PP rank ") == (source == "generated pipeline") for title in in_ui), in_ui

@@ -10,7 +10,7 @@ from google.protobuf.descriptor import FieldDescriptor as FD
 from perfetto.protos.perfetto.trace import perfetto_trace_pb2 as pb
 
 from converter.engine.layout import separate_overlaps
-from converter.model import Track
+from converter.model import CounterScale, Track
 from converter.outputs import fields
 from converter.outputs.perfetto_writer import PerfettoWriter
 from converter.inputs.kineto_reader import parse_trace_text
@@ -85,7 +85,8 @@ def is_repeated(field) -> bool:
 def test_parser_reads_the_subset():
     assert MESSAGES["perfetto.protos.TrackEvent"]["flow_ids"] == ("repeated", "fixed64", 47)
     assert MESSAGES["perfetto.protos.TrackEvent"]["type"] == ("optional", "perfetto.protos.TrackEvent.Type", 9)
-    assert MESSAGES["perfetto.protos.CounterDescriptor"] == {}
+    assert MESSAGES["perfetto.protos.CounterDescriptor"] == {"unit_name": ("optional", "string", 6),
+                                                             "y_axis_share_key": ("optional", "string", 7)}
     assert ENUMS["perfetto.protos.TrackDescriptor.SiblingMergeBehavior"]["SIBLING_MERGE_BEHAVIOR_NONE"] == 2
 
 
@@ -176,6 +177,8 @@ def written_trace() -> bytes:
     for track in trace.tracks:
         if track.name == "process-scoped instants":
             track.parent, track.order = group, 2
+        if track.is_counter:
+            track.scale = CounterScale(unit="threads busy", shared_by="cpu")
     stream = io.BytesIO()
     writer = PerfettoWriter(stream)
     writer.write(trace)

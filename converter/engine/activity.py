@@ -1,10 +1,14 @@
-"""Summary rows: how many of a GPU's lanes are busy, and how many of a pipeline's GPUs.
+"""Summary rows: what a GPU does (computing, other work, idle), and what share of a pipeline's
+GPUs compute.
 
 Perfetto v52 shows on a collapsed plain row only what that row holds itself, not the slices
 of the rows under it. Each GPU's lanes hang under a plain row of their own (compaction.py says
-why they are not threads of its process), so that row gets a counter of its busy lanes to
-show the GPU's activity collapsed, and a merged pipeline's root row counts its busy GPUs,
-dipping in every bubble. Both are derived series: every slice stays where it is, counted once.
+why they are not threads of its process), so that row gets a counter of its work to show the
+GPU's activity collapsed, and a merged pipeline's root row the share of its GPUs computing,
+dipping in every bubble. Values are on one scale for every rank (a count of busy lanes was
+not: 2 lanes filled one rank's row, 3 the next), and compute apart from communication: a rank
+waiting in a blocked NCCL kernel must not look busy. All are derived series: every slice stays
+where it is, counted once.
 """
 
 from __future__ import annotations
@@ -15,10 +19,16 @@ from typing import Iterable, Iterator, Optional
 
 import numpy as np
 
-from ..model import CounterSample, Process, Trace, Track, TrackRole
+from ..model import CounterSample, CounterScale, LaneKind, Process, Trace, Track, TrackRole
 from ..model.columns import grouped_in_order
 
 _RANK = Track(name="rank")  # a CPU-only rank's busy threads, all its rows together
+COMPUTING = 1.0   # a GPU row's level while a compute kernel runs
+OTHER_WORK = 0.5  # ... while only communication, memory or other work runs
+# The UI writes a counter's largest value, then its unit: "1 = computing (½: other work)".
+GPU_SCALE = CounterScale(unit="= computing (½: other work)", shared_by="gpu")
+CPU_SCALE = CounterScale(unit="threads busy", shared_by="cpu")
+ROOT_SCALE = CounterScale(unit="% computing", shared_by="root")
 
 
 def _container(track: Track) -> Optional[Track]:
@@ -41,13 +51,16 @@ def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
 
 
 def add_busy_lanes(trace: Trace) -> None:
-    """Make each lane container a counter of how many of its lanes are busy: a sample at each
-    time one of its slices starts or ends, and a 0 at its first slice where none lasts (a GPU of zero-length
-    kernels is a lane container all the same). Containers come in the order of their first
-    slice. Counted on columns: a million kernels made two edge tuples each to sort."""
+    """Make each lane container a counter of what its GPU does: COMPUTING (1) while a compute
+    lane runs a kernel, OTHER_WORK (1/2) while only communication, memory or other lanes run
+    (a blocked NCCL kernel is not compute), 0 idle; a sample wherever that changes, and a 0 at
+    its first slice where none lasts (a GPU of zero-length kernels is a lane container all the
+    same). One scale for every GPU, shared in the UI. Containers come in the order of their
+    first slice. Counted on columns: a million kernels made two edge tuples each to sort."""
     table = trace.slices
     container_of_track, containers = table.track_keys(_container)
     container_of = container_of_track[table.track]
+    computes_track = table.track_mask(lambda track: track.group is not None and track.group.kind is LaneKind.COMPUTE)
     on_lanes = np.flatnonzero(container_of >= 0)
     # Per slice its container's code, the row position of the container's first slice, so
     # codes rise with each container's first slice.
@@ -56,23 +69,30 @@ def add_busy_lanes(trace: Trace) -> None:
     codes = {containers[key]: code for code, key in sorted(zip(first.tolist(), keys.tolist()))}
     starts, ends = table.spans(on_lanes)
     lasting = ends > starts
+    computes = np.tile(computes_track[table.track[on_lanes]][lasting], 2)
     # Edges (container, ts, +1 at a start, -1 at an end), ends first at one time.
     owner = np.concatenate((slice_owner[lasting], slice_owner[lasting]))
     times = np.concatenate((starts[lasting], ends[lasting]))
     changes = np.repeat(np.array([1, -1], np.int64), np.count_nonzero(lasting))
     order = np.lexsort((changes, times, owner))
-    owner, times = owner[order], times[order]
-    totals = np.cumsum(changes[order])  # each container's edges sum to 0: no reset needed between them
-    last = np.ones(len(times), bool)  # the last edge of each (container, time) holds its total
+    owner, times, changes, computes = owner[order], times[order], changes[order], computes[order]
+    # Each container's edges sum to 0: no reset needed between them.
+    computing = np.cumsum(np.where(computes, changes, 0)) > 0
+    working = np.cumsum(changes) > 0
+    levels = np.where(computing, COMPUTING, np.where(working, OTHER_WORK, 0.0))
+    last = np.ones(len(times), bool)  # the last edge of each (container, time) holds its level
     last[:-1] = (owner[1:] != owner[:-1]) | (times[1:] != times[:-1])
-    owner, times, totals = owner[last], times[last], totals[last]
+    owner, times, levels = owner[last], times[last], levels[last]
+    changed = np.ones(len(times), bool)  # a sample only where a container's level changes
+    changed[1:] = (owner[1:] != owner[:-1]) | (levels[1:] != levels[:-1])
+    owner, times, levels = owner[changed], times[changed], levels[changed]
     bounds = np.searchsorted(owner, list(codes.values()) + [len(on_lanes)]).tolist()
     for (container, code), first, end in zip(codes.items(), bounds, bounds[1:]):
-        container.is_counter = True
+        container.is_counter, container.scale = True, GPU_SCALE
         if first == end:  # only zero-length slices: a 0 at the earliest
             trace.counters.append(CounterSample(int(starts[slice_owner == code].min()), 0, container))
             continue
-        trace.counters.extend(map(CounterSample, times[first:end].tolist(), totals[first:end].tolist(),
+        trace.counters.extend(map(CounterSample, times[first:end].tolist(), levels[first:end].tolist(),
                                   repeat(container)))
 
 
@@ -99,28 +119,28 @@ def add_busy_threads(trace: Trace, process: Process) -> None:
         changes += zip(starts[opens].tolist(), repeat(1))
         changes += zip(closes.tolist(), repeat(-1))
     if changes:
-        process.activity = Track(name=process.display_name, is_counter=True)
+        process.activity = Track(name=process.display_name, is_counter=True, scale=CPU_SCALE)
         trace.counters.extend(CounterSample(ts, total, process.activity) for ts, total in running_totals(changes))
 
 
-def busy_gpu_changes(trace: Trace) -> list[tuple[int, int]]:
-    """(ts, 1) where a GPU's lanes turn busy, (ts, -1) where they all turn idle, read from the
-    busy-lanes counters: summed over ranks, the number of busy GPUs. A rank with no GPU counts
-    as busy where any of its CPU rows counts a busy thread, so a CPU-only pipeline's root
-    counts its busy ranks."""
-    has_gpu = any(track.role is TrackRole.LANES for track in trace.tracks)
+def busy_gpu_changes(trace: Trace) -> tuple[list[tuple[int, int]], int]:
+    """(ts, 1) where a GPU starts computing, (ts, -1) where it stops, read from the GPU rows'
+    counters, and how many GPUs: summed over ranks, the pipeline's computing GPUs out of all.
+    A rank with no GPU counts as one, computing where any of its CPU rows counts a busy
+    thread, so a CPU-only pipeline's root counts its busy ranks."""
+    gpus = sum(track.role is TrackRole.LANES for track in trace.tracks)
     rank_rows = {process.activity for process in trace.processes if process.activity is not None}
-    samples = [sample for sample in trace.counters if sample.track.role is TrackRole.LANES] if has_gpu else \
-        [CounterSample(ts, total, _RANK) for ts, total in running_totals(
+    samples = [sample for sample in trace.counters if sample.track.role is TrackRole.LANES] if gpus else \
+        [CounterSample(ts, COMPUTING if total > 0 else 0, _RANK) for ts, total in running_totals(
             (sample.ts, int(sample.value - previous)) for sample, previous in _steps(trace.counters, rank_rows))]
     changes: list[tuple[int, int]] = []
-    was_busy: dict[Track, bool] = defaultdict(bool)
+    was_computing: dict[Track, bool] = defaultdict(bool)
     for sample in samples:  # each container's samples in time order
-        busy = sample.value > 0
-        if busy != was_busy[sample.track]:
-            changes.append((sample.ts, 1 if busy else -1))
-            was_busy[sample.track] = busy
-    return changes
+        computing = sample.value >= COMPUTING
+        if computing != was_computing[sample.track]:
+            changes.append((sample.ts, 1 if computing else -1))
+            was_computing[sample.track] = computing
+    return changes, max(gpus, 1)
 
 
 def _steps(samples: list[CounterSample], tracks: set[Track]) -> Iterator[tuple[CounterSample, float]]:

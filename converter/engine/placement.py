@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Container
 
 from ..model import CounterSample, Process, RankIdentity, Trace, Track, TrackRole
-from .activity import add_busy_threads
+from .activity import ROOT_SCALE, add_busy_threads
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
 RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orders the ranks
@@ -86,10 +86,10 @@ def _tucked(track: Track) -> bool:
     return track.name == BOOKKEEPING_ROOT_NAME and track.process is not None
 
 
-def root_trace(name: str, busy_gpus: list[tuple[int, int]]) -> Trace:
-    """The root as a trace of its own: a counter of the pipeline's busy GPUs (of its busy ranks,
-    CPU-only), so the first screen, every group collapsed, shows the pipeline's work and its
-    bubbles."""
-    root = Track(name=name, orders_children=True, uuid=_ROOT_UUID, is_counter=bool(busy_gpus))
+def root_trace(name: str, busy_gpus: list[tuple[int, int]], gpus: int) -> Trace:
+    """The root as a trace of its own: a counter of the percentage of the pipeline's `gpus` GPUs
+    computing (of its ranks busy, CPU-only; 100 is all, whatever the pipeline's size), so the
+    first screen, every group collapsed, shows the pipeline's work and its bubbles."""
+    root = Track(name=name, orders_children=True, uuid=_ROOT_UUID, is_counter=bool(busy_gpus), scale=ROOT_SCALE)
     return Trace(tracks=[root],
-                 counters=[CounterSample(ts, busy, root) for ts, busy in busy_gpus])
+                 counters=[CounterSample(ts, 100 * busy / gpus, root) for ts, busy in busy_gpus])

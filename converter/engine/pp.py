@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Optional, Protocol
 
-from ..errors import CgtraceError
 from ..kineto import profiler_step
 from ..lane_rules import LaneRules
 from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace

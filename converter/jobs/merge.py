@@ -4,8 +4,8 @@ Ranks are read and compacted in worker processes, one rank in memory per worker,
 the first pass finds each rank's PP blocks and keeps the prepared rank in a snapshot
 (snapshot.py), the main process pairs every SEND with its RECV across ranks and agrees a flow
 id for each arrow, and the second pass loads each snapshot and writes the rank's part with
-its arrow ends attached, handing back when its GPUs turn busy or idle for the root row's
-count of busy GPUs. Parts use their own packet sequence and disjoint uuid and flow-id ranges,
+its arrow ends attached, handing back when its GPUs start or stop computing for the root row's
+share of computing GPUs. Parts use their own packet sequence and disjoint uuid and flow-id ranges,
 so they concatenate into one valid trace.
 """
 
@@ -34,6 +34,7 @@ from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path, scratch_folder
 from ..inputs.source import json_size
 from ..model import ClockPlacement, RankIdentity
+from ..model.trace import rank_title
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import Tuning
 from .executors import Workers, for_cluster, open_workers, run_tasks
@@ -170,7 +171,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
                                          for plan in plans],
                                         [plan.file for plan in plans], "writing ranks")
     busy_gpus = running_totals(change for part in parts for change in part.busy_gpu_changes)
-    root = root_trace(root_name(any(plan.in_pp_group for plan in plans)), busy_gpus)
+    root = root_trace(root_name(any(plan.in_pp_group for plan in plans)), busy_gpus,
+                      sum(part.gpus for part in parts))
     # Across ranks only where arrows join them (a pipeline); data-parallel ranks share no path.
     paths = critical_paths([part.work for part in parts]) if cross_rank_arrows else []
     path_slices = add_path_tracks(root, root.tracks[0], paths, [
@@ -351,6 +353,7 @@ class RankPart:
     summary: dict[str, Any]
     expected: Expected
     busy_gpu_changes: list[tuple[int, int]]   # activity.busy_gpu_changes, for the root's counter
+    gpus: int                                 # ... and how many GPUs (a CPU-only rank counts as one)
     work: RankWork  # its work graph on the pipeline's clock, for the critical path (written with the root)
 
 
@@ -377,7 +380,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
             writer.close()
     except OSError as error:
         raise _scratch_failed(Path(path), "write a rank's part of the merge", error) from None
-    summary.update(pp_rank=plan.pp_rank, global_rank=plan.global_rank, pp_annotations=prepared.pp_annotations,
-                   file=plan.file)
+    summary.update(rank=rank_title(plan.pp_rank, plan.global_rank, plan.in_pp_group), pp_rank=plan.pp_rank, global_rank=plan.global_rank,
+                   pp_annotations=prepared.pp_annotations, file=plan.file)
     return RankPart(path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters)),
-                    busy_gpu_changes(trace), work)
+                    *busy_gpu_changes(trace), work)

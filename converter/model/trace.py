@@ -108,6 +108,15 @@ class LaneGroup:
     kind: LaneKind
 
 
+@dataclass(frozen=True)
+class CounterScale:
+    """How the UI draws a counter: the name of its unit, and a key its sibling counters share to
+    be drawn on one y scale (Perfetto's y_axis_share_key), so equal heights mean equal values."""
+
+    unit: str
+    shared_by: str
+
+
 @dataclass(eq=False)
 class Track:
     """One display row.
@@ -131,6 +140,7 @@ class Track:
     layer: int = 0
     # Fixed uuid for a track shared by several writers into one file (a merge's root track).
     uuid: Optional[int] = None
+    scale: Optional[CounterScale] = None  # a counter's unit and shared y scale, where it has them
 
     @property
     def flat(self) -> bool:

@@ -69,6 +69,11 @@ class ThreadDescriptor:
     THREAD_NAME: Final = 5
 
 
+class CounterDescriptor:
+    UNIT_NAME: Final = 6
+    Y_AXIS_SHARE_KEY: Final = 7
+
+
 class TrackEvent:
     class Type:
         TYPE_SLICE_BEGIN: Final = 1

@@ -16,15 +16,15 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
-from ..model import PreparedArgs, Process, SliceTable, Trace, Track, roles_document
+from ..model import CounterScale, PreparedArgs, Process, SliceTable, Trace, Track, roles_document
 from ..model.columns import first_positions
 from ..model.nesting import clear_points
 from ..tuning import DEFAULT_TUNING, Tuning
 from .annotations import ArgsEncoder
 from .event_order import events_in_write_order
 from .interning import EVENT_CATEGORIES, EVENT_NAMES, Interner, annotation_name_interner
-from .fields import (ChromeEventBundle, ChromeMetadata, ProcessDescriptor, ThreadDescriptor, TrackDescriptor,
-                     TracePacket, TrackEvent)
+from .fields import (ChromeEventBundle, ChromeMetadata, CounterDescriptor, ProcessDescriptor, ThreadDescriptor,
+                     TrackDescriptor, TracePacket, TrackEvent)
 from .flow_fields import FlowFields, write_order
 from .packets import Column, Pieces, Rows, Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, prepare_in_process
@@ -122,7 +122,7 @@ class PerfettoWriter:
         if track.orders_children:
             body += _CHILD_ORDERING_EXPLICIT
         if track.is_counter:
-            body += bytes_field(TrackDescriptor.COUNTER, b"")
+            body += _counter_descriptor(track.scale)
         return body
 
     def _write_track_roles(self, trace: Trace, uuids: dict[int, int], process_uuids: dict[int, int]) -> None:
@@ -384,6 +384,13 @@ def _stretches(table: SliceTable, ordered: np.ndarray, at_once: int) -> list[np.
     return np.split(ordered, clear_points(starts, starts + table.dur[ordered], at_once))
 
 
+def _counter_descriptor(scale: Optional[CounterScale]) -> bytes:
+    """A TrackDescriptor's counter field: with its unit and shared y scale where it has them."""
+    body = b"" if scale is None else string_field(CounterDescriptor.UNIT_NAME, scale.unit) + \
+        string_field(CounterDescriptor.Y_AXIS_SHARE_KEY, scale.shared_by)
+    return bytes_field(TrackDescriptor.COUNTER, body)
+
+
 def _process_descriptor(process: Process, uuid: int, uuids: dict[int, int]) -> bytes:
     """A process's descriptor, or for a row group a plain track (under its parent, if any,
     ranked among its siblings by its sort index)."""
@@ -392,7 +399,7 @@ def _process_descriptor(process: Process, uuid: int, uuids: dict[int, int]) -> b
             varint_field(TrackDescriptor.PARENT_UUID, _uuid_of(process.parent, uuids))
         order = b"" if process.sort_index is None else \
             varint_field(TrackDescriptor.SIBLING_ORDER_RANK, process.sort_index)
-        counter = b"" if process.activity is None else bytes_field(TrackDescriptor.COUNTER, b"")
+        counter = b"" if process.activity is None else _counter_descriptor(process.activity.scale)
         return varint_field(TrackDescriptor.UUID, uuid) + parent + \
             string_field(TrackDescriptor.NAME, process.display_name) + _SIBLING_MERGE_NONE + order + counter
     descriptor = varint_field(ProcessDescriptor.PID, process.pid) + \
