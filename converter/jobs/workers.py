@@ -167,6 +167,17 @@ def _stop(number: int, frame: Optional[FrameType]) -> None:
     raise _Stopped()
 
 
+def _stop_again(unraisable: Any) -> None:
+    """A stop raised inside a C callback (trace_processor's wasmtime calls back into Python)
+    cannot unwind through C: it is asked for again a moment later, until it is raised where
+    Python code runs (an alarm, as a signal sent now would be raised in this very callback)."""
+    if isinstance(unraisable.exc_value, _Stopped):
+        signal.signal(signal.SIGALRM, _stop)
+        signal.setitimer(signal.ITIMER_REAL, 0.01)
+    else:
+        sys.__unraisablehook__(unraisable)
+
+
 def _work(parent: int, sender: Connection, function: Callable[..., Any], task: tuple) -> None:
     """A worker: stopping is the main process's business. Ctrl-C reaches the whole process
     group, so a worker ignores it; SIGTERM (from the main process, or sent to the group)
@@ -174,6 +185,7 @@ def _work(parent: int, sender: Connection, function: Callable[..., Any], task: t
     process die without a chance to (SIGKILL, the OOM killer)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop)
+    sys.unraisablehook = _stop_again
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # blocked by the fork (_start_queued)
         if sys.platform.startswith("linux"):
