@@ -52,7 +52,7 @@ def output_path(text: str) -> Path:
 
 def add_output_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("-o", "--output", type=output_path, metavar="OUT",
-                         help="output path (default: beside the input, .perfetto-trace)")
+                         help="output path (default: beside the input, .perfetto-trace; a name ending .gz is written gzipped)")
     command.add_argument("--overwrite", action="store_true", help="replace OUT if it exists")
     command.add_argument("--strict", action="store_true",
                          help="fail on any unusable event instead of skipping and counting it")

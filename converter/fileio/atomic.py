@@ -9,8 +9,9 @@ import glob
 import os
 import stat
 import tempfile
+import zlib
 from pathlib import Path
-from typing import Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional, Protocol, Union
 
 from ..errors import CgtraceError
 from ..signals import stopping_deferred
@@ -18,6 +19,16 @@ from .direct import DirectWriter
 
 # Given the finished temporary file and the path it will become; raises CgtraceError to refuse it.
 Check = Callable[[Path, Path], None]
+GZIP_SUFFIX = ".gz"  # an output named so is written gzipped (trace_processor and the UI open it as is)
+_GZIP_LEVEL = 6
+
+
+class Sink(Protocol):
+    """What an output is written through: every writer only calls write(), then close()."""
+
+    def write(self, data: Union[bytes, bytearray, memoryview]) -> int: ...
+
+    def close(self) -> None: ...
 
 
 @contextlib.contextmanager
@@ -84,9 +95,10 @@ class AtomicFiles:
         self._pending: list[tuple[Path, str]] = []  # (target, temporary file)
         self._writers: list[_OwnedDirectWriter] = []
 
-    def create(self, path: Path) -> DirectWriter:
+    def create(self, path: Path) -> Sink:
         """A writer to a new temporary file for `path`; close it before `commit`. The file is
-        written past the page cache where it can be (direct.py)."""
+        written past the page cache where it can be (direct.py), gzipped where `path` ends in
+        `.gz`."""
         check_output_path(path, self.overwrite)
         parent = _parent(path)
         with stopping_deferred():  # a file created is a file on record, to be removed on any way out
@@ -98,7 +110,7 @@ class AtomicFiles:
             self._pending.append((path, temp_name))
         writer = _OwnedDirectWriter(descriptor)
         self._writers.append(writer)
-        return writer
+        return _Gzipped(writer) if path.name.endswith(GZIP_SUFFIX) else writer
 
     def commit(self, check: Optional[Check] = None) -> None:
         """Check each file (`check(temporary, target)`), then move all into place. Should a
@@ -156,8 +168,27 @@ class _OwnedDirectWriter(DirectWriter):
             self._fd = -1
 
 
+class _Gzipped:
+    """A gzip stream into a file's writer; the same bytes every run (the header has no time)."""
+
+    def __init__(self, file: DirectWriter):
+        self._file = file
+        self._compressor: Optional[zlib._Compress] = zlib.compressobj(_GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+
+    def write(self, data: Union[bytes, bytearray, memoryview]) -> int:
+        assert self._compressor is not None, "written after close"
+        self._file.write(self._compressor.compress(data))
+        return len(data)
+
+    def close(self) -> None:
+        if self._compressor is not None:
+            self._file.write(self._compressor.flush())
+            self._compressor = None
+        self._file.close()
+
+
 @contextlib.contextmanager
-def atomic_output(path: Path, overwrite: bool, check: Optional[Check] = None) -> Iterator[DirectWriter]:
+def atomic_output(path: Path, overwrite: bool, check: Optional[Check] = None) -> Iterator[Sink]:
     """One output: a writer to a temporary file that replaces `path` only if the block finishes
     (and `check` accepts it)."""
     with AtomicFiles(overwrite) as files:

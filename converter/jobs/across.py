@@ -20,12 +20,13 @@ from ..analysis.findings import as_text, straggler_findings
 from ..analysis.report import DEFINITIONS, build_report
 from ..analysis.stragglers import Arrival, late_arrivals, stragglers
 from ..errors import CgtraceError
+from ..fileio.atomic import GZIP_SUFFIX
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import roles_document
 from .executors import Workers, for_cluster, run_tasks
 from .rank_files import MERGED_OUTPUT_NAME, find_rank_files, is_rank_trace_name
 from .readable import as_perfetto
-from .runner import COMPACTED_TAG, PERFETTO_SUFFIX, default_output_path
+from .runner import COMPACTED_TAG, PERFETTO_NAMES, default_output_path
 
 ACROSS_DEFINITIONS = {
     "step time": "a GPU's mean ProfilerStep length over the steps of its window (the window's length where it "
@@ -40,7 +41,7 @@ ACROSS_DEFINITIONS = {
 def traces_in(directory: Path) -> list[Path]:
     """The traces of a directory to answer across: its Perfetto traces (not a merge's output,
     which holds many ranks), or where it has none, its rank traces (as `merge` finds them)."""
-    perfetto = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(PERFETTO_SUFFIX)
+    perfetto = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(PERFETTO_NAMES)
                       and not p.name.startswith(".") and not MERGED_OUTPUT_NAME.match(p.name))
     if perfetto:
         _refuse_ranks_without_output(directory, perfetto)
@@ -48,14 +49,14 @@ def traces_in(directory: Path) -> list[Path]:
     try:
         return find_rank_files([directory])
     except CgtraceError:
-        raise CgtraceError(f"{directory}: holds no traces (*.perfetto-trace, *.json, *.json.gz); pass a directory "
+        raise CgtraceError(f"{directory}: holds no traces (*.perfetto-trace[.gz], *.json, *.json.gz); pass a directory "
                            "of rank traces or of their outputs") from None
 
 
 def _refuse_ranks_without_output(directory: Path, outputs: list[Path]) -> None:
     """An answer from the outputs there are would pass for the whole run's: a rank trace beside
     them without an output of its own (not written yet, or its conversion failed) is named."""
-    written = {path.name for path in outputs}
+    written = {path.name.removesuffix(GZIP_SUFFIX) for path in outputs}
     missing = sorted(path.name for path in directory.iterdir() if is_rank_trace_name(path.name) and
                      not any(default_output_path(path, tag).name in written for tag in ("", COMPACTED_TAG)))
     if missing:

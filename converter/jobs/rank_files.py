@@ -27,7 +27,7 @@ def default_merge_output(inputs: list[Path], group: int, groups: int) -> Path:
 
 
 # The names default_merge_output gives: files that hold many ranks, not one rank's trace.
-MERGED_OUTPUT_NAME = re.compile(r"^(pp_traces|pp_group\d+)_merged\.perfetto-trace$")
+MERGED_OUTPUT_NAME = re.compile(r"^(pp_traces|pp_group\d+)_merged\.perfetto-trace(\.gz)?$")
 
 
 def find_rank_files(inputs: list[Path]) -> list[Path]:

@@ -20,7 +20,7 @@ from ..engine.pp import NO_PP, Block, BlockKey, find_blocks, link_rank_local
 from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bounds
 from ..errors import CgtraceError
 from ..fileio.args_file import FileArgsStore
-from ..fileio.atomic import AtomicFiles, check_output_path, write_failed
+from ..fileio.atomic import GZIP_SUFFIX, AtomicFiles, check_output_path, write_failed
 from ..heap import input_read, keep_to_the_end
 from ..inputs.kineto_reader import read_trace
 from ..lane_rules import LaneRules, load_lane_rules
@@ -32,6 +32,7 @@ from ..tuning import DEFAULT_TUNING, Tuning
 from .verify import Expected, verify_output
 
 PERFETTO_SUFFIX = ".perfetto-trace"
+PERFETTO_NAMES = (PERFETTO_SUFFIX, PERFETTO_SUFFIX + GZIP_SUFFIX)  # what a Perfetto output may be called
 PROFILER_OUTPUT = (".json", ".json.gz")  # what our reader reads; anything else goes to trace_processor as it is
 SUFFIXES = {"perfetto": PERFETTO_SUFFIX, "json": ".json"}
 COMPACTED_TAG = "_compacted"  # what compact adds to an output's name (convert adds nothing)
