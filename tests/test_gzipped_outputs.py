@@ -5,6 +5,7 @@ by `report DIR` beside plain outputs. Plain stays the default (docs/performance.
 from __future__ import annotations
 
 import gzip
+from pathlib import Path
 
 from converter.cli import main
 from converter.generator import write_pp_run
@@ -42,3 +43,12 @@ def test_a_merge_written_gzipped_is_reported_and_found_in_a_folder(tmp_path, cap
     answer = capsys.readouterr().out
     assert "rank0_trace.perfetto-trace.gz" in answer and "rank1_trace.perfetto-trace" in answer
     assert "pp_traces_merged" not in answer
+
+
+def test_step_files_of_a_gz_output_are_gzipped_too(tmp_path):
+    files = write_pp_run(tmp_path / "ranks", pp_size=2, microbatches=2, steps=2, seed=7)
+    written = compact_file(files[0], tmp_path / "run.perfetto-trace.gz", split_steps=True)["steps"]
+    names = [Path(entry["output"]).name for entry in written]
+    assert names == [f"run_step{entry['step']}.perfetto-trace.gz" for entry in written] and len(names) == 2
+    for entry in written:
+        assert rows(Path(entry["output"]), "select count(*) as n from slice")[0]["n"] == entry["slices"]

@@ -194,14 +194,16 @@ def _commit(files: AtomicFiles, expected: dict[Path, Expected], options: JobOpti
 
 
 def _write_steps(trace: Trace, input_path: Path, output_path: Path, options: JobOptions) -> list[dict[str, Any]]:
-    """One file per ProfilerStep, `<output stem>_step<N>.perfetto-trace` (or `.json`); all of
-    them appear (verified, where asked) or none does."""
+    """One file per ProfilerStep, `<output stem>_step<N>.perfetto-trace` (or `.json`; gzipped
+    too where the output's name says so); all of them appear (verified, where asked) or none does."""
     ranges = step_ranges(trace)
     if not ranges:
         raise CgtraceError(f"{input_path}: no ProfilerStep#N slices, so it cannot be split by step; "
                            "use --window START:END instead")
-    suffix = SUFFIXES[options.output_format]
-    stem = output_path.name[: -len(suffix)] if output_path.name.endswith(suffix) else output_path.stem
+    packed = GZIP_SUFFIX if output_path.name.endswith(GZIP_SUFFIX) else ""
+    suffix = SUFFIXES[options.output_format] + packed
+    stem = output_path.name[: -len(suffix)] if output_path.name.endswith(suffix) else \
+        output_path.name.removesuffix(packed).rsplit(".", 1)[0]
     paths = {step: output_path.with_name(f"{stem}_step{step}{suffix}") for step in sorted(ranges)}
     for path in paths.values():
         check_output_path(path, options.overwrite)
