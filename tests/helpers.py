@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import shutil
 from pathlib import Path
 from typing import Optional
 
@@ -14,6 +15,15 @@ from converter.model import roles_document
 from converter.model.roles_document import TrackEntry
 
 SHARED_TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+
+def real_pipeline_copy(name: str, tmp_path: Path) -> Path:
+    """A copy of one real torch pipelining set (its rank traces), to merge beside; skips the
+    test where ../shared is absent."""
+    source = SHARED_TRACES / "torch_pp_cpu" / name
+    if not source.is_dir():
+        pytest.skip("../shared/traces is absent")
+    return Path(shutil.copytree(source, tmp_path / name))
 
 
 def shared_trace_paths() -> list[Path]:

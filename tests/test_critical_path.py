@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-import shutil
 from collections import defaultdict
 from contextlib import redirect_stdout
 from pathlib import Path
@@ -22,7 +21,7 @@ from converter.cli import main
 from converter.generator import write_pp_run
 from converter.model import TrackRole
 
-from .helpers import SHARED_TRACES, merge_files, rows, track_roles
+from .helpers import merge_files, real_pipeline_copy, rows, track_roles
 from .oracle import load_events, to_ns
 
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -189,11 +188,7 @@ def out_html(trace: Path) -> str:
 def test_real_torch_pipelines(name, tmp_path):
     """CPU-only gloo pipelines: the path runs through CPU ops and crosses ranks where a c10d
     receive ran on from its send's end."""
-    source = SHARED_TRACES / "torch_pp_cpu" / name
-    if not source.is_dir():
-        pytest.skip("../shared/traces is absent")
-    ranks = tmp_path / name
-    shutil.copytree(source, ranks)
+    ranks = real_pipeline_copy(name, tmp_path)
     output = tmp_path / "merged.perfetto-trace"
     summary, by_rank, _ = merged_run(sorted(ranks.glob("rank*_trace.json*")), output)
     steps = path_segments(output)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import io
 import re
-import shutil
 from contextlib import redirect_stdout
 from html import escape
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 from converter.cli import main
 from converter.generator import write_pp_run
 
-from .helpers import SHARED_TRACES, merge_files
+from .helpers import merge_files, real_pipeline_copy
 from .oracle import load_events, to_ns
 from .test_report_oracle import kind, length, merged, overlap, reported
 
@@ -128,11 +127,7 @@ REAL_SETS = ["torch215_zb_pp2v2", "torch215_gpipe_pp4", "torch215_interleaved1f1
 
 @pytest.mark.parametrize("name", REAL_SETS + ["torch215_1f1b_pp4"])
 def test_real_torch_pipelines(name, tmp_path):
-    source = SHARED_TRACES / "torch_pp_cpu" / name
-    if not source.is_dir():
-        pytest.skip("../shared/traces is absent")
-    ranks = tmp_path / name
-    shutil.copytree(source, ranks)
+    ranks = real_pipeline_copy(name, tmp_path)
     output = tmp_path / "merged.perfetto-trace"
     merge_files([ranks], lambda group, groups: output)
     stages = check_pipeline(output, lambda rank: ranks / f"rank{rank}_trace.json.gz")
