@@ -10,6 +10,7 @@ from typing import Optional
 import pytest
 
 from converter import open_trace
+from converter.engine.critical_path import GROUP_NAME as CRITICAL_PATH_GROUP
 from converter.model import roles_document
 from converter.model.roles_document import TrackEntry
 
@@ -41,7 +42,9 @@ def rows(trace_path, sql: str) -> list[dict]:
 # Each GPU's lanes hang under one row of their own: a counter (its busy lanes) whose children
 # hold slices (a merged pipeline's root, a counter of busy GPUs, holds rows of rows).
 # A merged rank's CPU row is a counter with children too (its busy threads): not a GPU's.
-LANE_CONTAINERS_SQL = """select p.id from track p where p.type glob '*counter*' and p.name not glob '* · CPU*' and exists (
+# The critical path's group is a counter of rows of its own (engine/critical_path.py): not a GPU's.
+LANE_CONTAINERS_SQL = f"""select p.id from track p where p.type glob '*counter*' and p.name not glob '* · CPU*'
+                           and p.name != '{CRITICAL_PATH_GROUP}' and exists (
                            select 1 from track c join slice s on s.track_id = c.id where c.parent_id = p.id)"""
 
 
