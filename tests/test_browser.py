@@ -43,8 +43,9 @@ ROW_FACTS = """tracks => tracks.map(t => {
     return [title(t), Math.round(t.getBoundingClientRect().height), parent ? title(parent) : null,
             left.scrollWidth > left.clientWidth];
 })"""
-# Per row: its title and how many pixels of
-# its timeline are coloured (drawn data; the background and grid lines are grey).
+# Per row: its title and how many pixels of its timeline draw data: coloured, or a grey darker
+# than the grid lines (v52 draws a collapsed OS process's summary, its threads' utilisation, in
+# grey); the background is transparent, the grid lines light grey.
 DRAWN_PX = """tracks => {
     const canvas = [...document.querySelectorAll('canvas')].sort((a, b) => b.height - a.height)[0];
     const area = canvas.getBoundingClientRect(), pixels = canvas.getContext('2d');
@@ -53,8 +54,10 @@ DRAWN_PX = """tracks => {
         const data = pixels.getImageData(shell.right - area.left, row.top - area.top,
                                          row.right - shell.right, row.height).data;
         let coloured = 0;
-        for (let i = 0; i < data.length; i += 4)
-            if (Math.max(data[i], data[i + 1], data[i + 2]) - Math.min(data[i], data[i + 1], data[i + 2]) > 40) coloured++;
+        for (let i = 0; i < data.length; i += 4) {
+            const high = Math.max(data[i], data[i + 1], data[i + 2]), low = Math.min(data[i], data[i + 1], data[i + 2]);
+            if (data[i + 3] > 0 && (high - low > 40 || high < 200)) coloured++;
+        }
         return [t.querySelector('.pf-track__title-popup').textContent, coloured];
     });
 }"""
