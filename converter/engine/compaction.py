@@ -347,13 +347,17 @@ def _layer_annotation_rows(trace: Trace, gpu: GpuLanes, tuning: Tuning) -> None:
 
 
 def _copies(table: SliceTable, lane_rows: np.ndarray, annotations: np.ndarray) -> bool:
-    """Whether each annotation brackets exactly one of the lane's slices and touches no other
-    (Kineto's per-kernel ranges, a nanosecond wider): the row would copy the lane's shape."""
+    """Whether each annotation brackets exactly one of the lane's slices, which fills at least
+    half of it, and touches no other (Kineto's per-kernel ranges, a nanosecond wider): the row
+    would copy the lane's shape."""
     starts, ends = table.spans(lane_rows)  # a lane's slices never overlap: both ascending
     first, last = table.spans(annotations)
     inside = np.searchsorted(ends, last, "right") - np.searchsorted(starts, first, "left")
     touched = np.searchsorted(starts, last, "left") - np.searchsorted(ends, first, "right")
-    return bool(np.all((inside == 1) & (touched == 1)))
+    if not np.all((inside == 1) & (touched == 1)):
+        return False
+    bracketed = np.searchsorted(starts, first, "left")
+    return bool(np.all(2 * (ends[bracketed] - starts[bracketed]) >= last - first))
 
 
 def _order_children(gpu: GpuLanes, copies: set[Track]) -> None:
