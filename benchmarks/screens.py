@@ -24,9 +24,9 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.append(str(REPO))
 
-from tests.test_browser import DRAWN_PX, ROW_FACTS, TRACK, _first_screens, opened  # noqa: E402
+from tests.test_browser import (BLANK_PX, GROUP_ROWS, ROW_FACTS, TRACK, _first_screens, on_screen,  # noqa: E402
+                                rows_in_gpu_groups, opened)
 
-BLANK_PX = 100  # a row drawing fewer coloured pixels than this reads as blank
 # Opens the first row whose title names a GPU (a merged rank's, or a compacted GPU's), else the
 # first rank's row (a CPU-only merge).
 OPEN_FIRST_GPU = """() => {
@@ -36,19 +36,6 @@ OPEN_FIRST_GPU = """() => {
     row.querySelector('.pf-track__shell').click();
     return row.querySelector('.pf-track__title-popup').textContent;
 }"""
-GROUP_ROWS = """title => {
-    const row = [...document.querySelectorAll('.pf-track')].find(
-        t => t.querySelector('.pf-track__title-popup').textContent === title);
-    return [row.querySelectorAll('.pf-track').length, Math.round(row.getBoundingClientRect().height),
-            [...row.querySelectorAll('.pf-track')].map(t => t.querySelector('.pf-track__title-popup').textContent)];
-}"""
-
-
-def on_screen(page) -> list[tuple[str, int]]:
-    """(title, coloured px) of each row whose top is inside the window."""
-    tops = page.eval_on_selector_all(TRACK, "ts => ts.map(t => t.getBoundingClientRect().top)")
-    drawn = page.eval_on_selector_all(TRACK, DRAWN_PX)
-    return [(title, px) for (title, px), top in zip(drawn, tops) if 0 <= top < 1000]
 
 
 def measure(browser, what: str, trace: Path, out: Path) -> dict:
@@ -78,6 +65,7 @@ def measure(browser, what: str, trace: Path, out: Path) -> dict:
         rows = page.eval_on_selector_all(TRACK, ROW_FACTS)
         facts["all_rows"] = len(rows)
         facts["cut_titles"] = [title for title, _, _, cut in rows if cut]
+    facts["most_rows_in_a_gpu_group"] = max(map(len, rows_in_gpu_groups(browser, trace).values()), default=0)
     return facts
 
 

@@ -5,7 +5,8 @@
 
 Writes docs/before.png and docs/after.png (one CUDA-graph trace converted as it is, then compacted) and
 docs/pipeline.png (a merged 4-rank pipeline with its SEND -> RECV arrows), each opened in the
-offline Perfetto UI that `cgtrace view --offline` serves, groups expanded; and docs/report.png, the
+offline Perfetto UI that `cgtrace view --offline` serves, groups expanded (what a GPU's lanes fold
+stays folded); and docs/report.png, the
 top of that pipeline's HTML report (`cgtrace report --format html`). Names given: only those.
 """
 
@@ -33,6 +34,18 @@ DOCS = REPO / "docs"
 WIDTH = 1400
 TRACK_TITLE = ".pf-track__title-popup"
 PICTURES = ("before.png", "after.png", "pipeline.png", "report.png")
+# Expanded, every GPU's lanes show what they fold (a group's further lanes, copy-only annotation
+# rows) as well: fold those again, as a user sees a GPU opened.
+FOLD_LANES = """() => {
+    const title = t => t.querySelector('.pf-track__title-popup').textContent;
+    for (const lane of [...document.querySelectorAll('.pf-track')]) {
+        const parent = lane.parentElement.closest('.pf-track');
+        if (parent && /GPU \\d+$/.test(title(parent)) && lane.querySelector('.pf-track'))
+            lane.querySelector('.pf-track__shell').click();
+    }
+}"""
+# A click scrolls its row into view: back to the top.
+TO_TOP = "() => { for (const e of document.querySelectorAll('*')) if (e.scrollTop > 0) e.scrollTop = 0; }"
 
 
 def screenshot(browser, trace: Path, picture: Path, height: int, zoom_at: float = 0.0, zoom_ms: int = 0) -> None:
@@ -47,6 +60,11 @@ def screenshot(browser, trace: Path, picture: Path, height: int, zoom_at: float 
         page.wait_for_selector(TRACK_TITLE, state="attached", timeout=60_000)
         page.evaluate("window.waitForPerfettoIdle()")
         page.evaluate("app.commands.runCommand('dev.perfetto.ExpandAllGroups')")
+        page.evaluate("window.waitForPerfettoIdle()")
+        page.evaluate(FOLD_LANES)
+        page.evaluate("window.waitForPerfettoIdle()")
+        page.wait_for_timeout(300)
+        page.evaluate(TO_TOP)
         page.evaluate("window.waitForPerfettoIdle()")
         if zoom_ms:
             timeline_left = 480  # the sidebar and the track titles

@@ -11,6 +11,7 @@ from typing import Optional
 import pytest
 
 from converter import open_trace
+from converter.engine.critical_path import GROUP_NAME as CRITICAL_PATH_GROUP
 from converter.model import roles_document
 from converter.model.roles_document import TrackEntry
 
@@ -51,8 +52,15 @@ def rows(trace_path, sql: str) -> list[dict]:
 # Each GPU's lanes hang under one row of their own: a counter (its busy lanes) whose children
 # hold slices (a merged pipeline's root, a counter of busy GPUs, holds rows of rows).
 # A merged rank's CPU row is a counter with children too (its busy threads): not a GPU's.
-LANE_CONTAINERS_SQL = """select p.id from track p where p.type glob '*counter*' and p.name not glob '* · CPU*' and exists (
+# The critical path's group is a counter of rows of its own (engine/critical_path.py): not a GPU's.
+LANE_CONTAINERS_SQL = f"""select p.id from track p where p.type glob '*counter*' and p.name not glob '* · CPU*'
+                           and p.name != '{CRITICAL_PATH_GROUP}' and exists (
                            select 1 from track c join slice s on s.track_id = c.id where c.parent_id = p.id)"""
+# Every row of a GPU's lanes, as `under_gpu (id, gpu)`: its lanes and annotation rows, shown under
+# it or folded under one of its lanes (compaction.py's folded_under).
+UNDER_GPU_SQL = f"""with recursive under_gpu as (
+    select t.id as id, t.parent_id as gpu from track t where t.parent_id in ({LANE_CONTAINERS_SQL})
+    union all select t.id as id, u.gpu as gpu from track t join under_gpu u on t.parent_id = u.id)"""
 
 
 def track_roles(trace_path) -> list[TrackEntry]:

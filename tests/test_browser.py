@@ -43,8 +43,9 @@ ROW_FACTS = """tracks => tracks.map(t => {
     return [title(t), Math.round(t.getBoundingClientRect().height), parent ? title(parent) : null,
             left.scrollWidth > left.clientWidth];
 })"""
-# Per row: its title and how many pixels of
-# its timeline are coloured (drawn data; the background and grid lines are grey).
+# Per row: its title and how many pixels of its timeline draw data: coloured, or a grey darker
+# than the grid lines (v52 draws a collapsed OS process's summary, its threads' utilisation, in
+# grey); the background is transparent, the grid lines light grey.
 DRAWN_PX = """tracks => {
     const canvas = [...document.querySelectorAll('canvas')].sort((a, b) => b.height - a.height)[0];
     const area = canvas.getBoundingClientRect(), pixels = canvas.getContext('2d');
@@ -53,11 +54,27 @@ DRAWN_PX = """tracks => {
         const data = pixels.getImageData(shell.right - area.left, row.top - area.top,
                                          row.right - shell.right, row.height).data;
         let coloured = 0;
-        for (let i = 0; i < data.length; i += 4)
-            if (Math.max(data[i], data[i + 1], data[i + 2]) - Math.min(data[i], data[i + 1], data[i + 2]) > 40) coloured++;
+        for (let i = 0; i < data.length; i += 4) {
+            const high = Math.max(data[i], data[i + 1], data[i + 2]), low = Math.min(data[i], data[i + 1], data[i + 2]);
+            if (data[i + 3] > 0 && (high - low > 40 || high < 200)) coloured++;
+        }
         return [t.querySelector('.pf-track__title-popup').textContent, coloured];
     });
 }"""
+# Of the row titled `title`: how many rows it shows inside, its height in px, their titles.
+GROUP_ROWS = """title => {
+    const row = [...document.querySelectorAll('.pf-track')].find(
+        t => t.querySelector('.pf-track__title-popup').textContent === title);
+    return [row.querySelectorAll('.pf-track').length, Math.round(row.getBoundingClientRect().height),
+            [...row.querySelectorAll('.pf-track')].map(t => t.querySelector('.pf-track__title-popup').textContent)];
+}"""
+CLICK_ROW = """title => [...document.querySelectorAll('.pf-track')]
+    .find(t => t.querySelector('.pf-track__title-popup').textContent === title)
+    .querySelector('.pf-track__shell').click()"""
+GPU_GROUP = re.compile(r"GPU \d+$")  # a GPU's group of lanes: a compacted GPU's or a merged rank's
+SCREEN_HEIGHT = 1000  # the viewport's
+BLANK_PX = 100  # a row drawing fewer pixels than this reads as blank
+MAX_GPU_ROWS = 12  # rows an opened GPU group may show: a user reads them at once
 # A merged rank's row: "PP rank N (global G) · GPU 0" (or "rank N ..." with no PP group).
 RANK_ROW = re.compile(r"^(?:PP )?rank (\d+) \(global \d+\) · (.*)$")
 
@@ -97,7 +114,7 @@ def opened(browser, trace_path: Path) -> Iterator[Any]:
     """A page of the offline UI with the trace loaded (groups as the UI leaves them)."""
     server = TraceServer(trace_path, port=0, web_dist=find_web_dist())
     threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
-    page = browser.new_page(viewport={"width": 1600, "height": 1000})
+    page = browser.new_page(viewport={"width": 1600, "height": SCREEN_HEIGHT})
     try:
         page.goto(server.ui_url)
         page.wait_for_selector(TRACK_TITLE, state="attached", timeout=LOAD_TIMEOUT_MS)
@@ -177,11 +194,26 @@ def drawn_in_collapsed_rows(browser, trace: Path, opening: Optional[str] = None)
     is opened, the rest left as they load: what a user sees first, or after one click."""
     with opened(browser, trace) as page:
         if opening is not None:
-            page.evaluate("""title => [...document.querySelectorAll('.pf-track')]
-                .find(t => t.querySelector('.pf-track__title-popup').textContent === title)
-                .querySelector('.pf-track__shell').click()""", opening)
+            page.evaluate(CLICK_ROW, opening)
             page.evaluate("window.waitForPerfettoIdle()")
         return dict(page.eval_on_selector_all(TRACK, DRAWN_PX))
+
+
+def on_screen(page) -> list[tuple[str, int]]:
+    """(title, drawn px) of each row whose top is inside the window."""
+    tops = page.eval_on_selector_all(TRACK, "ts => ts.map(t => t.getBoundingClientRect().top)")
+    drawn = page.eval_on_selector_all(TRACK, DRAWN_PX)
+    return [(title, px) for (title, px), top in zip(drawn, tops) if 0 <= top < SCREEN_HEIGHT]
+
+
+def rows_in_gpu_groups(browser, trace: Path) -> dict[str, list[str]]:
+    """Each GPU group opened (as a user clicks it; what it folds stays folded): its rows' titles."""
+    with opened(browser, trace) as page:
+        groups = [title for title, _ in page.eval_on_selector_all(TRACK, DRAWN_PX) if GPU_GROUP.search(title)]
+        for title in groups:
+            page.evaluate(CLICK_ROW, title)
+            page.evaluate("window.waitForPerfettoIdle()")
+        return {title: page.evaluate(GROUP_ROWS, title)[2] for title in groups}
 
 
 def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, rows_in_ui, browser, tmp_path):
@@ -356,13 +388,17 @@ def _first_screens(tmp_path: Path) -> Iterator[tuple[str, Path]]:
 
 
 def test_every_first_screen_row_draws_and_no_title_is_cut(rows_in_ui, browser, tmp_path):
-    """As loaded, every row on screen draws something (no blank bookkeeping or CPU row; an OS
-    process of a compacted trace aside, which v52 draws from its threads only when opened);
-    opened, no title is cut and none shows an id twice."""
+    """On each of the four outputs: as loaded, every row on the first screen draws something (no
+    blank bookkeeping, CPU or OS process row); an opened GPU group shows at most MAX_GPU_ROWS
+    rows (a group's further lanes and copy-only annotation rows fold under its lanes); with
+    every group expanded, no title is cut and none shows an id twice."""
     for what, trace in _first_screens(tmp_path):
-        drawn = drawn_in_collapsed_rows(browser, trace)
-        blank = [title for title, px in drawn.items() if px < 100 and not re.search(r" -?\d+$", title)]
-        assert blank == [], (what, drawn)
+        with opened(browser, trace) as page:
+            first = on_screen(page)
+        assert first and [title for title, px in first if px < BLANK_PX] == [], (what, first)
+        groups = rows_in_gpu_groups(browser, trace)
+        assert all(0 < len(titles) <= MAX_GPU_ROWS for titles in groups.values()), (what, groups)
+        assert groups or what == "cpu pipeline", what
         shown, _ = rows_in_ui(trace)
         assert [row.title for row in shown if row.cut] == [], what
         twice = [row.title for row in shown if re.search(r"(-?\d{3,})\D+\1$", row.title)]  # a tid, twice

@@ -14,16 +14,16 @@ from converter.generator import GeneratorConfig, pipeline_schedule, write_trace
 from converter.lane_rules import load_lane_rules
 from .helpers import compact_file
 
-from .helpers import LANE_CONTAINERS_SQL, problem_stats, rows, shared_trace_param, shared_trace_paths, track_roles
+from .helpers import UNDER_GPU_SQL, problem_stats, rows, shared_trace_param, shared_trace_paths, track_roles
 from .oracle import expected_from, load_events
 from .test_convert_roundtrip import actual_flows, actual_slices
 
 RULES = load_lane_rules()
 ANNOTATION_CATEGORIES = ("gpu_user_annotation", "cuda_graph_label")
 PP_NAME = re.compile(r"^PP:(\d+)([A-Z_]+?)(\d*)$")
-LANE_SQL = f"""
-    select t.id, t.name, t.parent_id gpu, extract_arg(t.source_arg_set_id, 'sibling_order_rank') rank
-    from track t where t.parent_id in ({LANE_CONTAINERS_SQL})"""
+LANE_SQL = f"""{UNDER_GPU_SQL}
+    select t.id, t.name, u.gpu, extract_arg(t.source_arg_set_id, 'sibling_order_rank') rank
+    from track t join under_gpu u using (id)"""
 
 
 def compact(tmp_path: Path, source: Path, **options) -> tuple[Path, dict]:
@@ -98,16 +98,40 @@ def assert_compacted_correctly(source: Path, output: Path, summary: dict) -> Non
 
 def assert_lane_order(output: Path) -> None:
     """Within each GPU, as the UI orders them (its own SQL module): groups in rule order, lanes by
-    number, annotation rows right above their lane."""
+    number, annotation rows right above their lane. A row folded under a lane (shown a click
+    away) is one of the group's further lanes, under its first, or an annotation row of that
+    lane, read as if above it."""
     ordered = rows(output, f"""
         include perfetto module viz.summary.track_event;
-        select g.name, g.parent_id gpu from _track_event_tracks_ordered_groups g
-        where g.parent_id in ({LANE_CONTAINERS_SQL}) order by gpu, g.order_id""")
+        {UNDER_GPU_SQL}
+        select u.id, g.name, g.parent_id parent, u.gpu from _track_event_tracks_ordered_groups g
+        join under_gpu u on u.id = cast(g.track_ids as int) order by g.order_id""")
+    children = defaultdict(list)
+    for row in ordered:
+        children[row["parent"]].append(row)
+
+    def shown(parent: int) -> list[str]:
+        """The rows under `parent`, in display order, a lane's own annotation rows before it."""
+        names = []
+        for row in children[parent]:
+            folded = children[row["id"]]
+            own = [c for c in folded if lane_name_parts(c["name"])[2] and
+                   lane_name_parts(c["name"])[:2] == lane_name_parts(row["name"])[:2]]
+            further = [c for c in folded if c not in own]
+            assert all(lane_name_parts(c["name"])[0] == lane_name_parts(row["name"])[0] for c in further)
+            assert not further or lane_name_parts(row["name"])[1:] == (1, False)  # under the group's first lane
+            names += [c["name"] for c in own] + [row["name"]] + shown_rows(further)
+        return names
+
+    def shown_rows(rows_: list[dict]) -> list[str]:
+        names = []
+        for row in rows_:
+            names += [c["name"] for c in children[row["id"]]] + [row["name"]]
+        return names
+
     group_rank = {group.label: index for index, group in enumerate(RULES.groups)}
-    by_gpu = defaultdict(list)
-    for lane in ordered:
-        by_gpu[lane["gpu"]].append(lane["name"])
-    for names in by_gpu.values():
+    for gpu in {row["gpu"] for row in ordered}:
+        names = shown(gpu)
         keys = []
         for position, name in enumerate(names):
             group, number, is_annotation = lane_name_parts(name)

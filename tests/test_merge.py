@@ -24,19 +24,27 @@ from converter.tuning import Tuning
 
 MERGE_MODULE = importlib.import_module("converter.jobs.merge")  # `converter.jobs.merge` is also a function
 
-from .helpers import LANE_CONTAINERS_SQL, SHARED_TRACES, problem_stats, require_shared_traces, rows, track_roles
+from .helpers import (LANE_CONTAINERS_SQL, SHARED_TRACES, UNDER_GPU_SQL, problem_stats, require_shared_traces, rows,
+                      track_roles)
 from .test_convert_roundtrip import actual_slices
 
 RANK = re.compile(r"^(?:PP )?rank (\d+) \(global (\d+)\)")
-ARROWS_SQL = """
+# Each track's rank row: itself or the row above it titled after a rank (a GPU's lanes may sit
+# under one of its lanes, folded).
+RANK_ROWS_SQL = """
+    with recursive up(track_id, ancestor, name) as (
+        select id, parent_id, name from track
+        union all
+        select up.track_id, t.parent_id, t.name from up join track t on t.id = up.ancestor)
+    , rank_rows as (select track_id, min(name) name from up where name glob '*rank * (global *)*' group by track_id)"""
+ARROWS_SQL = RANK_ROWS_SQL + """
     select so.name src, si.name dst, so.ts sts, so.dur sdur, si.ts dts, si.dur ddur, si.category dcat,
-           coalesce(ps.name, ts_.name) src_rank, coalesce(pd.name, td.name) dst_rank,
+           rs.name src_rank, rd.name dst_rank,
            (select r.name from slice r where r.track_id = si.track_id and r.name glob 'PP:*RECV*'
               and r.ts <= si.ts and si.ts <= r.ts + r.dur order by r.ts desc limit 1) dst_receive
     from flow f
     join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id
-    join track ts_ on so.track_id = ts_.id left join track ps on ts_.parent_id = ps.id
-    join track td on si.track_id = td.id left join track pd on td.parent_id = pd.id
+    left join rank_rows rs on rs.track_id = so.track_id left join rank_rows rd on rd.track_id = si.track_id
     where so.name glob 'PP:*' and (si.name glob 'PP:*' or si.name glob 'arrival of PP:*')"""
 
 
@@ -88,7 +96,8 @@ def assert_root_counts_busy_gpus(output, root: str) -> None:
     compute = ",".join(str(r.uuid) for r in track_roles(output)
                        if r.role is TrackRole.LANE and r.kind is LaneKind.COMPUTE)
     checked = rows(output, f"""
-        with lanes as (select t.id, t.parent_id gpu from track t where {TRACK_UUID} in ({compute})),
+        {UNDER_GPU_SQL}, lanes as (select u.id, u.gpu from under_gpu u join track t on t.id = u.id
+                                   where {TRACK_UUID} in ({compute})),
         busy as (select s.ts, s.ts + s.dur as end_ts, l.gpu from slice s join lanes l on s.track_id = l.id
                  where s.dur > 0)
         select c.ts, c.value, (select count(distinct b.gpu) from busy b where b.ts <= c.ts and c.ts < b.end_ts) gpus,
@@ -163,11 +172,10 @@ def test_stage_less_gpipe_annotations_get_stage_to_stage_arrows(tmp_path):
     assert summary["pp_annotations"] == ["stage-less"]
     assert (summary["pp_stage_dependency_pairs"], summary["pp_stage_dependency_unmatched"]) == (expected, 0)
     assert summary["pp_send_recv_pairs"] == summary["pp_compute_dependency_pairs"] == 0
-    arrows = rows(output, """
-        select so.name src, si.name dst, coalesce(ps.name, '') src_rank, coalesce(pd.name, '') dst_rank
+    arrows = rows(output, RANK_ROWS_SQL + """
+        select so.name src, si.name dst, coalesce(rs.name, '') src_rank, coalesce(rd.name, '') dst_rank
         from flow f join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id
-        join track ts_ on so.track_id = ts_.id left join track ps on ts_.parent_id = ps.id
-        join track td on si.track_id = td.id left join track pd on td.parent_id = pd.id
+        left join rank_rows rs on rs.track_id = so.track_id left join rank_rows rd on rd.track_id = si.track_id
         where (so.name glob 'Forward *' or so.name glob 'Backward *') and si.name = so.name""")
     assert len(arrows) == expected
     for arrow in arrows:

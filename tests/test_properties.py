@@ -35,7 +35,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from converter import open_trace
-from .helpers import LANE_CONTAINERS_SQL, compact_file, convert_file
+from .helpers import UNDER_GPU_SQL, compact_file, convert_file
 
 from .oracle import expected_from
 
@@ -332,16 +332,15 @@ HALF_FLOWS_SQL = "select count(*) n from flow where slice_out is null or slice_i
 FLOWS_SQL = """select so.name sn, so.ts sts, si.name dn, si.ts dts from flow f
                join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id"""
 LANE_OVERLAP_SQL = f"""
-    with lanes as (
-      select t.id from track t
-      where t.parent_id in ({LANE_CONTAINERS_SQL}) and t.name not like '% annotations%')
+    {UNDER_GPU_SQL}, lanes as (
+      select t.id from track t join under_gpu using (id) where t.name not like '% annotations%')
     select s.track_id, s.name, s.ts, s.dur, s.depth, s.next_ts from (
       select track_id, name, ts, dur, depth,
              lead(ts) over (partition by track_id order by ts, dur) next_ts
       from slice where track_id in (select id from lanes)) s
     where s.depth > 0 or s.next_ts < s.ts + s.dur"""
-LANE_COUNT_SQL = f"""select count(*) n from track t
-                     where t.parent_id in ({LANE_CONTAINERS_SQL}) and t.name not like '% annotations%'"""
+LANE_COUNT_SQL = f"""{UNDER_GPU_SQL} select count(*) n from track t join under_gpu using (id)
+                     where t.name not like '% annotations%'"""
 
 
 def tp_value(value):

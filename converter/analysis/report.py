@@ -170,6 +170,13 @@ class _Trace:
         names = {track_id: name for track_id, _, name, _, _ in tracks}
         own_upid = {track_id: upid for track_id, _, _, upid, _ in tracks}
 
+        def shown_in(track_id: int) -> Optional[int]:
+            """The row a track sits in, past the lanes the UI folds rows under."""
+            parent = parents.get(track_id)
+            while parent is not None and _lane_group(roles.by_uuid.get(uuids[parent])) is not None:
+                parent = parents.get(parent)
+            return parent
+
         def owner(track_id: int) -> Optional[int]:
             ancestor: Optional[int] = track_id
             seen: set[int] = set()
@@ -178,7 +185,8 @@ class _Trace:
                     return own_upid[ancestor]
                 seen.add(ancestor)
                 ancestor = parents.get(ancestor)
-            return None if parents.get(track_id) is None else -1 - parents[track_id]
+            parent = shown_in(track_id)
+            return None if parent is None else -1 - parent
 
         owned = []
         for track_id, _, _, _, uuid in tracks:

@@ -13,7 +13,7 @@ where it is, counted once.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from itertools import repeat
 from typing import Iterable, Iterator, Optional
 
@@ -29,6 +29,8 @@ OTHER_WORK = 0.5  # ... while only communication, memory or other work runs
 GPU_SCALE = CounterScale(unit="= computing (½: other work)", shared_by="gpu")
 CPU_SCALE = CounterScale(unit="threads busy", shared_by="cpu")
 ROOT_SCALE = CounterScale(unit="% computing", shared_by="root")
+# A merge's critical path row: what the path does (a wait on it is 0), on the GPU rows' scale.
+PATH_SCALE = CounterScale(unit="= computing (½: transfer, launch)", shared_by="gpu")
 
 
 def _container(track: Track) -> Optional[Track]:
@@ -48,6 +50,22 @@ def running_totals(changes: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
         else:
             totals.append((ts, total))
     return totals
+
+
+def highest_levels(spans: Iterable[tuple[int, int, float]]) -> list[tuple[int, float]]:
+    """(ts, level) wherever the highest level among the (start, end, level) spans running
+    changes, 0 where none runs; at one time ends count before starts."""
+    running: Counter[float] = Counter()
+    samples: list[tuple[int, float]] = []
+    for ts, change, level in sorted((ts, change, level) for start, end, level in spans if end > start
+                                    for ts, change in ((start, 1), (end, -1))):
+        running[level] += change
+        top = max((known for known, count in running.items() if count > 0), default=0.0)
+        if samples and samples[-1][0] == ts:
+            samples.pop()
+        if not samples or samples[-1][1] != top:
+            samples.append((ts, top))
+    return samples
 
 
 def add_busy_lanes(trace: Trace) -> None:

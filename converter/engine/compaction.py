@@ -336,24 +336,48 @@ def _layer_annotation_rows(trace: Trace, gpu: GpuLanes, tuning: Tuning) -> None:
     first_rows = {rows[0]: lane for lane, rows in gpu.annotation_rows.items()}
     tracks = table.track
     on_first_rows = np.flatnonzero(table.track_mask(first_rows.__contains__)[tracks])
+    copies = set()
     for first_row, at in grouped_in_order(tracks[on_first_rows]):  # rows in the order their slices first come
         lane = first_rows[table.tracks[first_row]]
+        if _copies(table, gpu.lane_slices[lane], on_first_rows[at]):
+            copies.add(lane)
         for depth, layer in enumerate(nested_layers(table, on_first_rows[at], tuning), start=1):
             table.move(layer, _annotation_row(trace, gpu, lane, depth))
-    _order_children(gpu)
+    _order_children(gpu, copies)
 
 
-def _order_children(gpu: GpuLanes) -> None:
+def _copies(table: SliceTable, lane_rows: np.ndarray, annotations: np.ndarray) -> bool:
+    """Whether each annotation brackets exactly one of the lane's slices, which fills at least
+    half of it, and touches no other (Kineto's per-kernel ranges, a nanosecond wider): the row
+    would copy the lane's shape."""
+    starts, ends = table.spans(lane_rows)  # a lane's slices never overlap: both ascending
+    first, last = table.spans(annotations)
+    inside = np.searchsorted(ends, last, "right") - np.searchsorted(starts, first, "left")
+    touched = np.searchsorted(starts, last, "left") - np.searchsorted(ends, first, "right")
+    if not np.all((inside == 1) & (touched == 1)):
+        return False
+    bracketed = np.searchsorted(starts, first, "left")
+    return bool(np.all(2 * (ends[bracketed] - starts[bracketed]) >= last - first))
+
+
+def _order_children(gpu: GpuLanes, copies: set[Track]) -> None:
     """Lanes in group order, each lane's annotation rows directly above it, numbered top-down
-    ("Compute annotations", "Compute annotations 2", "Compute") so the eye reads them in order."""
+    ("Compute annotations", "Compute annotations 2", "Compute") so the eye reads them in order.
+    Opening a GPU shows a row per lane group and the annotation rows that add something; a
+    click on a lane shows what is folded under it: its group's further lanes (there only
+    where its slices overlap) and annotation rows that copy a lane (`copies`)."""
     rank = 0
     for lanes in gpu.lanes.values():
         for lane in lanes:
+            shown_under = None if lane is lanes[0] else lanes[0]
             for row in gpu.annotation_rows.get(lane, []):
                 rank += 1
-                row.order = rank
+                row.order, row.folded_under = rank, lane if lane in copies else shown_under
             rank += 1
-            lane.order = rank
+            lane.order, lane.folded_under = rank, shown_under
+        lanes[0].orders_children = len(lanes) > 1 or lanes[0] in copies
+        for lane in lanes[1:]:
+            lane.orders_children = lane in copies
 
 
 def _flow_endpoints_on_lanes(trace: Trace, per_gpu: list[GpuLanes]) -> int:

@@ -20,13 +20,15 @@ from typing import NamedTuple, Optional
 import msgspec
 import numpy as np
 
-from ..model import RankIdentity, Trace, Track, TrackRole
-from .work_graph import KINDS, TRANSFER, WAIT, RankWork
+from ..model import CounterSample, RankIdentity, Trace, Track, TrackRole
+from .activity import COMPUTING, OTHER_WORK, PATH_SCALE, highest_levels
+from .work_graph import COMPUTE, KINDS, LAUNCH, TRANSFER, WAIT, RankWork
 
 CATEGORY = "critical_path"
-GROUP_NAME = "Critical path (per step, across ranks)"
+GROUP_NAME = "Critical path (per step)"  # short: a counter's row has less room for its title
 IN_FLIGHT = "in flight"  # a transfer between its send's end and its arrival
 _ROWS_PER_RANK = 16  # a rank's rows in the group: its own, then overlap layers
+_LEVELS = {COMPUTE: COMPUTING, TRANSFER: OTHER_WORK, LAUNCH: OTHER_WORK, WAIT: 0.0}  # the group row's counter
 
 
 class Segment(NamedTuple):
@@ -172,7 +174,11 @@ def add_path_tracks(root: Trace, parent: Track, paths: list[StepPath], ranks: li
     (its overlap layer). How many slices."""
     if not paths:
         return 0
-    group = root.add_track(Track(name=GROUP_NAME, parent=parent, orders_children=True))
+    # Collapsed, the group's own row draws what the path does, a counter: a row of rows draws nothing.
+    group = root.add_track(Track(name=GROUP_NAME, parent=parent, orders_children=True, is_counter=True,
+                                 scale=PATH_SCALE))
+    root.counters += [CounterSample(ts, level, group) for ts, level in highest_levels(
+        (segment.start, segment.end, _LEVELS[segment.kind]) for path in paths for segment in path.segments)]
     layers: dict[int, list[tuple[Track, int]]] = {}  # position -> its rows and where each row's slices end
     encoder = msgspec.json.Encoder()
     count = 0

@@ -179,7 +179,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         RankIdentity(plan.pp_rank, plan.global_rank, plan.in_pp_group) for plan in plans])
     expected = Expected(sum(part.expected.slices for part in parts) + path_slices,
                         sum(part.expected.flows for part in parts) + cross_rank_arrows,
-                        sum(part.expected.counter_samples for part in parts) + len(busy_gpus))
+                        sum(part.expected.counter_samples for part in parts) + len(root.counters))
     verified: dict[str, int] = {}
 
     def check(temporary: Path, target: Path) -> None:

@@ -125,6 +125,9 @@ class Track:
     or neither (a global track) describes where it lives; `parent` nests it under another
     track, and `order` ranks it among its siblings. `home` is the track an overlap track or an
     annotation row belongs to (its layer counts from 1), `group` a lane's lane group.
+    `folded_under` is for display only: the row the UI shows it under, a click away (a
+    GPU's further lanes and copy-only annotation rows, compaction.py); `parent` stays its
+    place for every reader.
     """
 
     name: str
@@ -138,6 +141,7 @@ class Track:
     group: Optional[LaneGroup] = None
     home: Optional["Track"] = None
     layer: int = 0
+    folded_under: Optional["Track"] = None
     # Fixed uuid for a track shared by several writers into one file (a merge's root track).
     uuid: Optional[int] = None
     scale: Optional[CounterScale] = None  # a counter's unit and shared y scale, where it has them

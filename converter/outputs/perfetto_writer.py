@@ -112,8 +112,9 @@ class PerfettoWriter:
                 varint_field(ThreadDescriptor.TID, thread.tid) + \
                 string_field(ThreadDescriptor.THREAD_NAME, thread.display_name)
             return body + bytes_field(TrackDescriptor.THREAD, descriptor)
-        if track.parent is not None:
-            body += varint_field(TrackDescriptor.PARENT_UUID, _uuid_of(track.parent, uuids))
+        shown_under = track.folded_under or track.parent
+        if shown_under is not None:
+            body += varint_field(TrackDescriptor.PARENT_UUID, _uuid_of(shown_under, uuids))
         elif track.process is not None:
             body += varint_field(TrackDescriptor.PARENT_UUID, process_uuids[id(track.process)])
         body += string_field(TrackDescriptor.NAME, track.name) + _SIBLING_MERGE_NONE
