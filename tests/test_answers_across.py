@@ -78,15 +78,17 @@ def test_two_outputs_of_one_global_rank_are_named_both(run_dir, tmp_path, args):
                             "hold global rank 0; move one of them out", tmp_path, before)
 
 
-def test_two_rank_traces_of_one_global_rank_are_named_both(run_dir, tmp_path):
+@pytest.mark.parametrize("args", [("report",), ("query", COUNT)], ids=["report", "query"])
+def test_two_rank_traces_of_one_global_rank_are_named_both(run_dir, tmp_path, args):
     folder = tmp_path / "ranks"
     folder.mkdir()
     shutil.copy(run_dir / "rank0_trace.json", folder / "rank0_trace.json")
     shutil.copy(run_dir / "rank0_trace.json", folder / "rank9_trace.json")  # its header says rank 0
     before = snapshot(tmp_path)
 
-    assert_clean_error(run_cli(tmp_path, "report", "ranks", "--jobs", "2"),
-                       "ranks: rank0_trace.json and rank9_trace.json both hold global rank 0", tmp_path, before)
+    assert_clean_error(run_cli(tmp_path, args[0], "ranks", *args[1:], "--jobs", "2"),
+                       "ranks: rank0_trace.json and rank9_trace.json both hold global rank 0; move one of them out",
+                       tmp_path, before)
 
 
 @pytest.mark.parametrize("args", [("report",), ("query", COUNT)], ids=["report", "query"])

@@ -273,7 +273,7 @@ def test_an_unreachable_scheduler_is_one_line_naming_it(monkeypatch):
     monkeypatch.setenv(executors.SCHEDULER_ENV, address)
     assert executors.scheduler_address(None) == address
     with pytest.raises(CgtraceError) as raised:
-        with executors.open_workers(1, executors.scheduler_address(None), connect_timeout_s=1):
+        with executors.open_workers(1, executors.scheduler_address(None), identity_s=1):
             pass
     message = raised.value.message
     assert "\n" not in message and address in message and "cannot reach the Dask scheduler" in message
@@ -351,7 +351,7 @@ def test_a_workers_address_is_refused_as_no_scheduler(cluster):
     _, client = cluster
     worker = next(iter(client.scheduler_info()["workers"]))
     with pytest.raises(CgtraceError) as raised:
-        with executors.open_workers(1, worker, connect_timeout_s=5):
+        with executors.open_workers(1, worker, identity_s=5):
             pass
     assert worker in raised.value.message and "no Dask scheduler (it calls itself Worker)" in raised.value.message
 
