@@ -298,6 +298,14 @@ class Dashboard(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class AnswersHttp(socketserver.BaseRequestHandler):
+    """Answers whatever comes with an HTTP error at once, as many web servers do."""
+
+    def handle(self) -> None:
+        self.request.recv(4096)
+        self.request.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
 @contextmanager
 def listening(handler: type[socketserver.BaseRequestHandler]) -> Iterator[str]:
     """`handler` served on 127.0.0.1, for a minute at most, and its address."""
@@ -320,10 +328,11 @@ def listening(handler: type[socketserver.BaseRequestHandler]) -> Iterator[str]:
 
 
 @needs_dask
-@pytest.mark.parametrize("handler", [Silent, Dashboard])
+@pytest.mark.parametrize("handler", [Silent, Dashboard, AnswersHttp])
 @pytest.mark.parametrize("command", ["compact", "merge", "report", "query"])
 def test_a_listener_that_is_no_scheduler_is_refused_in_one_line_within_15_s(ranks, tmp_path, handler, command):
-    """Dask's connect bounds the TCP connect but not the handshake after it, so these hung Client()."""
+    """Dask's connect bounds the TCP connect but not the handshake after it, so the first two
+    hung Client(); an HTTP answer, read as a frame's length, was "out of memory"."""
     output = tmp_path / ("out" if command == "compact" else "merged.perfetto-trace")
     if command == "compact":
         output.mkdir()
@@ -341,6 +350,8 @@ def test_a_listener_that_is_no_scheduler_is_refused_in_one_line_within_15_s(rank
     assert took < 15
     lines = err.splitlines()
     assert len(lines) == 1 and address in lines[0] and "check the address" in lines[0], err[-1500:]
+    if handler is AnswersHttp:
+        assert "(its reply is in another protocol, HTTP perhaps)" in lines[0], lines[0]
     assert (snapshot(tmp_path), snapshot(ranks)) == before
     with pytest.raises(ProcessLookupError):  # nothing it started is left running
         os.killpg(run.pid, 0)

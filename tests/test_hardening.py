@@ -172,8 +172,10 @@ def test_split_steps_checks_only_the_files_it_writes(tmp_path):
 
     assert run.returncode == 0, run.stderr[-1500:]
     assert unsplit.read_text() == "an earlier compact, not split"
-    assert sorted(p.name for p in tmp_path.glob("*_step*")) == ["trace_compacted_step1.perfetto-trace",
-                                                                 "trace_compacted_step2.perfetto-trace"]
+    written = ["trace_compacted_step1.perfetto-trace", "trace_compacted_step2.perfetto-trace"]
+    assert sorted(p.name for p in tmp_path.glob("*_step*")) == written
+    summary = json.loads(run.stdout)  # names the files written, not the base
+    assert "output" not in summary and [Path(step["output"]).name for step in summary["steps"]] == written
     before = snapshot(tmp_path)
     assert_clean_error(run_cli(tmp_path, "compact", source, "--split-steps"),
                        "trace_compacted_step1.perfetto-trace: already exists", tmp_path, before)
@@ -203,15 +205,16 @@ def test_a_pp_pattern_whose_stage_takes_text_is_refused_in_one_line(tmp_path, co
                        "lanes.toml: pp_pattern's stage group took 'x' from 'PP:xF1'", tmp_path, before)
 
 
+@pytest.mark.parametrize("command", ["convert", "compact"])
 @pytest.mark.parametrize("overwrite", [(), ("--overwrite",)], ids=["plain", "overwrite"])
-def test_two_rank_files_for_one_output_are_refused_naming_both(tmp_path, overwrite):
+def test_two_rank_files_for_one_output_are_refused_naming_both(tmp_path, overwrite, command):
     traces = tmp_path / "traces"
     traces.mkdir()
     (traces / "rank0_trace.json").write_text(json.dumps(TWO_STEPS))
     (traces / "rank0_trace.json.gz").write_bytes(gzip.compress(json.dumps(TWO_STEPS).encode()))
     before = snapshot(tmp_path)
 
-    run = run_cli(tmp_path, "compact", traces, *overwrite)
+    run = run_cli(tmp_path, command, traces, *overwrite)
 
     assert_clean_error(run, "rank0_trace.json and ", tmp_path, before)
     assert "rank0_trace.json.gz: both would be written to" in run.stderr

@@ -152,8 +152,12 @@ def _check_scheduler(scheduler: str, timeout_s: float) -> None:
                            "check the address (the scheduler's port, not its dashboard) or leave out --scheduler")
     if isinstance(reply, OSError):  # refused, unreachable, or closed by what answered
         raise _unreachable(scheduler, reply)
-    kind = reply.get("type") if isinstance(reply, dict) else type(reply).__name__
-    what = _first_line(reply) if isinstance(reply, BaseException) else f"it calls itself {kind}"
+    if isinstance(reply, MemoryError):  # the length of a Dask frame read from the bytes of another protocol
+        what = "its reply is in another protocol, HTTP perhaps"
+    elif isinstance(reply, BaseException):
+        what = _first_line(reply)
+    else:
+        what = f"it calls itself {reply.get('type') if isinstance(reply, dict) else type(reply).__name__}"
     raise CgtraceError(f"--scheduler {scheduler}: what answered there is no Dask scheduler ({what}); check the "
                        "address (the scheduler's port, not its dashboard or a worker's) or leave out --scheduler")
 
