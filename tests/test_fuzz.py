@@ -1,5 +1,10 @@
 """Fuzzing the command line with mutated and truncated traces: never a traceback, a hang or a partial file.
 
+The hostile corpus runs, the same way, the inputs an adversarial run once got through: lanes
+files that unroll to 10^9 items or nest 1,000 deep, a pp_pattern stage that takes text or
+terminal controls, names full of ESC/BEL/OSC-52 sequences, a 5,000-digit baseTimeNanoseconds.
+Every run is held to 2 GB of address space, and none may print a control character.
+
 Option fuzzing (the last test) runs random values of --window, --steps, --ranks, --jobs,
 --pp-group and -o targets, and merges of ranks whose distributedInfo fields hold weird values,
 judged the same way.
