@@ -112,3 +112,19 @@ def test_a_rank_that_fails_while_answering_is_named_and_leaves_no_scratch(run_di
     assert list((tmp_path / "tmp").iterdir()) == []
     assert sorted(p.name for p in folder.iterdir()) == ["rank0_trace.json", "rank1_trace.json", "rank2_trace.json",
                                                         "rank3_trace.json"]
+
+
+def test_rows_from_profiler_output_carry_the_rank_its_header_names(run_dir, tmp_path):
+    """Each rank trace is converted to answer from, and the converted trace records the global
+    rank of its distributedInfo, as a compacted one does (it was NULL, so duplicates passed)."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    names = ["rank0_trace.json", "rank1_trace.json", "rank3_trace.json"]
+    for name in names:
+        shutil.copy(run_dir / name, folder / name)
+    headers = {name: json.loads((folder / name).read_text())["distributedInfo"]["rank"] for name in names}
+
+    run = run_cli(tmp_path, "query", "ranks", COUNT, "--format", "json", "--jobs", "2")
+
+    assert run.returncode == 0, run.stderr[-1500:]
+    assert {row["file"]: row["rank"] for row in json.loads(run.stdout)} == headers

@@ -495,12 +495,11 @@ def hostile_cases(generated: bytes) -> list[Case]:
     escaped = json.dumps(CONTROLS)[1:-1].encode()
     named = _NAME_START.sub(lambda m: m.group(0) + escaped, generated)
     raw = _NAME_START.sub(lambda m: m.group(0) + b"\x1b]52;c;eA==\x07\x1b[2J", generated, count=3)
+    long_base = {"number": "@@9x5000@@", "text": "9" * 5000}
     cases = [Case("names with terminal controls#0", named, "trace.json"),
              Case("names with raw control bytes#0", raw, "trace.json"),
-             Case("baseTimeNanoseconds of 5,000 digits#0", _with_events(generated, [], baseTimeNanoseconds="@@9x5000@@"),
-                  "trace.json"),
-             Case("baseTimeNanoseconds of 5,000 digits#1", _with_events(generated, [], baseTimeNanoseconds="9" * 5000),
-                  "trace.json")]
+             *(Case(f"baseTimeNanoseconds of 5,000 digits#{form}", _with_events(generated, [], baseTimeNanoseconds=base),
+                    "trace.json") for form, base in long_base.items())]
     for number, (label, lanes) in enumerate(HOSTILE_LANES.items()):
         stage = CONTROLS if "control" in label else "x"
         cases.append(Case(f"lanes {label}#{number}", _with_events(generated, _pp_annotations(stage)), "trace.json",

@@ -124,8 +124,9 @@ def _check_scheduler(scheduler: str, timeout_s: float) -> None:
     waits for ever on a listener that accepts and never answers (an HTTP server, the dashboard's
     port, waits as long for a request line Dask never sends), and reads an HTTP reply as a frame
     count, a MemoryError. Hence an identity call of our own first, under a deadline that a
-    thread's join enforces even where cancelling would not reach (a slow name lookup). Schemes other than tcp:// need settings cgtrace cannot pass (TLS certificates,
-    UCX), so they are refused before any connecting."""
+    thread's join enforces even where cancelling would not reach (a slow name lookup). Schemes
+    other than tcp:// need settings cgtrace cannot pass (TLS certificates, UCX), so they are
+    refused before any connecting."""
     import asyncio
 
     from distributed.comm import parse_address, parse_host_port
