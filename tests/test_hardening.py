@@ -224,11 +224,18 @@ OSC_52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
 HOSTILE_NAME = f"k{OSC_52}\x1b[2J\x9b31m\x7f"
 
 
+def _hostile_kernel(dur: int) -> str:
+    return json.dumps({"traceEvents": [
+        {"name": HOSTILE_NAME, "cat": "kernel", "ph": "X", "ts": 10, "dur": dur, "pid": 1, "tid": 7, "args": {"device": 0}}]})
+
+
 @pytest.fixture(scope="module")
 def hostile_trace(tmp_path_factory) -> Path:
+    """A kernel named to set the clipboard and clear the screen, and beside it (slower.json)
+    the same kernel slower, which a diff names in its findings."""
     path = tmp_path_factory.mktemp("hostile") / "trace.json"
-    path.write_text(json.dumps({"traceEvents": [
-        {"name": HOSTILE_NAME, "cat": "kernel", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 7, "args": {"device": 0}}]}))
+    path.write_text(_hostile_kernel(5))
+    (path.parent / "slower.json").write_text(_hostile_kernel(9))
     return path
 
 
@@ -238,7 +245,9 @@ def _controls(text: str) -> list[str]:
 
 @pytest.mark.parametrize("args", [("query", "{trace}", "select name from slice"),
                                   ("query", "{trace}", f"select 1 as \"{OSC_52}\""),
-                                  ("report", "{trace}")], ids=["query_cell", "query_column", "report_text"])
+                                  ("report", "{trace}"),
+                                  ("diff", "{trace}", "slower.json")],
+                         ids=["query_cell", "query_column", "report_text", "diff_text"])
 def test_control_characters_in_names_reach_the_terminal_escaped(hostile_trace, args):
     run = run_cli(hostile_trace.parent, *[arg.format(trace=hostile_trace) for arg in args])
 
