@@ -78,15 +78,17 @@ def test_two_outputs_of_one_global_rank_are_named_both(run_dir, tmp_path, args):
                             "hold global rank 0; move one of them out", tmp_path, before)
 
 
-def test_two_rank_traces_of_one_global_rank_are_named_both(run_dir, tmp_path):
+@pytest.mark.parametrize("args", [("report",), ("query", COUNT)], ids=["report", "query"])
+def test_two_rank_traces_of_one_global_rank_are_named_both(run_dir, tmp_path, args):
     folder = tmp_path / "ranks"
     folder.mkdir()
     shutil.copy(run_dir / "rank0_trace.json", folder / "rank0_trace.json")
     shutil.copy(run_dir / "rank0_trace.json", folder / "rank9_trace.json")  # its header says rank 0
     before = snapshot(tmp_path)
 
-    assert_clean_error(run_cli(tmp_path, "report", "ranks", "--jobs", "2"),
-                       "ranks: rank0_trace.json and rank9_trace.json both hold global rank 0", tmp_path, before)
+    assert_clean_error(run_cli(tmp_path, args[0], "ranks", *args[1:], "--jobs", "2"),
+                       "ranks: rank0_trace.json and rank9_trace.json both hold global rank 0; move one of them out",
+                       tmp_path, before)
 
 
 @pytest.mark.parametrize("args", [("report",), ("query", COUNT)], ids=["report", "query"])
@@ -110,3 +112,19 @@ def test_a_rank_that_fails_while_answering_is_named_and_leaves_no_scratch(run_di
     assert list((tmp_path / "tmp").iterdir()) == []
     assert sorted(p.name for p in folder.iterdir()) == ["rank0_trace.json", "rank1_trace.json", "rank2_trace.json",
                                                         "rank3_trace.json"]
+
+
+def test_rows_from_profiler_output_carry_the_rank_its_header_names(run_dir, tmp_path):
+    """Each rank trace is converted to answer from, and the converted trace records the global
+    rank of its distributedInfo, as a compacted one does (it was NULL, so duplicates passed)."""
+    folder = tmp_path / "ranks"
+    folder.mkdir()
+    names = ["rank0_trace.json", "rank1_trace.json", "rank3_trace.json"]
+    for name in names:
+        shutil.copy(run_dir / name, folder / name)
+    headers = {name: json.loads((folder / name).read_text())["distributedInfo"]["rank"] for name in names}
+
+    run = run_cli(tmp_path, "query", "ranks", COUNT, "--format", "json", "--jobs", "2")
+
+    assert run.returncode == 0, run.stderr[-1500:]
+    assert {row["file"]: row["rank"] for row in json.loads(run.stdout)} == headers

@@ -273,7 +273,7 @@ def test_an_unreachable_scheduler_is_one_line_naming_it(monkeypatch):
     monkeypatch.setenv(executors.SCHEDULER_ENV, address)
     assert executors.scheduler_address(None) == address
     with pytest.raises(CgtraceError) as raised:
-        with executors.open_workers(1, executors.scheduler_address(None), connect_timeout_s=1):
+        with executors.open_workers(1, executors.scheduler_address(None), identity_s=1):
             pass
     message = raised.value.message
     assert "\n" not in message and address in message and "cannot reach the Dask scheduler" in message
@@ -298,6 +298,14 @@ class Dashboard(http.server.BaseHTTPRequestHandler):
         pass
 
 
+class AnswersHttp(socketserver.BaseRequestHandler):
+    """Answers whatever comes with an HTTP error at once, as many web servers do."""
+
+    def handle(self) -> None:
+        self.request.recv(4096)
+        self.request.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+
+
 @contextmanager
 def listening(handler: type[socketserver.BaseRequestHandler]) -> Iterator[str]:
     """`handler` served on 127.0.0.1, for a minute at most, and its address."""
@@ -320,10 +328,11 @@ def listening(handler: type[socketserver.BaseRequestHandler]) -> Iterator[str]:
 
 
 @needs_dask
-@pytest.mark.parametrize("handler", [Silent, Dashboard])
+@pytest.mark.parametrize("handler", [Silent, Dashboard, AnswersHttp])
 @pytest.mark.parametrize("command", ["compact", "merge", "report", "query"])
 def test_a_listener_that_is_no_scheduler_is_refused_in_one_line_within_15_s(ranks, tmp_path, handler, command):
-    """Dask's connect bounds the TCP connect but not the handshake after it, so these hung Client()."""
+    """Dask's connect bounds the TCP connect but not the handshake after it, so the first two
+    hung Client(); an HTTP answer, read as a frame's length, was "out of memory"."""
     output = tmp_path / ("out" if command == "compact" else "merged.perfetto-trace")
     if command == "compact":
         output.mkdir()
@@ -341,6 +350,8 @@ def test_a_listener_that_is_no_scheduler_is_refused_in_one_line_within_15_s(rank
     assert took < 15
     lines = err.splitlines()
     assert len(lines) == 1 and address in lines[0] and "check the address" in lines[0], err[-1500:]
+    if handler is AnswersHttp:
+        assert "(its reply is in another protocol, HTTP perhaps)" in lines[0], lines[0]
     assert (snapshot(tmp_path), snapshot(ranks)) == before
     with pytest.raises(ProcessLookupError):  # nothing it started is left running
         os.killpg(run.pid, 0)
@@ -351,7 +362,7 @@ def test_a_workers_address_is_refused_as_no_scheduler(cluster):
     _, client = cluster
     worker = next(iter(client.scheduler_info()["workers"]))
     with pytest.raises(CgtraceError) as raised:
-        with executors.open_workers(1, worker, connect_timeout_s=5):
+        with executors.open_workers(1, worker, identity_s=5):
             pass
     assert worker in raised.value.message and "no Dask scheduler (it calls itself Worker)" in raised.value.message
 

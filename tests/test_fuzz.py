@@ -1,5 +1,10 @@
 """Fuzzing the command line with mutated and truncated traces: never a traceback, a hang or a partial file.
 
+The hostile corpus runs, the same way, the inputs an adversarial run once got through: lanes
+files that unroll to 10^9 items or nest 1,000 deep, a pp_pattern stage that takes text or
+terminal controls, names full of ESC/BEL/OSC-52 sequences, a 5,000-digit baseTimeNanoseconds.
+Every run is held to 2 GB of address space, and none may print a control character.
+
 Option fuzzing (the last test) runs random values of --window, --steps, --ranks, --jobs,
 --pp-group and -o targets, and merges of ranks whose distributedInfo fields hold weird values,
 judged the same way.
@@ -28,6 +33,7 @@ import json
 import os
 import random
 import re
+import resource
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -42,6 +48,8 @@ from .helpers import SHARED_TRACES, problem_stats, shared_trace_paths
 
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT_S = 30
+MEMORY_LIMIT = 2 << 30  # address space per run: what 24 GB once took (a lanes file of 83 bytes) must fit
+_TERMINAL_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")  # all but the newline: ESC, BEL, C1 CSI...
 WORKERS = 3            # the CLI spends much of its time starting up; 3 keep 2 cores busy
 CASES = {"generated": 40, "hta_triton_small": 28, "dlrm_rank0": 20}
 TP_SAMPLE_EVERY = 5    # load every 5th successful output in trace_processor
@@ -292,6 +300,7 @@ class Case:
     data: bytes
     name: str
     notes: list[str] = field(default_factory=list)
+    lanes: str | None = None  # a --lanes file: compact alone runs, with it
 
 
 def make_case(source: str, text: bytes, index: int) -> Case:
@@ -336,20 +345,29 @@ def complete_perfetto_file(data: bytes) -> bool:
     return position == len(data) and len(data) > 0
 
 
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
+
+
 def run_case(case: Case, workdir: Path) -> tuple[list[str], list[Path]]:
-    """Both commands on one case; (problems, successful outputs)."""
+    """Both commands on one case (compact alone with a lanes file, which convert does not
+    take), each within TIMEOUT_S and MEMORY_LIMIT; (problems, successful outputs)."""
     directory = workdir / case.label.replace("#", "_")
     directory.mkdir()
     source = directory / case.name
     source.write_bytes(case.data)
+    lanes = []
+    if case.lanes is not None:
+        (directory / "lanes.toml").write_text(case.lanes)
+        lanes = ["--lanes", str(directory / "lanes.toml")]
     before = (source.read_bytes(), source.stat().st_mtime_ns)
     problems, outputs = [], []
-    for command in ("convert", "compact"):
+    for command in ("compact",) if lanes else ("convert", "compact"):
         output = directory / f"{command}.perfetto-trace"
         try:
-            run = subprocess.run([sys.executable, "-m", "converter.cli", command, str(source), "-o", str(output)],
-                                 cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
-                                 env={**os.environ, "PYTHONWARNINGS": "default"})
+            run = subprocess.run([sys.executable, "-m", "converter.cli", command, str(source), "-o", str(output),
+                                  *lanes], cwd=REPO, capture_output=True, text=True, timeout=TIMEOUT_S,
+                                 env={**os.environ, "PYTHONWARNINGS": "default"}, preexec_fn=_limit_memory)
         except subprocess.TimeoutExpired:
             problems.append(f"{command}: no result after {TIMEOUT_S} s (a hang)")
             continue
@@ -371,6 +389,9 @@ def judge(run: subprocess.CompletedProcess, output: Path) -> str | None:
     stderr_tail = run.stderr[-2000:]
     if "Traceback" in run.stderr:
         return f"traceback (exit {run.returncode}):\n{stderr_tail}"
+    controls = sorted({char for char in run.stdout + run.stderr if _TERMINAL_CONTROL.match(char)})
+    if controls:
+        return f"control characters {controls} reach the terminal:\n{stderr_tail!r}"
     if run.returncode == 2:
         lines = run.stderr.splitlines()
         if len(lines) != 1 or not lines[0].startswith("cgtrace: error: "):
@@ -428,6 +449,74 @@ def test_mutated_traces_fail_cleanly_or_convert_completely(inputs, tmp_path, sou
         + "\n  ".join(problems) for case, problems in failures)
     # The fuzzing must reach both outcomes, or it tests little.
     assert successful and len(successful) < 2 * len(cases)
+
+
+# -- the hostile corpus: inputs that once got through (issue 38), run and judged as the cases above ----------
+OSC_52 = "\x1b]52;c;ZWNobyBwd25lZA=="  # set the clipboard, ended by BEL below
+CONTROLS = f"{OSC_52}\x07\x1b[2J\x9b31m\x7f"  # clear the screen, a C1 CSI, DEL
+GROUPS = '[[groups]]\nid = "c"\nlabel = "C"\n'
+STAGE_TAKES_TEXT = r"pp_pattern = '^PP:(?P<stage>.+)(?P<action>F|B)(?P<microbatch>\d*)$'" + "\n" + GROUPS
+
+
+def _rule(regex: str) -> str:
+    return GROUPS + f'[[rules]]\nname = "{regex}"\ngroup = "c"\n'
+
+
+HOSTILE_LANES = {  # each a few bytes to a few KB
+    "regex unrolling to 10^9 items": _rule("(?:(?:a{1000}){1000}){1000}"),
+    "regex unrolling in a class": _rule("(?:[ab]{100000}){100000}"),
+    "regex count of 200 digits": _rule("a{" + "9" * 200 + "}"),
+    "regex nested 1,000 deep": _rule("(" * 1000 + ")" * 1000),
+    "pp_pattern nested 1,000 deep": "pp_pattern = '" + "(?:" * 1000 + ")" * 1000 + "'\n" + GROUPS,
+    "TOML arrays nested 1,000 deep": "a = " + "[" * 1000 + "]" * 1000,
+    "TOML tables nested 1,000 deep": "a = " + "{b=" * 1000 + "1" + "}" * 1000,
+    "pp_pattern stage taking text": STAGE_TAKES_TEXT,
+    "pp_pattern stage taking control characters": STAGE_TAKES_TEXT,
+}
+
+
+def _with_events(text: bytes, events: list[dict], **header) -> bytes:
+    document = json.loads(text)
+    document.update(header, traceEvents=document["traceEvents"] + events)
+    return dumps(document)
+
+
+def _pp_annotations(stage: str) -> list[dict]:
+    """A PP forward on the GPU and its CPU side, the stage written as `stage`."""
+    return [{"name": f"PP:{stage}F1", "cat": "gpu_user_annotation", "ph": "X", "ts": 1, "dur": 20, "pid": 1,
+             "tid": 7},
+            {"name": f"PP:{stage}F1", "cat": "user_annotation", "ph": "X", "ts": 0, "dur": 20, "pid": 2, "tid": 2}]
+
+
+def hostile_cases(generated: bytes) -> list[Case]:
+    """The generated trace made hostile: names full of terminal controls (as JSON escapes, and
+    as raw bytes JSON forbids), a 5,000-digit baseTimeNanoseconds (number and text), and each
+    hostile lanes file (with the PP annotations a pp_pattern reads)."""
+    escaped = json.dumps(CONTROLS)[1:-1].encode()
+    named = _NAME_START.sub(lambda m: m.group(0) + escaped, generated)
+    raw = _NAME_START.sub(lambda m: m.group(0) + b"\x1b]52;c;eA==\x07\x1b[2J", generated, count=3)
+    long_base = {"number": "@@9x5000@@", "text": "9" * 5000}
+    cases = [Case("names with terminal controls#0", named, "trace.json"),
+             Case("names with raw control bytes#0", raw, "trace.json"),
+             *(Case(f"baseTimeNanoseconds of 5,000 digits#{form}", _with_events(generated, [], baseTimeNanoseconds=base),
+                    "trace.json") for form, base in long_base.items())]
+    for number, (label, lanes) in enumerate(HOSTILE_LANES.items()):
+        stage = CONTROLS if "control" in label else "x"
+        cases.append(Case(f"lanes {label}#{number}", _with_events(generated, _pp_annotations(stage)), "trace.json",
+                          [label], lanes))
+    return cases
+
+
+def test_the_hostile_corpus_fails_cleanly_or_converts_completely(inputs, tmp_path):
+    """What once ate 24 GB, overflowed the stack, raised ValueError or wrote escapes to the
+    terminal: each case is one clean line or a whole trace, within the time and memory bounds."""
+    cases = hostile_cases(inputs["generated"])
+    with ThreadPoolExecutor(WORKERS) as pool:
+        results = list(pool.map(lambda case: run_case(case, tmp_path), cases))
+    failures = [f"{case.label}: " + "\n  ".join(problems) for case, (problems, _) in zip(cases, results) if problems]
+    assert not failures, "\n\n".join(failures)
+    converted = {case.label.split("#")[0] for case, (_, outputs) in zip(cases, results) if outputs}
+    assert converted == {"names with terminal controls"}, converted  # all else is refused
 
 
 # -- option and rank-metadata fuzzing: random values for every option that takes one --------------------------

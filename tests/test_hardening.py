@@ -172,8 +172,10 @@ def test_split_steps_checks_only_the_files_it_writes(tmp_path):
 
     assert run.returncode == 0, run.stderr[-1500:]
     assert unsplit.read_text() == "an earlier compact, not split"
-    assert sorted(p.name for p in tmp_path.glob("*_step*")) == ["trace_compacted_step1.perfetto-trace",
-                                                                 "trace_compacted_step2.perfetto-trace"]
+    written = ["trace_compacted_step1.perfetto-trace", "trace_compacted_step2.perfetto-trace"]
+    assert sorted(p.name for p in tmp_path.glob("*_step*")) == written
+    summary = json.loads(run.stdout)  # names the files written, not the base
+    assert "output" not in summary and [Path(step["output"]).name for step in summary["steps"]] == written
     before = snapshot(tmp_path)
     assert_clean_error(run_cli(tmp_path, "compact", source, "--split-steps"),
                        "trace_compacted_step1.perfetto-trace: already exists", tmp_path, before)
@@ -203,15 +205,16 @@ def test_a_pp_pattern_whose_stage_takes_text_is_refused_in_one_line(tmp_path, co
                        "lanes.toml: pp_pattern's stage group took 'x' from 'PP:xF1'", tmp_path, before)
 
 
+@pytest.mark.parametrize("command", ["convert", "compact"])
 @pytest.mark.parametrize("overwrite", [(), ("--overwrite",)], ids=["plain", "overwrite"])
-def test_two_rank_files_for_one_output_are_refused_naming_both(tmp_path, overwrite):
+def test_two_rank_files_for_one_output_are_refused_naming_both(tmp_path, overwrite, command):
     traces = tmp_path / "traces"
     traces.mkdir()
     (traces / "rank0_trace.json").write_text(json.dumps(TWO_STEPS))
     (traces / "rank0_trace.json.gz").write_bytes(gzip.compress(json.dumps(TWO_STEPS).encode()))
     before = snapshot(tmp_path)
 
-    run = run_cli(tmp_path, "compact", traces, *overwrite)
+    run = run_cli(tmp_path, command, traces, *overwrite)
 
     assert_clean_error(run, "rank0_trace.json and ", tmp_path, before)
     assert "rank0_trace.json.gz: both would be written to" in run.stderr
@@ -221,11 +224,18 @@ OSC_52 = "\x1b]52;c;ZWNobyBwd25lZA==\x07"
 HOSTILE_NAME = f"k{OSC_52}\x1b[2J\x9b31m\x7f"
 
 
+def _hostile_kernel(dur: int) -> str:
+    return json.dumps({"traceEvents": [
+        {"name": HOSTILE_NAME, "cat": "kernel", "ph": "X", "ts": 10, "dur": dur, "pid": 1, "tid": 7, "args": {"device": 0}}]})
+
+
 @pytest.fixture(scope="module")
 def hostile_trace(tmp_path_factory) -> Path:
+    """A kernel named to set the clipboard and clear the screen, and beside it (slower.json)
+    the same kernel slower, which a diff names in its findings."""
     path = tmp_path_factory.mktemp("hostile") / "trace.json"
-    path.write_text(json.dumps({"traceEvents": [
-        {"name": HOSTILE_NAME, "cat": "kernel", "ph": "X", "ts": 10, "dur": 5, "pid": 1, "tid": 7, "args": {"device": 0}}]}))
+    path.write_text(_hostile_kernel(5))
+    (path.parent / "slower.json").write_text(_hostile_kernel(9))
     return path
 
 
@@ -235,7 +245,9 @@ def _controls(text: str) -> list[str]:
 
 @pytest.mark.parametrize("args", [("query", "{trace}", "select name from slice"),
                                   ("query", "{trace}", f"select 1 as \"{OSC_52}\""),
-                                  ("report", "{trace}")], ids=["query_cell", "query_column", "report_text"])
+                                  ("report", "{trace}"),
+                                  ("diff", "{trace}", "slower.json")],
+                         ids=["query_cell", "query_column", "report_text", "diff_text"])
 def test_control_characters_in_names_reach_the_terminal_escaped(hostile_trace, args):
     run = run_cli(hostile_trace.parent, *[arg.format(trace=hostile_trace) for arg in args])
 

@@ -177,6 +177,28 @@ def test_sigterm_stops_a_batch_cleanly(tmp_path, inputs):
         assert stderr.splitlines() == ["cgtrace: interrupted; nothing was written"]
 
 
+def _some_outputs_written(pid: int, out: Path) -> bool:
+    return any(out.glob("*_compacted.perfetto-trace"))
+
+
+def test_sigterm_to_a_batch_after_some_outputs_names_what_it_kept(tmp_path, inputs):
+    """Once said "nothing was written" with finished outputs on disk: the last line counts and
+    names them, each is whole (it loads), and no other file stays."""
+    from .helpers import rows
+
+    run = stop_in_phase(tmp_path, inputs, ["compact", "in/ranks", "-o", "out", "--jobs", "2"], _some_outputs_written,
+                        signal.SIGTERM)
+    stderr = run.stderr.read()
+    assert run.returncode == 143, stderr
+    kept = run.leftovers
+    assert 1 <= len(kept) < 4 and all(name.endswith("_compacted.perfetto-trace") for name in kept), kept
+    assert stderr.splitlines()[-1] in [
+        f"cgtrace: interrupted; the {len(kept)} outputs finished before the stop were kept "
+        f"(first {Path('out') / name}); run the same command again to write only the rest" for name in kept], stderr
+    for name in kept:
+        assert rows(tmp_path / "out" / name, "select count(*) as n from slice")[0]["n"] > 0
+
+
 def _converting_in_a_worker(pid: int, out: Path) -> bool:
     """A worker is turning a rank's profiler output into a temporary trace to answer from."""
     return bool(child_pids(pid)) and any(out.glob("cgtrace-*"))

@@ -80,3 +80,30 @@ def test_the_command_compacts_then_serves_the_result(tmp_path):
     assert url.endswith("/t_compacted.perfetto-trace") and status == 130 and "Traceback" not in err
     assert served == kept.read_bytes()
     assert err.splitlines()[0] == f"cgtrace: compacted {source} -> {kept} (kept for the next view)"
+
+
+def test_the_users_own_merged_file_is_neither_replaced_nor_opened(tmp_path):
+    """A merge cut to one step, in the folder where `merge DIR` puts it, then gone stale."""
+    run = tmp_path / "run"
+    write_pp_run(run, pp_size=2, microbatches=2, steps=2, seed=3, graphs_per_step=2, kernels_per_replay=4)
+    assert main(["merge", str(run), "--steps", "1", "-q"]) == 0
+    mine = run / "pp_traces_merged.perfetto-trace"
+    cut = mine.read_bytes()
+    os.utime(mine, ns=(0, 0))
+    opened, _ = viewable(run, tmp_path / "kept")
+    assert opened != mine and mine.read_bytes() == cut
+    count = "select count(*) n from slice"
+    assert rows(opened, count)[0]["n"] > rows(mine, count)[0]["n"]  # the whole run, not the cut
+
+
+def test_the_command_beside_the_users_own_output_serves_without_suggesting_options(tmp_path):
+    """view has no -o and no --overwrite: with the user's file where compact would write, it
+    neither stops to suggest them nor touches the file."""
+    source = write_trace(SMALL, tmp_path / "t.json")
+    mine = tmp_path / "t_compacted.perfetto-trace"
+    mine.write_bytes(b"the user's own")
+    url, served, status, err = view_and_fetch(source, "t_compacted.perfetto-trace", cache=tmp_path / "cache")
+    kept = next((tmp_path / "cache" / "cgtrace" / "view").glob("*/t_compacted.perfetto-trace"))
+    assert status == 130 and "Traceback" not in err and served == kept.read_bytes()
+    assert " -o" not in err and "--overwrite" not in err and "already exists" not in err, err
+    assert mine.read_bytes() == b"the user's own"

@@ -125,14 +125,14 @@ def render_text(figures: dict) -> str:
     source = figures["input"]
     no_gpu = "" if figures["gpus"] else f"\n{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}\n"
     return text_page(f"cgtrace report: {source['trace']} (lanes from {source['lanes_from']})",
-                     "\n" + "\n".join(map(terminal_safe, as_text(figures["findings"]).split("\n"))) + no_gpu,
-                     _tables(figures, short_name), figures["definitions"])
+                     "\n" + as_text(figures["findings"]) + no_gpu, _tables(figures, short_name), figures["definitions"])
 
 
 def text_page(header: str, lead: str, tables: list[Table], definitions: dict[str, str]) -> str:
     """A text answer as report and diff print it: a header line, `lead` (text of its own lines),
-    the tables that have rows, and the definitions as a legend."""
-    parts = [terminal_safe(header) + "\n", lead]
+    the tables that have rows, and the definitions as a legend. What comes from the trace (a
+    file or kernel name in the header, a finding) reaches the terminal escaped."""
+    parts = [terminal_safe(header) + "\n", "\n".join(map(terminal_safe, lead.split("\n")))]
     parts += [f"\n{table.title}\n" + format_table(table.columns, table.rows, table.numeric)
               for table in tables if table.rows]
     parts.append("\nDefinitions\n" + "".join(f"  {term}: {text}\n" for term, text in definitions.items()))

@@ -3,8 +3,8 @@ every trace of a directory as parallel tasks (executors.py), their answers put s
 
 Each task opens one trace in trace_processor where it runs and returns only its answer (the
 report's figures, or the query's rows), so nothing large travels. Rows and ranks are tagged
-with the trace's file and its global rank: the one a compacted or merged trace records in its
-track roles, else none.
+with the trace's file and its global rank: the one a converted, compacted or merged trace
+records in its track roles (from profiler output, `distributedInfo`'s), else none.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _refuse_duplicate_ranks(directory: Path, ranked: Iterable[tuple[str, Optiona
     """Two files holding one global rank (a copy, a second run's output) would count it twice."""
     first: dict[int, str] = {}
     for file, rank in ranked:
-        if rank is None:  # a trace that records no rank (converted, not compacted) cannot clash
+        if rank is None:  # a trace that records no rank (its profiler output named none) cannot clash
             continue
         other = first.setdefault(rank, file)
         if other != file:
@@ -103,7 +103,7 @@ def query_one(path: Path, sql: str, tp_bin: Optional[str]) -> tuple[Optional[int
 
 
 def recorded_rank(tp: Any, path: Path) -> Optional[int]:
-    """The global rank a trace's track roles record (a compacted rank, the first rank of a merge)."""
+    """The global rank a trace's track roles record (a converted or compacted rank, the first of a merge)."""
     for (text,) in run_sql(tp, roles_document.SQL, path).rows:
         rank = roles_document.decode(text, path).rank
         if rank:

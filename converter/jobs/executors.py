@@ -29,7 +29,10 @@ if TYPE_CHECKING:
     from concurrent.futures import Executor, Future
 
 SCHEDULER_ENV = "CGTRACE_SCHEDULER"
-_CONNECT_TIMEOUT_S = 10
+_CONNECT_TIMEOUT_S = 10  # Client() to a scheduler that has just answered the identity call
+# The identity call: a scheduler answers in milliseconds; a listener that is none (a dashboard,
+# a silent port) is told from a loaded one only by this deadline, all of which it costs.
+_IDENTITY_S = 5.0
 _UNWIND_S = 10.0  # how long a stopped command waits for its tasks on a cluster to remove their files
 _RETRIES = 1  # a task that raises runs once more; a dead worker's task the scheduler reschedules (allowed-failures)
 
@@ -65,11 +68,10 @@ def scheduler_address(option: Optional[str]) -> Optional[str]:
 
 
 @contextmanager
-def open_workers(jobs: int, scheduler: Optional[str], connect_timeout_s: float = _CONNECT_TIMEOUT_S
-                 ) -> Iterator[Workers]:
-    """Local processes, `jobs` at once, or the Dask cluster at `scheduler` (given up on after
-    `connect_timeout_s`). Leaving by an exception kills (local) or cancels (Dask) every task
-    still running."""
+def open_workers(jobs: int, scheduler: Optional[str], identity_s: float = _IDENTITY_S) -> Iterator[Workers]:
+    """Local processes, `jobs` at once, or the Dask cluster at `scheduler` (refused unless it
+    answers an identity call within `identity_s`). Leaving by an exception kills (local) or
+    cancels (Dask) every task still running."""
     if scheduler is None:
         from .workers import LocalProcessExecutor  # see the TYPE_CHECKING import above
 
@@ -81,9 +83,9 @@ def open_workers(jobs: int, scheduler: Optional[str], connect_timeout_s: float =
     except ImportError:
         raise CgtraceError(f"--scheduler {scheduler}: running on a Dask cluster needs the cluster extra; "
                            "pip install 'cgtrace[cluster]'") from None
-    _check_scheduler(scheduler, connect_timeout_s)
+    _check_scheduler(scheduler, identity_s)
     try:
-        client = Client(scheduler, timeout=connect_timeout_s, set_as_default=False)
+        client = Client(scheduler, timeout=_CONNECT_TIMEOUT_S, set_as_default=False)
     except (OSError, TimeoutError, ValueError) as error:
         raise _unreachable(scheduler, error) from None
     with client:
@@ -119,11 +121,12 @@ def _check_scheduler(scheduler: str, timeout_s: float) -> None:
     """Refuse, in one line and within about `timeout_s`, a scheduler address that Client() would
     hang on or fail late for. Dask's `connect(timeout=...)` bounds only the TCP connect and its
     retries, not the handshake read after it (distributed/comm/core.py), so Client(timeout=...)
-    waits for ever on a listener that accepts and never answers, and reads an HTTP reply (the
-    dashboard's port) as a frame count, a MemoryError. Hence an identity call of our own first,
-    under a deadline that a thread's join enforces even where cancelling would not reach (a slow
-    name lookup). Schemes other than tcp:// need settings cgtrace cannot pass (TLS certificates,
-    UCX), so they are refused before any connecting."""
+    waits for ever on a listener that accepts and never answers (an HTTP server, the dashboard's
+    port, waits as long for a request line Dask never sends), and reads an HTTP reply as a frame
+    count, a MemoryError. Hence an identity call of our own first, under a deadline that a
+    thread's join enforces even where cancelling would not reach (a slow name lookup). Schemes
+    other than tcp:// need settings cgtrace cannot pass (TLS certificates, UCX), so they are
+    refused before any connecting."""
     import asyncio
 
     from distributed.comm import parse_address, parse_host_port
@@ -141,7 +144,7 @@ def _check_scheduler(scheduler: str, timeout_s: float) -> None:
     thread = threading.Thread(target=_ask_identity, args=(scheduler, timeout_s, answer),
                               name="cgtrace-scheduler-check", daemon=True)
     thread.start()
-    thread.join(timeout_s + 1)  # the call's own deadline ends it first; this one, whatever blocks it
+    thread.join(timeout_s + 0.5)  # the call's own deadline ends it first; this one, whatever blocks it
     reply = answer[0] if answer else TimeoutError()
     if isinstance(reply, dict) and reply.get("type") == "Scheduler":
         return
@@ -150,8 +153,12 @@ def _check_scheduler(scheduler: str, timeout_s: float) -> None:
                            "check the address (the scheduler's port, not its dashboard) or leave out --scheduler")
     if isinstance(reply, OSError):  # refused, unreachable, or closed by what answered
         raise _unreachable(scheduler, reply)
-    kind = reply.get("type") if isinstance(reply, dict) else type(reply).__name__
-    what = _first_line(reply) if isinstance(reply, BaseException) else f"it calls itself {kind}"
+    if isinstance(reply, MemoryError):  # the length of a Dask frame read from the bytes of another protocol
+        what = "its reply is in another protocol, HTTP perhaps"
+    elif isinstance(reply, BaseException):
+        what = _first_line(reply)
+    else:
+        what = f"it calls itself {reply.get('type') if isinstance(reply, dict) else type(reply).__name__}"
     raise CgtraceError(f"--scheduler {scheduler}: what answered there is no Dask scheduler ({what}); check the "
                        "address (the scheduler's port, not its dashboard or a worker's) or leave out --scheduler")
 

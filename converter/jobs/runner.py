@@ -138,6 +138,10 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
         trace, cut_summary = cut_to(trace, *window_bounds(trace, options.window, str(input_path)))
         summary.update(cut_summary)
         summary.update(trace_summary(trace))
+    if header.rank is not None:
+        # Written with the track roles, converted or compacted, so answers across many ranks'
+        # traces name each rank, and two files of one rank are caught.
+        trace.rank = RankIdentity(header.pp_rank if header.pp_group else header.rank, header.rank)
     if rules is None:
         return Prepared(trace, summary, header)
     exported = kineto.inline_laned(trace.metadata) and not options.relane
@@ -145,9 +149,6 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
     if options.output_format == "perfetto":  # lane rows' busy counters (activity.py says why)
         add_busy_lanes(trace)
-    if header.rank is not None:
-        # Written with the track roles, so answers across many ranks' outputs can name each rank.
-        trace.rank = RankIdentity(header.pp_rank if header.pp_group else header.rank, header.rank)
     blocks, scheme = find_blocks(trace, rules, header.pp_rank)
     if scheme != NO_PP:  # a summary leaves out what does not apply
         summary.update(pp_rank=header.pp_rank, pp_rank_source=header.pp_rank_source, pp_annotations=scheme)

@@ -16,8 +16,8 @@ tracks with a role other than plain are listed; "group", "label" and "kind" are 
 group, "home" the lane (or track) an annotation row or overlap track belongs to and "layer"
 its depth there, each left out where it does not apply. A merge's pipeline root writes a document of its own with no "rank": its critical path rows
 (role "critical_path", engine/critical_path.py). "rank" is there for a merged rank or
-a compacted trace that names its rank; "groups" are the uuids of the rows that stand for a
-merged rank's processes (their children are its threads' rows); "clock" (a merge that
+a converted or compacted trace that names its rank; "groups" are the uuids of the rows that
+stand for a merged rank's processes (their children are its threads' rows); "clock" (a merge that
 moved its ranks' clocks) how far the rank's times were moved, known to within how much
 (null: a one-sided bound, or nothing), from which evidence (counts by kind).
 """
