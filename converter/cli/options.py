@@ -6,18 +6,19 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import TYPE_CHECKING, Callable, ContextManager
 
 import orjson
 
 from .. import progress
-from ..api.options import job_options, workers
+from ..engine.clock import ALIGN_MODES
 from ..engine.window import parse_steps, parse_window
-from ..jobs.executors import Workers
-from ..jobs.merge import ALIGN_MODES
 from ..jobs.rank_files import parse_rank_list
-from ..jobs.runner import JobOptions
 from ..lane_rules import load_lane_rules
+
+if TYPE_CHECKING:
+    from ..jobs.executors import Workers
+    from ..jobs.runner import JobOptions
 
 EXIT_USAGE = 2
 MAX_TOP = 100_000
@@ -122,6 +123,8 @@ def add_lane_options(command: argparse.ArgumentParser) -> None:
 
 
 def job_options_of(args: argparse.Namespace, compact: bool, ends_command: bool = False) -> JobOptions:
+    from ..api.options import job_options  # the Python API's package, only for the commands that run jobs
+
     return job_options(compact, load_lane_rules(getattr(args, "lanes", None)), strict=args.strict,
                        window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
                        relane=getattr(args, "relane", False), output_format=getattr(args, "format", "perfetto"),
@@ -132,6 +135,8 @@ def job_options_of(args: argparse.Namespace, compact: bool, ends_command: bool =
 
 def workers_of(args: argparse.Namespace) -> ContextManager[Workers]:
     """The executor of --jobs (default: every core) or --scheduler."""
+    from ..api.options import workers
+
     return workers(args.jobs, args.scheduler)
 
 
