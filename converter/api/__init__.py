@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..errors import CgtraceError
 from .handler import ChromeTraceExporter, TraceHandler
-from .options import PathLike, cut, job_options, lane_rules, merge_outputs, rank_list, workers
+from ..jobs.options import PathLike, cut, job_options, lane_rules, merge_outputs, rank_list, workers
 from .summaries import (Change, CompactSummary, ConvertSummary, DiffSummary, Finding, GpuFigures, GpuLanes, Kernel,
                         MergeSummary, ReportSummary)
 

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..jobs.options import merge_outputs
 from ..jobs.runner import COMPACTED_TAG, default_output_path, run_job
 from ..lane_rules import DEFAULT_LANES_TOML
 from .options import (EXIT_USAGE, add_lane_options, add_merge_options, add_output_options, add_split_option,
@@ -104,7 +105,6 @@ def _written(summary: dict[str, Any], output: Path) -> str:
 
 
 def _run_merge(args: argparse.Namespace) -> int:
-    from ..api.options import merge_outputs
     from ..jobs.executors import scheduler_address
     from ..jobs.merge import merge_ranks
 

@@ -13,12 +13,13 @@ import orjson
 from .. import progress
 from ..engine.clock import ALIGN_MODES
 from ..engine.window import parse_steps, parse_window
+from ..jobs.options import job_options, workers
 from ..jobs.rank_files import parse_rank_list
+from ..jobs.runner import JobOptions
 from ..lane_rules import load_lane_rules
 
 if TYPE_CHECKING:
-    from ..jobs.executors import Workers
-    from ..jobs.runner import JobOptions
+    from ..jobs.executors import Workers  # the executors load when a command runs tasks
 
 EXIT_USAGE = 2
 MAX_TOP = 100_000
@@ -123,8 +124,6 @@ def add_lane_options(command: argparse.ArgumentParser) -> None:
 
 
 def job_options_of(args: argparse.Namespace, compact: bool, ends_command: bool = False) -> JobOptions:
-    from ..api.options import job_options  # the Python API's package, only for the commands that run jobs
-
     return job_options(compact, load_lane_rules(getattr(args, "lanes", None)), strict=args.strict,
                        window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
                        relane=getattr(args, "relane", False), output_format=getattr(args, "format", "perfetto"),
@@ -135,8 +134,6 @@ def job_options_of(args: argparse.Namespace, compact: bool, ends_command: bool =
 
 def workers_of(args: argparse.Namespace) -> ContextManager[Workers]:
     """The executor of --jobs (default: every core) or --scheduler."""
-    from ..api.options import workers
-
     return workers(args.jobs, args.scheduler)
 
 
