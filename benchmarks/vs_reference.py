@@ -17,7 +17,8 @@ saying so, when ../shared/reference is absent or with --no-reference.
 
 --startup N instead times what a small trace costs, where start-up is nearly all of it:
 `cgtrace compact` and the reference on a 16 KB trace (../shared's hta_triton_small, else a
-generated one) and `python -c pass` (the interpreter's floor), N runs each, interleaved so
+generated one), `python -c pass` (the interpreter's floor) and `python -c 'import numpy'`
+(the floor of anything built on numpy), N runs each, interleaved so
 that load on the machine falls on all three alike; median and fastest wall and CPU seconds,
 with the load average.
 """
@@ -143,6 +144,7 @@ def startup(runs: int, cgtrace: list[str], reference: bool, work: Path) -> list[
     load on the machine falls on all of them; wall and CPU seconds (the child's user + system)."""
     source = small_trace(work)
     commands = {"python -c pass": [sys.executable, "-c", "pass"],
+                "python -c 'import numpy'": [sys.executable, "-c", "import numpy"],
                 "cgtrace compact": [*cgtrace, "compact", str(source), "-o", str(work / "small.perfetto-trace"),
                                     "--overwrite", "-q"]}
     if reference:
