@@ -144,7 +144,9 @@ def startup(runs: int, cgtrace: list[str], reference: bool, work: Path) -> list[
     load on the machine falls on all of them; wall and CPU seconds (the child's user + system)."""
     source = small_trace(work)
     commands = {"python -c pass": [sys.executable, "-c", "pass"],
-                "python -c 'import numpy'": [sys.executable, "-c", "import numpy"],
+                # With one BLAS thread, as cgtrace imports it (cli/__init__.py): else OpenBLAS starts a thread per core.
+                "python -c 'import numpy'": [sys.executable, "-c", "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; "
+                                                                   "import numpy"],
                 "cgtrace compact": [*cgtrace, "compact", str(source), "-o", str(work / "small.perfetto-trace"),
                                     "--overwrite", "-q"]}
     if reference:
