@@ -4,6 +4,7 @@
     python benchmarks/vs_reference.py --sizes 100MB                    # every corpus trace
     python benchmarks/vs_reference.py --sizes 100MB,1GB --only hta_nccl_a100 --repeat 3
     python benchmarks/vs_reference.py --sizes 2GB --no-reference      # cgtrace alone
+    python benchmarks/vs_reference.py --startup 20                    # start-up on a 16 KB trace
 
 Inputs come from benchmarks/corpus.py (built here when missing). Each tool runs `--repeat`
 times per input (best wall time kept) through run.py's measuring helper, so peak memory is
@@ -13,15 +14,27 @@ reference's time and peak with the ratios (reference / cgtrace: speed-up and mem
 and the floor of any Python reader: `orjson.loads` of the same bytes alone (read beforehand,
 timed in its own process, best of `--repeat`) and cgtrace's wall time over it; JSON goes to benchmarks/out/results/vs_reference-<time>.json. The reference is skipped,
 saying so, when ../shared/reference is absent or with --no-reference.
+
+--startup N instead times what a small trace costs, where start-up is nearly all of it:
+`cgtrace compact` and the reference on a 16 KB trace (../shared's hta_triton_small, else a
+generated one), `python -c pass` (the interpreter's floor) and `python -c 'import numpy'`
+(the floor of anything built on numpy), N runs each, interleaved so
+that load on the machine falls on all three alike; median and fastest wall and CPU seconds,
+with the load average.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import gzip
 import json
+import os
+import resource
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -37,6 +50,7 @@ from benchmarks.run import MB, find_cgtrace, machine_info, measure  # noqa: E402
 _ORJSON = ("import sys, time, orjson\ntext = open(sys.argv[1], 'rb').read()\nstart = time.perf_counter()\n"
            "orjson.loads(text)\nprint(time.perf_counter() - start)")
 REFERENCE = REPO.parent / "shared" / "reference" / "compact_cuda_graph_trace.py"
+SMALL_TRACE = REPO.parent / "shared" / "traces" / "hta_triton_small.json.gz"  # 16 KB of JSON
 RESULTS = REPO / "benchmarks" / "out" / "results"
 
 
@@ -112,6 +126,57 @@ def markdown(rows: list[dict], machine: dict) -> str:
     return "\n".join(lines)
 
 
+def small_trace(work: Path) -> Path:
+    """The start-up input, as plain JSON: the shared 16 KB trace, else a generated one about as small."""
+    path = work / "small.json"
+    if SMALL_TRACE.exists():
+        path.write_bytes(gzip.decompress(SMALL_TRACE.read_bytes()))
+    else:
+        from converter.generator import GeneratorConfig, write_trace
+
+        write_trace(GeneratorConfig(seed=1, steps=1, graphs_per_step=2, kernels_per_replay=2, streams_per_graph=2),
+                    path)
+    return path
+
+
+def startup(runs: int, cgtrace: list[str], reference: bool, work: Path) -> list[dict]:
+    """Each command run `runs` times, round by round (one run of each per round), so a burst of
+    load on the machine falls on all of them; wall and CPU seconds (the child's user + system)."""
+    source = small_trace(work)
+    commands = {"python -c pass": [sys.executable, "-c", "pass"],
+                # With one BLAS thread, as cgtrace imports it (cli/__init__.py): else OpenBLAS starts a thread per core.
+                "python -c 'import numpy'": [sys.executable, "-c", "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; "
+                                                                   "import numpy"],
+                "cgtrace compact": [*cgtrace, "compact", str(source), "-o", str(work / "small.perfetto-trace"),
+                                    "--overwrite", "-q"]}
+    if reference:
+        commands["reference"] = [sys.executable, str(REFERENCE), str(source), "-o", str(work / "small_reference.json"),
+                                 "--overwrite"]
+    times: dict[str, list[tuple[float, float]]] = {name: [] for name in commands}
+    loads = [os.getloadavg()[0]]
+    for _ in range(runs):
+        for name, argv in commands.items():
+            before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
+            subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+            wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+            times[name].append((wall, after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime))
+    loads.append(os.getloadavg()[0])
+    return [{"command": name, "bytes": source.stat().st_size, "runs": runs, "load1": max(loads),
+             "wall_median_s": statistics.median(w for w, _ in pairs), "wall_min_s": min(w for w, _ in pairs),
+             "cpu_median_s": statistics.median(c for _, c in pairs), "cpu_min_s": min(c for _, c in pairs)}
+            for name, pairs in times.items()]
+
+
+def startup_markdown(rows: list[dict], machine: dict) -> str:
+    lines = table_head(machine, f"{rows[0]['runs']} runs each, interleaved, on {rows[0]['bytes']:,} bytes of JSON; "
+                                f"load average up to {max(r['load1'] for r in rows):.1f}", ["command"],
+                       ["wall median s", "wall fastest s", "CPU median s", "CPU fastest s"])
+    lines[0] = lines[0].replace("; best of the runs", "")
+    lines += [f"| {r['command']} | {r['wall_median_s']:.3f} | {r['wall_min_s']:.3f} | {r['cpu_median_s']:.3f} | "
+              f"{r['cpu_min_s']:.3f} |" for r in rows]
+    return "\n".join(lines)
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default="100MB")
@@ -121,14 +186,18 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--cgtrace", help="the cgtrace executable (default: this checkout's)")
     parser.add_argument("--jobs", default="convert,compact", help="cgtrace jobs, comma-separated")
     parser.add_argument("--no-reference", action="store_true", help="cgtrace alone")
+    parser.add_argument("--startup", type=int, metavar="N", help="time start-up instead: N runs of each on 16 KB")
     args = parser.parse_args(argv)
     reference = REFERENCE.exists() and not args.no_reference
     if not REFERENCE.exists():
         print(f"vs_reference: {REFERENCE.name} is absent (../shared/reference); cgtrace alone", file=sys.stderr)
-    entries = build(args.sizes.split(","), [n for n in args.only.split(",") if n], CORPUS)
     work = REPO / "benchmarks" / "out" / "vs_reference"
     work.mkdir(parents=True, exist_ok=True)
     cgtrace = find_cgtrace(args.cgtrace)
+    if args.startup:
+        publish("startup", startup(args.startup, cgtrace, reference, work), startup_markdown)
+        return 0
+    entries = build(args.sizes.split(","), [n for n in args.only.split(",") if n], CORPUS)
     rows = []
     for entry in entries:
         for job in args.jobs.split(","):

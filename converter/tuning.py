@@ -47,6 +47,9 @@ class Tuning:
     # (about 500 MB of Kineto JSON): below, its memory beside the writer's peak costs more than
     # the time it saves (args_accelerator.py).
     shared_write_entries: int = 1 << 21
+    # The command line's args helper ("auto") only for inputs of this much JSON or more: below,
+    # starting it (a fork, its pipe, its exit) costs more than the encoding it takes over.
+    helper_min_json_bytes: int = 4 << 20
     # Nesting: slices whose times are Python ints at once (a whole long track's as ints would be
     # a large transient beside the columns), and stretches short enough for first-fit's loop whole.
     nesting_chunk: int = 1 << 16

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..errors import CgtraceError
+from ..jobs.options import PathLike, cut, job_options, lane_rules, merge_outputs, rank_list, workers
 from .handler import ChromeTraceExporter, TraceHandler
-from .options import PathLike, cut, job_options, lane_rules, merge_outputs, rank_list, workers
 from .summaries import (Change, CompactSummary, ConvertSummary, DiffSummary, Finding, GpuFigures, GpuLanes, Kernel,
                         MergeSummary, ReportSummary)
 

@@ -79,7 +79,7 @@ class TraceHandler:
 
     def _compact(self, exported: Path) -> None:
         from ..jobs.runner import default_output_path, run_job
-        from .options import job_options
+        from ..jobs.options import job_options
         from .summaries import written_files
 
         summary = run_job(exported, default_output_path(exported),

@@ -1,4 +1,8 @@
-"""The commands that write traces: convert, compact, merge (and their directory batches), lanes, demo."""
+"""The commands that write traces: convert, compact, merge (and their directory batches), lanes, demo.
+
+Start-up is part of every command's time: what only merge, a directory batch or demo needs
+(the merge's engine, the executors) is imported when that command runs, as answers.py does.
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..api.options import merge_outputs
-from ..jobs.executors import scheduler_address
-from ..jobs.merge import merge_ranks
+from ..jobs.options import merge_outputs
 from ..jobs.runner import COMPACTED_TAG, default_output_path, run_job
 from ..lane_rules import DEFAULT_LANES_TOML
 from .options import (EXIT_USAGE, add_lane_options, add_merge_options, add_output_options, add_split_option,
@@ -103,6 +105,9 @@ def _written(summary: dict[str, Any], output: Path) -> str:
 
 
 def _run_merge(args: argparse.Namespace) -> int:
+    from ..jobs.executors import scheduler_address
+    from ..jobs.merge import merge_ranks
+
     options = job_options_of(args, compact=True)
     summary = merge_ranks(args.inputs, merge_outputs(args.output, args.inputs, args.pp_group), options, jobs=args.jobs,
                           assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks,
@@ -119,6 +124,7 @@ def _run_merge(args: argparse.Namespace) -> int:
 def _run_batch(args: argparse.Namespace, compact: bool) -> int:
     """convert or compact every rank trace of a directory: a summary per rank; exit code 2 if any failed."""
     from ..jobs.batch import run_batch
+    from ..jobs.executors import scheduler_address
 
     summary = run_batch(args.input, args.output, job_options_of(args, compact), jobs=args.jobs,
                         scheduler=scheduler_address(args.scheduler))

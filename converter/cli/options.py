@@ -6,18 +6,20 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import TYPE_CHECKING, Callable, ContextManager
 
 import orjson
 
 from .. import progress
-from ..api.options import job_options, workers
+from ..engine.clock import ALIGN_MODES
 from ..engine.window import parse_steps, parse_window
-from ..jobs.executors import Workers
-from ..jobs.merge import ALIGN_MODES
+from ..jobs.options import job_options, workers
 from ..jobs.rank_files import parse_rank_list
 from ..jobs.runner import JobOptions
 from ..lane_rules import load_lane_rules
+
+if TYPE_CHECKING:
+    from ..jobs.executors import Workers  # the executors load when a command runs tasks
 
 EXIT_USAGE = 2
 MAX_TOP = 100_000

@@ -17,7 +17,7 @@ import numpy as np
 from ..kineto import ORIGINAL_STREAM, inline_laned
 from ..lane_rules import LaneRules
 from ..model import LaneGroup, LaneKind, SliceTable, Thread, Trace
-from ..model.columns import grouped_in_order
+from ..model.columns import grouped_in_order, sorted_distinct
 
 _KIND_ORDER = {kind: position for position, kind in enumerate(LaneKind)}
 _THREAD = attrgetter("thread")
@@ -86,7 +86,7 @@ def hardware_streams(trace: Trace, rows: np.ndarray) -> set[object]:
     `original_stream` of those it moved."""
     table = trace.slices
     if not inline_laned(trace.metadata):  # each track's stream once
-        return {_stream_id(table.tracks[track].thread) for track in np.unique(table.track[rows]).tolist()}
+        return {_stream_id(table.tracks[track].thread) for track in sorted_distinct(table.track[rows]).tolist()}
     moved_from = trace.args_labels(rows, ORIGINAL_STREAM)
     return {f"stream {stream}" if stream is not None else _stream_id(track.thread)
             for track, stream in zip(table.tracks_of(rows), moved_from)}

@@ -16,7 +16,7 @@ import msgspec
 import numpy as np
 
 from ..model import Flow, SliceTable, Track
-from ..model.columns import first_positions, grouped_in_order
+from ..model.columns import first_positions, grouped_in_order, sorted_distinct
 from ..model.nesting import nesting_order
 
 _CHUNK = 1 << 16  # indices made Python ints (or searched) at once
@@ -217,7 +217,7 @@ def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.nd
                     slices: SliceTable, bound: np.ndarray) -> None:
     """bound[i] for the enclosing events that some slice on their track starts at."""
     starts, durations, instant = slices.ts, slices.dur, slices.instant
-    stamps = _distinct(times[enclosing])
+    stamps = sorted_distinct(times[enclosing])
     pieces = [np.zeros(0, np.int64)]
     for offset in range(0, len(starts), _CHUNK):  # a chunk at a time: whole, two int64 temporaries per slice
         part = starts[offset:offset + _CHUNK]
@@ -247,12 +247,6 @@ def _bind_at_starts(times: np.ndarray, track_codes: np.ndarray, enclosing: np.nd
     found = np.minimum(np.searchsorted(keys, event_keys), len(keys) - 1)
     hit = keys[found] == event_keys
     bound[wanted[hit]] = candidates[first][found[hit]]
-
-
-def _distinct(values: np.ndarray) -> np.ndarray:
-    """Sorted, without repeats (np.unique's hashing is several times slower on a million times)."""
-    ordered = np.sort(values)
-    return ordered[np.concatenate(([True], ordered[1:] != ordered[:-1]))]
 
 
 def _bind_the_rest(times: list[int], track_codes: np.ndarray, enclosing: list[bool], code_of_track: np.ndarray,

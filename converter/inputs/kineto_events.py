@@ -8,8 +8,8 @@ their times as written (plain_events.py takes them in bulk); other pieces are de
 the lenient `Event`, for the handlers of phase_handlers.py.
 """
 
-from __future__ import annotations
-
+# Annotations stay objects here (no `from __future__ import annotations`): as strings, msgspec
+# would evaluate each struct field's one when the decoders below are built, at every start.
 from decimal import Decimal
 from typing import Any, ClassVar, Optional, Union
 

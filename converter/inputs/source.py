@@ -42,7 +42,10 @@ def read_input_bytes(path: Path) -> bytes | bytearray | mmap.mmap:
 
 
 def json_size(path: Path) -> int:
-    """The file's uncompressed size, without reading it; 0 if unreadable."""
+    """The file's uncompressed size, without reading it; 0 if unreadable or not a regular file
+    (opening a FIFO would wait for a writer; the reader refuses it with its own message)."""
+    if not path.is_file():
+        return 0
     try:
         with open(path, "rb") as handle:
             return uncompressed_size(handle)

@@ -21,7 +21,7 @@ from typing import Any, BinaryIO, Callable, Container, Optional, cast
 
 from .. import kineto
 from ..engine.activity import busy_gpu_changes, running_totals
-from ..engine.clock import Clocks, Collectives, estimate_clocks, find_collectives
+from ..engine.clock import ALIGN_MODES, Clocks, Collectives, estimate_clocks, find_collectives
 from ..engine.critical_path import add_path_tracks, critical_paths
 from ..engine.layout import separate_overlaps
 from ..engine.placement import place_rank, root_name, root_trace
@@ -42,13 +42,6 @@ from .rank_files import find_rank_files
 from .runner import JobOptions, Prepared, prepare
 from .snapshot import load_snapshot, save_snapshot
 from .verify import Expected, verify_output
-
-
-# How a merge sets ranks' clocks: "auto" estimates each rank's offset from its collectives and
-# transfers and moves the ranks where their base times disagree beyond the estimate's
-# uncertainty; "base-time" estimates and reports but keeps the base times; "none" only
-# keeps the base times (no estimate).
-ALIGN_MODES = ("auto", "base-time", "none")
 
 
 @dataclass

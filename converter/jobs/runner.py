@@ -23,9 +23,9 @@ from ..fileio.args_file import FileArgsStore
 from ..fileio.atomic import GZIP_SUFFIX, AtomicFiles, check_output_path, write_failed
 from ..heap import input_read, keep_to_the_end
 from ..inputs.kineto_reader import read_trace
+from ..inputs.source import json_size
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import ArgsStore, RankIdentity, Trace
-from ..outputs.args_accelerator import accelerated_args_store, cores_to_spare
 from ..outputs.json_writer import ChromeJsonWriter
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import DEFAULT_TUNING, Tuning
@@ -82,13 +82,20 @@ def default_output_path(input_path: Path, tag: str = "", output_format: str = "p
 
 
 def args_store(strategy: str, output_format: str = "perfetto", written_here: bool = False,
-               compacts: bool = False, tuning: Tuning = DEFAULT_TUNING) -> ArgsStore:
+               compacts: bool = False, tuning: Tuning = DEFAULT_TUNING, json_bytes: Optional[int] = None) -> ArgsStore:
     """The args store a job reads into, by strategy (see ARGS_STRATEGIES); `written_here`: this
     process writes the output, so an args helper stays on to encode its packets; `compacts`:
-    the job compacts, so an args helper labels the entries for it too."""
+    the job compacts, so an args helper labels the entries for it too; `json_bytes`: the
+    input's size, where known (auto starts no helper for a small one)."""
     if strategy not in ARGS_STRATEGIES:
         raise CgtraceError(f"args strategy {strategy!r}: expected one of {', '.join(ARGS_STRATEGIES)}")
-    if strategy == "helper" or (strategy == "auto" and output_format == "perfetto" and cores_to_spare(tuning.cores)):
+    if strategy == "in-process" or (strategy == "auto" and (
+            output_format != "perfetto" or (json_bytes is not None and json_bytes < tuning.helper_min_json_bytes))):
+        return FileArgsStore(tuning=tuning)
+    # The helper's module (multiprocessing with it) is imported only for a job that may start one.
+    from ..outputs.args_accelerator import accelerated_args_store, cores_to_spare
+
+    if strategy == "helper" or cores_to_spare(tuning.cores):
         return accelerated_args_store(kineto.KERNEL_LABEL if compacts else None,
                                       encodes_packets=written_here and output_format == "perfetto", tuning=tuning)
     return FileArgsStore(tuning=tuning)
@@ -129,7 +136,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     `written_here`: this process writes the output (see args_store)."""
     trace = read_trace(input_path, strict=options.strict, args=args_store(
         options.args_strategy, options.output_format, written_here, compacts=rules is not None,
-        tuning=options.tuning), tuning=options.tuning)
+        tuning=options.tuning, json_bytes=json_size(input_path)), tuning=options.tuning)
     input_read()
     header = kineto.rank_header(trace.metadata, str(input_path))
     summary = trace_summary(trace)

@@ -11,6 +11,7 @@ import heapq
 import numpy as np
 
 from ..tuning import DEFAULT_TUNING, Tuning
+from .columns import sorted_distinct
 from .slices import SliceTable
 
 
@@ -72,7 +73,7 @@ def _stretches_holding(positions: np.ndarray, starts: np.ndarray, ends: np.ndarr
     of them is open that hold any of `positions` (ascending), each as (first, last)."""
     clear = first + _all_clear(starts[first:last], ends[first:last])
     inside = positions[np.searchsorted(positions, first):np.searchsorted(positions, last)]
-    numbers = np.unique(np.searchsorted(clear, inside, "right"))
+    numbers = sorted_distinct(np.searchsorted(clear, inside, "right"))
     cuts = np.concatenate(([first], clear, [last]))
     return list(zip(cuts[numbers].tolist(), cuts[numbers + 1].tolist()))
 
@@ -179,7 +180,7 @@ def clear_points(starts: np.ndarray, ends: np.ndarray, every: int) -> np.ndarray
     if not len(clear):
         return clear
     wanted = np.searchsorted(clear, np.arange(every, len(starts), every))
-    return np.unique(clear[np.minimum(wanted, len(clear) - 1)])
+    return sorted_distinct(clear[np.minimum(wanted, len(clear) - 1)])
 
 
 def _all_clear(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -197,7 +198,7 @@ def _crossing(starts: np.ndarray, ends: np.ndarray, instant: np.ndarray, chunk: 
     apart, which bounds the arrays to a few MB."""
     spans = np.flatnonzero((ends > starts) & ~instant)
     bounds = [0, *np.searchsorted(spans, clear_points(starts, ends, chunk)).tolist(), len(spans)]
-    return np.unique(np.concatenate([np.zeros(0, np.int64), *(
+    return sorted_distinct(np.concatenate([np.zeros(0, np.int64), *(
         spans[first:last][_misplaced(starts[spans[first:last]], ends[spans[first:last]])]
         for first, last in zip(bounds, bounds[1:]))]))
 

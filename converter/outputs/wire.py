@@ -6,9 +6,11 @@ encoded by packets.py; these serve descriptors, interned data and args.
 """
 
 import struct
+from itertools import chain
 
 _VARINT_CACHE_LIMIT = 1 << 14
 pack_double = struct.Struct("<d").pack  # a double's 8 little-endian bytes
+_pack_pair = struct.Struct("<H").pack
 
 WIRE_VARINT = 0
 WIRE_FIXED64 = 1
@@ -24,11 +26,19 @@ def _encode_varint_slow(value: int) -> bytes:
     return bytes(out)
 
 
+def _two_byte_table(high_bit: int) -> list[bytes]:
+    """The two bytes of every 14-bit value v, its low 7 bits with the continuation bit and then
+    the rest (`high_bit` sets the second's). As one little-endian 16-bit number each pair is
+    256 * (v >> 7) + 128 + (v & 127) (+ high_bit): a run of 128 consecutive numbers per 128
+    values, so the table is built in C (it is built at every start)."""
+    runs = (range(start, start + 0x80) for start in range(0x80 + high_bit, 0x8000 + high_bit, 0x100))
+    return list(map(_pack_pair, chain.from_iterable(runs)))
+
+
 # Below 2**14 a varint is one byte, or two: the low 7 bits with the continuation bit, then the rest.
-_SMALL_VARINTS = [bytes((v,)) for v in range(0x80)] + \
-    [bytes(((v & 0x7F) | 0x80, v >> 7)) for v in range(0x80, _VARINT_CACHE_LIMIT)]
+_SMALL_VARINTS = list(map(bytes, zip(range(0x80)))) + _two_byte_table(0)[0x80:]
 # The low 14 bits of a larger value: two bytes, both with the continuation bit set.
-_LOW14 = [bytes(((v & 0x7F) | 0x80, (v >> 7) | 0x80)) for v in range(_VARINT_CACHE_LIMIT)]
+_LOW14 = _two_byte_table(0x8000)
 _HIGH_PARTS: dict[int, bytes] = {}
 
 

@@ -1,21 +1,24 @@
 """The options the command line and the Python API share, built one way: a job's options from
 plain values, and where a merge writes each pipeline. So both say the same thing about the
-same mistake."""
+same mistake. They live below both (not in the API's package), so a command builds its job
+without loading the Python API."""
 
 from __future__ import annotations
 
 import argparse
 import os
 from pathlib import Path
-from typing import Callable, ContextManager, Optional, Union
+from typing import TYPE_CHECKING, Callable, ContextManager, Optional, Union
 
 from ..engine.window import Window, parse_steps, parse_window
 from ..errors import CgtraceError
-from ..jobs.executors import Workers, open_workers, scheduler_address
-from ..jobs.rank_files import RankList, default_merge_output, parse_rank_list
-from ..jobs.runner import JobOptions
 from ..lane_rules import LaneRules, load_lane_rules
 from ..tuning import Tuning
+from .rank_files import RankList, default_merge_output, parse_rank_list
+from .runner import JobOptions
+
+if TYPE_CHECKING:
+    from .executors import Workers
 
 PathLike = Union[str, os.PathLike[str]]  # what open() takes, typed
 
@@ -67,5 +70,8 @@ def merge_outputs(output: Optional[Path], inputs: list[Path], pp_group: Optional
 
 def workers(jobs: Optional[int], scheduler: Optional[str]) -> ContextManager[Workers]:
     """Where tasks run, as --jobs and --scheduler say: `jobs` local processes (default: every
-    core), or the Dask scheduler given (else CGTRACE_SCHEDULER's)."""
+    core), or the Dask scheduler given (else CGTRACE_SCHEDULER's). The executors are imported
+    here: a command on one trace runs no tasks."""
+    from .executors import open_workers, scheduler_address
+
     return open_workers(jobs or Tuning.for_this_machine().cores, scheduler_address(scheduler))
