@@ -12,6 +12,7 @@ import pytest
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
 from .helpers import merge_files as merge_ranks
 from .helpers import compact_file, convert_file
+from converter.engine.critical_path import CATEGORY as CRITICAL_PATH_CATEGORY
 from converter.engine.pp import ARRIVAL_CATEGORY
 from converter.engine.window import parse_steps, parse_window
 
@@ -157,7 +158,8 @@ def test_merge_cuts_every_rank_to_the_step_and_keeps_the_chosen_ranks(tmp_path):
     for path in files:
         if rank_of[path] in chosen:
             expected += step_members(path, *step_bounds(path)[1], ANNOTATIONS)
-    assert output_slices(output, (*ANNOTATIONS, ARRIVAL_CATEGORY)) == expected  # arrival markers are derived
+    # Arrival markers and the critical path's copies of its segments are derived.
+    assert output_slices(output, (*ANNOTATIONS, ARRIVAL_CATEGORY, CRITICAL_PATH_CATEGORY)) == expected
     assert sum(rank["flows_dropped_by_window"] for rank in summary["per_rank_compaction"]) > 0
     assert problem_stats(output) == []
     dangling = rows(output, "select count(*) n from flow where slice_out is null or slice_in is null")[0]["n"]
