@@ -133,14 +133,19 @@ def rows_in_ui(browser, tmp_path) -> Callable[[Path], tuple[list[Row], Path]]:
 
     def load(trace_path: Path) -> tuple[list[Row], Path]:
         with opened(browser, trace_path) as page:
-            page.evaluate("app.commands.runCommand('dev.perfetto.ExpandAllGroups')")
-            page.evaluate("window.waitForPerfettoIdle()")
-            shown = page.eval_on_selector_all(TRACK, ROW_FACTS)
+            shown = expanded_rows(page)
             screenshot = tmp_path / f"{trace_path.name}.png"
             page.screenshot(path=str(screenshot))
-            return [Row(*facts) for facts in shown], screenshot
+            return shown, screenshot
 
     return load
+
+
+def expanded_rows(page) -> list[Row]:
+    """Every group of an open page expanded: its rows, in display order."""
+    page.evaluate("app.commands.runCommand('dev.perfetto.ExpandAllGroups')")
+    page.evaluate("window.waitForPerfettoIdle()")
+    return [Row(*facts) for facts in page.eval_on_selector_all(TRACK, ROW_FACTS)]
 
 
 @pytest.fixture
@@ -209,25 +214,31 @@ def on_screen(page) -> list[tuple[str, int]]:
 def rows_in_gpu_groups(browser, trace: Path) -> dict[str, list[str]]:
     """Each GPU group opened (as a user clicks it; what it folds stays folded): its rows' titles."""
     with opened(browser, trace) as page:
-        groups = [title for title, _ in page.eval_on_selector_all(TRACK, DRAWN_PX) if GPU_GROUP.search(title)]
-        for title in groups:
-            page.evaluate(CLICK_ROW, title)
-            page.evaluate("window.waitForPerfettoIdle()")
-        return {title: page.evaluate(GROUP_ROWS, title)[2] for title in groups}
+        return gpu_group_rows(page)
 
 
-def test_merged_trace_shows_ranks_in_pipeline_order(load_in_ui, rows_in_ui, browser, tmp_path):
+def gpu_group_rows(page) -> dict[str, list[str]]:
+    """rows_in_gpu_groups on a page already open."""
+    groups = [title for title, _ in page.eval_on_selector_all(TRACK, DRAWN_PX) if GPU_GROUP.search(title)]
+    for title in groups:
+        page.evaluate(CLICK_ROW, title)
+        page.evaluate("window.waitForPerfettoIdle()")
+    return {title: page.evaluate(GROUP_ROWS, title)[2] for title in groups}
+
+
+def test_merged_trace_shows_ranks_in_pipeline_order(rows_in_ui, browser, tmp_path):
     files = write_pp_run(tmp_path / "run", pp_size=4, microbatches=2, steps=1, seed=2,
                          graphs_per_step=2, kernels_per_replay=4)
     merged = tmp_path / "merged.perfetto-trace"
     merge_ranks(files, lambda group, groups: merged, jobs=1)
-    names, screenshot = load_in_ui(merged)
+    shown, screenshot = rows_in_ui(merged)
+    names = [row.title for row in shown]
     ranks = [n for n in names if n.startswith("PP rank ") and "· GPU" in n]
     assert [int(n.split()[2]) for n in ranks] == [0, 1, 2, 3], names
-    assert_merged_rows_read_well(rows_in_ui(merged)[0], merged, files, ranks=4)
+    assert_merged_rows_read_well(shown, merged, files, ranks=4)
     # The first screen: the root counts the busy GPUs, and, opened as it loads, each rank's rows draw.
-    assert drawn_in_collapsed_rows(browser, merged)[PIPELINE_ROOT_NAME] > 100
     drawn = drawn_in_collapsed_rows(browser, merged)  # the only top-level row: v52 opens it
+    assert drawn[PIPELINE_ROOT_NAME] > 100
     gpu_rows = {title: px for title, px in drawn.items() if title in ranks}
     assert len(gpu_rows) == 4 and min(gpu_rows.values()) > 100, drawn   # each GPU's busy lanes
     first_rank_lanes = names[names.index(ranks[0]) + 1:names.index(ranks[1])]
@@ -334,7 +345,7 @@ def test_compacted_real_trace_shows_lanes_and_input_ids(rows_in_ui, browser, tmp
     lanes = [row for row in shown if row.parent == gpus[0]]
     assert lanes and lanes[0].title == "Compute", [row.title for row in shown]
     assert_titles_show_input_ids(shown, compacted, [source])
-    # On the first screen, groups collapsed, the GPU's row shows how many of its lanes are busy.
+    # On the first screen, groups collapsed, the GPU's row draws what the GPU does (its counter).
     assert drawn_in_collapsed_rows(browser, compacted)[gpus[0]] > 100
 
 
@@ -358,8 +369,8 @@ def test_merged_real_ranks_read_in_pipeline_order(rows_in_ui, browser, tmp_path,
         if gpus:  # first screen: the root counts busy GPUs, each rank's GPU row its lanes
             root = next(row.title for row in shown if row.parent is None and row.title in (
                 PIPELINE_ROOT_NAME, RANKS_ROOT_NAME))
-            assert drawn_in_collapsed_rows(browser, merged)[root] > 100
             drawn = drawn_in_collapsed_rows(browser, merged)  # the only top-level row: v52 opens it
+            assert drawn[root] > 100
             gpu_rows = [px for title, px in drawn.items() if RANK_ROW.match(title) and " · GPU" in title]
             assert len(gpu_rows) == count and min(gpu_rows) > 100, drawn
 
@@ -387,19 +398,20 @@ def _first_screens(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     yield "compacted", compacted
 
 
-def test_every_first_screen_row_draws_and_no_title_is_cut(rows_in_ui, browser, tmp_path):
+def test_every_first_screen_row_draws_and_no_title_is_cut(browser, tmp_path):
     """On each of the four outputs: as loaded, every row on the first screen draws something (no
     blank bookkeeping, CPU or OS process row); an opened GPU group shows at most MAX_GPU_ROWS
     rows (a group's further lanes and copy-only annotation rows fold under its lanes); with
-    every group expanded, no title is cut and none shows an id twice."""
+    every group expanded, no title is cut and none shows an id twice. One page per output,
+    as one user would go: first screen, then each GPU opened, then everything."""
     for what, trace in _first_screens(tmp_path):
         with opened(browser, trace) as page:
             first = on_screen(page)
+            groups = gpu_group_rows(page)
+            shown = expanded_rows(page)
         assert first and [title for title, px in first if px < BLANK_PX] == [], (what, first)
-        groups = rows_in_gpu_groups(browser, trace)
         assert all(0 < len(titles) <= MAX_GPU_ROWS for titles in groups.values()), (what, groups)
         assert groups or what == "cpu pipeline", what
-        shown, _ = rows_in_ui(trace)
         assert [row.title for row in shown if row.cut] == [], what
         twice = [row.title for row in shown if re.search(r"(-?\d{3,})\D+\1$", row.title)]  # a tid, twice
         assert twice == [], what
