@@ -51,23 +51,17 @@ class _Graph:
     """Every rank's nodes in one set of columns (global node numbers), with the edges resolved."""
 
     def __init__(self, ranks: list[RankWork]):
-        offsets = np.cumsum([0] + [len(work) for work in ranks])
+        sizes = [len(work) for work in ranks]
+        self._ranks, self._offsets = ranks, np.cumsum([0] + sizes).tolist()
         self.start = np.concatenate([work.start for work in ranks])
         self.end = np.concatenate([work.end for work in ranks])
         self.kind = np.concatenate([work.kind for work in ranks])
         self.gpu = np.concatenate([work.gpu for work in ranks])
-        self.waited = np.concatenate([np.where(work.waited >= 0, work.waited + offset, -1)
-                                      for work, offset in zip(ranks, offsets.tolist())])
-        self.position = np.repeat(np.arange(len(ranks)), [len(work) for work in ranks])
-        self.launch = np.concatenate([np.where(work.launch >= 0, work.launch + offset, -1)
-                                      for work, offset in zip(ranks, offsets.tolist())])
-        self._ranks, self._offsets = ranks, offsets.tolist()
-        track_offsets = np.cumsum([0] + [int(work.track.max(initial=-1)) + 1 for work in ranks]).tolist()
-        tracks = np.concatenate([work.track + offset for work, offset in zip(ranks, track_offsets)])
-        self.previous = _previous_on_track(tracks, self.start, self.end)
-        device_offsets = np.cumsum([0] + [int(work.device.max(initial=-1)) + 1 for work in ranks]).tolist()
-        devices = np.concatenate([work.device + offset for work, offset in zip(ranks, device_offsets)])
-        self.previous_on_device = _previous_on_track(devices, self.start, self.end)
+        self.position = np.repeat(np.arange(len(ranks)), sizes)
+        self.waited = self._global_nodes([work.waited for work in ranks])
+        self.launch = self._global_nodes([work.launch for work in ranks])
+        self.previous = _previous_on_track(_apart([work.track for work in ranks]), self.start, self.end)
+        self.previous_on_device = _previous_on_track(_apart([work.device for work in ranks]), self.start, self.end)
         sends = {flow: node + offset for work, offset in zip(ranks, self._offsets) for flow, node in work.sends.items()}
         self.arrivals: dict[int, list[tuple[int, int]]] = {}
         for work, offset in zip(ranks, self._offsets):
@@ -75,10 +69,20 @@ class _Graph:
                 if flow in sends:
                     self.arrivals.setdefault(node + offset, []).append((at, sends[flow]))
 
+    def _global_nodes(self, per_rank: list[np.ndarray]) -> np.ndarray:
+        """Each rank's node numbers (-1: none) as numbers among all ranks' nodes."""
+        return np.concatenate([np.where(nodes >= 0, nodes + offset, -1) for nodes, offset in zip(per_rank, self._offsets)])
+
     def name(self, node: int) -> str:
         position = int(self.position[node])
         work = self._ranks[position]
         return work.names[int(work.name[node - self._offsets[position]])]
+
+
+def _apart(per_rank: list[np.ndarray]) -> np.ndarray:
+    """Each rank's track (or device) codes, numbered so that no two ranks share one."""
+    offsets = np.cumsum([0] + [int(codes.max(initial=-1)) + 1 for codes in per_rank]).tolist()
+    return np.concatenate([codes + offset for codes, offset in zip(per_rank, offsets)])
 
 
 def _previous_on_track(tracks: np.ndarray, starts: np.ndarray, ends: np.ndarray) -> np.ndarray:

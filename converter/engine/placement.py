@@ -9,7 +9,6 @@ shows a pid or tid the merge would have to invent to keep ranks apart.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Container
 
 from ..model import CounterSample, Process, RankIdentity, Trace, Track, TrackRole
@@ -32,13 +31,13 @@ def root_name(in_pp_group: bool) -> str:
     return PIPELINE_ROOT_NAME if in_pp_group else RANKS_ROOT_NAME
 
 
-def place_rank(trace: Trace, position: int, rank: RankIdentity, in_pp_group: bool) -> None:
+def place_rank(trace: Trace, position: int, rank: RankIdentity) -> None:
     """Hang the rank's rows, at `position` in the pipeline, under the pipeline root: first its GPU
     lanes, then each process as a group of rows titled after the rank whose own row counts its
     busy threads (its threads' rows keep their input names and tids). The profiler's bookkeeping
     (global instants, the profiler's span) goes last inside the rank's first CPU row: on its own
     it would be a row that draws nothing on the first screen."""
-    trace.rank = rank = replace(rank, in_pipeline=in_pp_group)
+    trace.rank = rank
     first_row = position * _ROWS_PER_RANK + 1
     bookkeeping = [process for process in trace.processes if process.row_group]
     trace.tracks = [track for track in trace.tracks if not _tucked(track)]  # compaction's, placed anew below

@@ -34,7 +34,6 @@ from ..errors import CgtraceError
 from ..fileio.atomic import atomic_output, check_output_path, scratch_folder
 from ..inputs.source import json_size
 from ..model import ClockPlacement, RankIdentity
-from ..model.trace import rank_title
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import Tuning
 from .executors import Workers, for_cluster, open_workers, run_tasks
@@ -75,6 +74,11 @@ class RankPlan:
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
     transfer_ends: list[TransferEnd] = field(default_factory=list)
+
+    @property
+    def identity(self) -> RankIdentity:
+        """The rank as the merged trace, the report and the summary name it."""
+        return RankIdentity(self.pp_rank, self.global_rank, self.in_pp_group, self.clock)
 
 
 def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
@@ -168,8 +172,7 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
                       sum(part.gpus for part in parts))
     # Across ranks only where arrows join them (a pipeline); data-parallel ranks share no path.
     paths = critical_paths([part.work for part in parts]) if cross_rank_arrows else []
-    path_slices = add_path_tracks(root, root.tracks[0], paths, [
-        RankIdentity(plan.pp_rank, plan.global_rank, plan.in_pp_group) for plan in plans])
+    path_slices = add_path_tracks(root, root.tracks[0], paths, [plan.identity for plan in plans])
     expected = Expected(sum(part.expected.slices for part in parts) + path_slices,
                         sum(part.expected.flows for part in parts) + cross_rank_arrows,
                         sum(part.expected.counter_samples for part in parts) + len(root.counters))
@@ -362,7 +365,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
         blocks[key].attach(trace, anchor, flow_id, outgoing)
     attach_transfer_ends(trace, plan.transfer_ends)
     work = rank_work(trace)  # before overlaps move: nodes keep their own lane or thread
-    place_rank(trace, plan.position, RankIdentity(plan.pp_rank, plan.global_rank, clock=plan.clock), plan.in_pp_group)
+    place_rank(trace, plan.position, plan.identity)
     summary["overlaps_moved"] = separate_overlaps(trace, tuning)
     stride = plan.position + 1
     try:
@@ -373,7 +376,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
             writer.close()
     except OSError as error:
         raise _scratch_failed(Path(path), "write a rank's part of the merge", error) from None
-    summary.update(rank=rank_title(plan.pp_rank, plan.global_rank, plan.in_pp_group), pp_rank=plan.pp_rank, global_rank=plan.global_rank,
+    summary.update(rank=plan.identity.title, pp_rank=plan.pp_rank, global_rank=plan.global_rank,
                    pp_annotations=prepared.pp_annotations, file=plan.file)
     return RankPart(path, summary, Expected(len(trace.slices), len(trace.flows), len(trace.counters)),
                     *busy_gpu_changes(trace), work)
