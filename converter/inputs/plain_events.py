@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from itertools import compress, repeat
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 from typing import Any, Callable, Optional, Sequence
 
 import msgspec
@@ -22,9 +22,11 @@ from .flows import END
 from .kineto_events import COMPLETE, FLOW, INSTANT, METADATA, NOT_PLAIN, EVENT_CODES
 from .phase_handlers import PhaseHandlers, chrome_thread_key
 
-_TS, _CAT, _NAME, _ARGS = map(attrgetter, ("ts", "cat", "name", "args"))
-_ID, _BP = attrgetter("id"), attrgetter("bp")
+_TS, _DUR, _CAT, _NAME, _ARGS = map(attrgetter, ("ts", "dur", "cat", "name", "args"))
+_ID, _BP, _PID, _TID = map(attrgetter, ("id", "bp", "pid", "tid"))
 _NOT_THREAD = ("g", "p")  # instant scopes with a track other than their thread's
+# The first halves of the look-up keys of those scopes' tracks: objects no input pid equals.
+_GLOBAL_SCOPE, _PROCESS_SCOPE = object(), object()
 
 
 class KinetoEvents(PhaseHandlers):
@@ -33,7 +35,8 @@ class KinetoEvents(PhaseHandlers):
 
     def __init__(self, trace: Trace, base_ns: int):
         super().__init__(trace, base_ns)
-        self._tracks_by_input_key: dict[tuple[Any, Any], Track] = {}  # (pid, tid) as written -> track
+        # (pid, tid) as written, or a scope's key (_tracks_of) -> track
+        self._tracks_by_input_key: dict[tuple[Any, Any], Track] = {}
 
     def add_events(self, items: list, raw_piece: Optional[Callable[[], list[msgspec.Raw]]] = None) -> None:
         """Convert the events in order, releasing each as it is done: runs of `Plain` events
@@ -47,7 +50,7 @@ class KinetoEvents(PhaseHandlers):
         metadata = np.flatnonzero(codes == METADATA)
         if len(metadata) and self._set_aside(_picker(metadata.tolist())(items)):
             kept = np.flatnonzero(codes != METADATA)
-            take = _picker(kept.tolist()) if len(kept) else _nothing
+            take = _picker(kept.tolist())
             items[:] = take(items)  # in place: the caller's list is released as it is done, too
             codes = codes[kept]
             if raw_piece is not None:
@@ -81,16 +84,18 @@ class KinetoEvents(PhaseHandlers):
         ns, not numbers, negative or out of range) goes to `_add_each`, in its place."""
         run = items[start:end]
         count = len(run)
-        durations_of = [event.dur if code == COMPLETE else 0  # 0: instants, flows
-                        for event, code in zip(run, codes.tolist())]
+        complete = np.flatnonzero(codes == COMPLETE)  # the others' durations are 0: instants, flows
+        durations_of = list(map(_DUR, run if len(complete) == count else _picker(complete.tolist())(run)))
         if type(run[0].ts) is msgspec.Raw:  # which of the two tagged decoders made the piece
-            starts, starts_known = exact_ns(list(map(_TS, run)))
-            durations, durations_known = numbers_ns(durations_of)
-            known = starts_known & durations_known
+            starts, known = exact_ns(list(map(_TS, run)))
+            complete_durations, durations_known = numbers_ns(durations_of)
         else:  # starts and durations in one conversion: half the fixed cost of a numpy pass
             times, both_known = numbers_ns([*map(_TS, run), *durations_of])
-            starts, durations = times[:count], times[count:]
-            known = both_known[:count] & both_known[count:]
+            starts, known = times[:count], both_known[:count]
+            complete_durations, durations_known = times[count:], both_known[count:]
+        durations = np.zeros(count, np.int64)
+        durations[complete] = complete_durations
+        known[complete] &= durations_known
         # 0 <= ts + base and 0 <= dur <= MAX_NS - ts - base, in int64 without overflow.
         headroom = MAX_NS - self.base_ns
         fits = known & (starts >= -self.base_ns) & (starts <= headroom) & (durations >= 0)
@@ -111,17 +116,10 @@ class KinetoEvents(PhaseHandlers):
     def _add_plain_run(self, run: Sequence, codes: np.ndarray, starts: np.ndarray, durations: np.ndarray) -> None:
         """Slices of the complete events and instants of `run`, flow events of the rest, in
         order, with their exact start and duration in ns; tracks are made in the order of `run`.
-        Each field is one pass: a map of an attrgetter, or a comprehension where it reads two
-        fields (Python 3.11 specializes its attribute reads); the two kinds are parted by numpy
-        on `codes`."""
-        known = self._tracks_by_input_key.get
-        on: Sequence[Any] = [known((event.pid, event.tid)) for event in run]
+        Each field is one pass in C (a map of an attrgetter); the kinds of events are parted
+        by numpy on `codes`."""
         instants = codes == INSTANT
-        if None in on or instants.any():  # a thread met for the first time, or an instant's scope
-            find = self._track_for_input_key  # made once per new thread: `known` has it for its later events
-            on = [track or known((e.pid, e.tid)) or find((e.pid, e.tid)) if not instant or e.s not in _NOT_THREAD
-                  else self._instant_track(e)
-                  for e, instant, track in zip(run, instants.tolist(), on)]
+        on: Sequence[Track] = self._tracks_of(run, np.flatnonzero(instants).tolist())
         flow_at = np.flatnonzero(codes >= FLOW)
         if len(flow_at):
             if len(flow_at) == len(run):
@@ -161,13 +159,32 @@ class KinetoEvents(PhaseHandlers):
         cats = list(map(_CAT, events))
         return [cat if cat is not None else "" for cat in cats] if None in cats else cats
 
-    def _instant_track(self, event: Any) -> Track:
-        return self.global_track() if event.s == "g" else self.process_track(event.pid)
+    def _tracks_of(self, run: Sequence, instant_at: list[int]) -> Sequence[Track]:
+        """The track of each event of `run`: its thread's, or for an instant scoped to its
+        process or to the trace (`instant_at`: where the instants are), that scope's. One
+        look-up per event in C, by its key as written; tracks first met here are made in the
+        order their first events come, so a run's order numbers them as one by one would."""
+        keys = list(zip(map(_PID, run), map(_TID, run)))
+        for at in instant_at:
+            scope = run[at].s
+            if scope in _NOT_THREAD:
+                keys[at] = (_GLOBAL_SCOPE, None) if scope == "g" else (_PROCESS_SCOPE, keys[at][0])
+        tracks = self._tracks_by_input_key
+        on: list[Any] = list(map(tracks.get, keys))  # None: a track not met before
+        if None in on:
+            for key in dict.fromkeys(compress(keys, map(is_, on, repeat(None)))):
+                tracks[key] = self._track_for_input_key(key)
+            on = list(map(tracks.__getitem__, keys))
+        return on
 
     def _track_for_input_key(self, key: tuple[Any, Any]) -> Track:
-        """The thread track of (pid, tid) as the input wrote them (a decimal text tid is its int)."""
-        track = self._tracks_by_input_key[key] = self.thread_track(key[0], chrome_thread_key(key[1]))
-        return track
+        """The track of an event keyed (pid, tid) as the input wrote them (a decimal text tid is
+        its int), or of a scope's instants."""
+        if key[0] is _GLOBAL_SCOPE:
+            return self.global_track()
+        if key[0] is _PROCESS_SCOPE:
+            return self.process_track(key[1])
+        return self.thread_track(key[0], chrome_thread_key(key[1]))
 
 
 def _nothing(items: Sequence) -> tuple:
@@ -181,6 +198,8 @@ def _taken(take: Callable[[Sequence], tuple], whole: Callable[[], list[msgspec.R
 
 def _picker(indices: list[int]) -> Callable[[Sequence], tuple]:
     """Takes these items of a list, in one pass in C (itemgetter, but always a tuple)."""
+    if not indices:
+        return _nothing
     if len(indices) == 1:
         only = indices[0]
         return lambda items: (items[only],)

@@ -69,8 +69,12 @@ class _Numbered(Generic[Value]):
     def ids_of(self, values: Sequence[Value]) -> np.ndarray:
         """The ids of many values (new ones numbered here), one dict look-up each in C."""
         found = np.fromiter(map(self._ids.get, values, repeat(-1)), np.int32, len(values))
-        for at in np.flatnonzero(found < 0).tolist():
-            found[at] = self.id_of(values[at])
+        new = np.flatnonzero(found < 0)
+        if len(new):  # numbered in the order first met; a value repeated in the run, once
+            new_values = [values[at] for at in new.tolist()]
+            for value in dict.fromkeys(new_values):
+                self.id_of(value)
+            found[new] = np.fromiter(map(self._ids.__getitem__, new_values), np.int32, len(new_values))
         return found
 
     def copy(self) -> "_Numbered[Value]":
