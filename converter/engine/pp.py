@@ -182,19 +182,25 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
     categories = rules.annotation_categories
     steps: list[tuple[int, int]] = []                 # (start, step number)
     pp, stageless = _Annotations(), _Annotations(stage_of_all=pp_rank)
-    named = trace.slices.named(lambda name: profiler_step(name) is not None or rules.pp_match(name) is not None
-                               or STAGELESS_PATTERN.match(name) is not None)
-    for slice_ in trace.slices.rows(named):
-        name = slice_.name
+    # What each distinct name is, read once: a pipeline rank repeats a few names thousands of times.
+    kinds: dict[str, tuple[Optional[int], Optional[Groups], Optional[_Annotations]]] = {}
+
+    def kind_of(name: str) -> bool:
         step = profiler_step(name)
         if step is not None:
-            steps.append((slice_.ts, step))
-            continue
-        match = rules.pp_match(name)
-        if match is not None:
-            pp.add(slice_, match, categories)
+            kinds[name] = (step, None, None)
+        elif (match := rules.pp_match(name)) is not None:
+            kinds[name] = (None, match, pp)
         elif (match := STAGELESS_PATTERN.match(name)) is not None:
-            stageless.add(slice_, match, categories)
+            kinds[name] = (None, match, stageless)
+        return name in kinds
+
+    for slice_ in trace.slices.rows(trace.slices.named(kind_of)):
+        step, match, annotations = kinds[slice_.name]
+        if step is not None:
+            steps.append((slice_.ts, step))
+        elif annotations is not None and match is not None:
+            annotations.add(slice_, match, categories)
     found, scheme = (pp, GPU_PP if pp.fragments else CPU_PP) if pp.fragments or pp.cpu else \
         (stageless, STAGELESS) if stageless.fragments or stageless.cpu else (pp, NO_PP)
     steps.sort()

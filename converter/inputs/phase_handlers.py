@@ -283,8 +283,8 @@ class PhaseHandlers(TraceBuilder):
         for stack in self.open_async.values():
             if stack:
                 skipped["async_begin_without_end"] += len(stack)
-        for event in self.metadata_events:
-            problem = self._metadata(event)
+        for event, args in zip(self.metadata_events, _metadata_args(self.metadata_events)):
+            problem = self._metadata(event, args)
             if problem:
                 skipped[problem] += 1
         for process in self.trace.processes:
@@ -294,11 +294,10 @@ class PhaseHandlers(TraceBuilder):
         self.trace.unbound_flows += bound.unbound
         self.trace.partnerless_flow_ends += bound.partnerless
 
-    def _metadata(self, event: Event) -> Optional[str]:
+    def _metadata(self, event: Event, args: dict) -> Optional[str]:
         kind = type(event.pid)
         if kind is not int and kind is not str:
             return "missing_pid"
-        args = decoded_args(event)
         if not args:
             return "metadata_without_args"
         name = event.name
@@ -346,6 +345,13 @@ def chrome_thread_key(tid: Any) -> Any:
         if digits.isdigit() and str(int(tid)) == tid:
             return int(tid)
     return tid
+
+
+def _metadata_args(events: list[Event]) -> list[dict]:
+    """Each event's args as decoded_args gives them, decoded in one call (a trace on 20k
+    replay streams has two metadata events per stream)."""
+    values = decode_json(b"[" + b",".join([event.args if len(event.args) > 2 else b"null" for event in events]) + b"]")
+    return [value if isinstance(value, dict) else {} for value in values]
 
 
 def decoded_args(event: Event) -> dict:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from itertools import compress, repeat
-from operator import attrgetter, is_, itemgetter
+from operator import attrgetter, eq, is_, itemgetter
 from typing import Any, Callable, Optional, Sequence
 
 import msgspec
@@ -149,7 +149,8 @@ class KinetoEvents(PhaseHandlers):
         enclosing = phases != END
         ends = np.flatnonzero(~enclosing)
         if len(ends):
-            enclosing[ends] = [bp == "e" for bp in map(_BP, _picker(ends.tolist())(flows))]
+            enclosing[ends] = np.fromiter(map(eq, map(_BP, _picker(ends.tolist())(flows)), repeat("e")), bool,
+                                          len(ends))
         categories = self._categories(flows)
         self.flow_events.extend(map(self.strings.setdefault, categories, categories), map(_ID, flows), phases, starts,
                                 on, enclosing)
