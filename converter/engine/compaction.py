@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import heapq
 import re
-from bisect import bisect_left, bisect_right
+from bisect import bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from itertools import islice
@@ -27,6 +27,7 @@ from ..model.nesting import nested_layers, sort_by_start
 from ..model.columns import grouped_in_order
 from ..tuning import DEFAULT_TUNING, Tuning
 from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
+from .covering import StreamSlices, lanes_above
 from .placement import tuck_bookkeeping
 from .window import step_ranges
 
@@ -191,56 +192,37 @@ def partition_intervals(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]
     return np.split(by_lane, np.cumsum(np.bincount(lanes))[:-1])
 
 
-def _by_stream(table: SliceTable, gpu_rows: np.ndarray,
-               stream_of_track: np.ndarray) -> tuple[np.ndarray, dict[int, tuple[int, int]]]:
-    """GPU slices' rows per original stream (`stream_of_track` of their track), in start order:
-    the rows stream after stream, and where each stream's are among them. One sort for all
-    streams: a CUDA-graph rank has thousands."""
+def _by_stream(table: SliceTable, gpu_rows: np.ndarray, stream_of_track: np.ndarray) -> tuple[np.ndarray, StreamSlices]:
+    """GPU slices' rows per original stream (`stream_of_track` of their track), in start order,
+    and their streams and spans. One sort for all streams: a CUDA-graph rank has thousands."""
     streams = stream_of_track[table.track[gpu_rows]]
     order = np.lexsort((table.ts[gpu_rows], streams))  # stable: equal starts stay in row order
-    bounds = [0, *(np.flatnonzero(np.diff(streams[order])) + 1).tolist(), len(order)]
-    first_of = streams[order[bounds[:-1]]].tolist() if len(order) else []
-    return gpu_rows[order], {stream: (lo, hi) for stream, lo, hi in zip(first_of, bounds, bounds[1:])}
+    rows = gpu_rows[order]
+    return rows, StreamSlices(streams[order], *table.spans(rows))
 
 
-def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: tuple[np.ndarray, dict[int, tuple[int, int]]],
+def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: tuple[np.ndarray, StreamSlices],
                        annotations: np.ndarray, stream_of_track: np.ndarray, summary: Counter[str]) -> list[int]:
     """Each annotation goes above the lane holding most of the slices it covers on its stream
     (on a tie, the lane listed first). Identical ones on one lane are coalesced: returns the
     rows merged into others, to drop."""
     table = trace.slices
     tracks = table.track
-    stream_rows, bounds = by_stream
-    starts, ends = _starts_ends(table, stream_rows)
-    lane_of_row = tracks[stream_rows].tolist()
-    streams = {stream: (starts[lo:hi], ends[lo:hi], lane_of_row[lo:hi])
-               for stream, (lo, hi) in bounds.items()}  # each member's start, end and lane
+    stream_rows, stream_slices = by_stream
     lanes_in_order = [lane for lanes in gpu.lanes.values() for lane in lanes]
-    lane_position = {table.track_id(lane): position for position, lane in enumerate(lanes_in_order)}
-    placed: dict[int, list[int]] = defaultdict(list)  # lane's track id -> annotation rows
-    no_members: tuple[list[int], list[int], list[int]] = ([], [], [])
-    for row, stream, start, end in zip(annotations.tolist(), stream_of_track[tracks[annotations]].tolist(),
-                                       *_starts_ends(table, annotations)):
-        member_starts, member_ends, member_lanes = streams.get(stream, no_members)
-        first, last = bisect_left(member_starts, start), bisect_right(member_starts, end)
-        covered = [lane for lane, member_end in zip(member_lanes[first:last], member_ends[first:last])
-                   if member_end <= end]
-        if not covered:
-            continue
-        lane = covered[0]
-        if covered.count(lane) != len(covered):  # split over lanes (unusual): the most slices win
-            votes = Counter(covered)
-            lane = max(votes, key=lambda key: (votes[key], -lane_position[key]))
-        placed[lane].append(row)
+    lane_rank = {table.track_id(lane): position for position, lane in enumerate(lanes_in_order)}
+    lanes = lanes_above(stream_slices, tracks[stream_rows], lane_rank, stream_of_track[tracks[annotations]],
+                        *table.spans(annotations))
+    placed = [(lane, annotations[members].tolist()) for lane, members in grouped_in_order(lanes) if lane >= 0]
     gpu.streams.update(hardware_streams(trace, annotations))
-    mapped = sum(map(len, placed.values()))
+    mapped = sum(len(members) for _, members in placed)
     summary["annotations_mapped"] += mapped
     summary["annotations_retained"] += len(annotations) - mapped
     merged_away: list[int] = []
     # Every lane's annotations' args in one sweep of the store: a sweep per lane would read
     # the store's file again for each lane, many times the trace's args on a pipeline rank.
-    args_texts = iter(trace.args_texts(np.array([row for members in placed.values() for row in members], np.int64)))
-    for lane, members in placed.items():
+    args_texts = iter(trace.args_texts(np.array([row for _, members in placed for row in members], np.int64)))
+    for lane, members in placed:
         kept = coalesce(table, members, list(islice(args_texts, len(members))))
         summary["annotations_coalesced"] += len(members) - len(kept)
         merged_away += set(members).difference(kept)
