@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import heapq
 import re
-from bisect import bisect_right
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import islice, repeat
 from operator import attrgetter
 from typing import Container, Iterator, Optional
 
@@ -24,7 +23,7 @@ from ..kineto import CUDA_GRAPH_LAUNCH, KERNEL_LABEL
 from ..lane_rules import LaneRules
 from ..model import NO_ARGS, LaneGroup, Process, SliceTable, Trace, Track, TrackRole
 from ..model.nesting import nested_layers, sort_by_start
-from ..model.columns import grouped_in_order
+from ..model.columns import first_positions, grouped_in_order
 from ..tuning import DEFAULT_TUNING, Tuning
 from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
 from .covering import StreamSlices, lanes_above
@@ -270,32 +269,33 @@ def _label_kernel_runs(trace: Trace, gpu: GpuLanes, launch_of: dict[int, int], s
     """CUDA-graph kernels labelled with args.name: one span per run of the same label on a lane
     within one replay (the kernels one launch's arrows reach: `launch_of`, row -> launch's
     row) and one CPU ProfilerStep (`step_starts`), so a span never joins kernels of different
-    replays across the idle time between them."""
+    replays across the idle time between them. Runs are found on columns: a lane holds
+    hundreds of thousands of kernels."""
     lanes = [lane for group in gpu.lanes.values() for lane in group]
     members_of = [gpu.lane_slices[lane] for lane in lanes]
     labels_of = iter(_split(trace.args_labels(np.concatenate(members_of), KERNEL_LABEL), members_of))
+    steps_begin = np.array(step_starts, np.int64)
     for lane, members in zip(lanes, members_of):
         labels = next(labels_of)
-        starts, ends = _starts_ends(trace.slices, members)
-        summary["kernels_labelled"] += len(labels) - labels.count(None)
-        run_key: Optional[tuple[str, int, int]] = None
-        run_start = run_end = 0
-        for row, start, end, label in zip(members.tolist(), starts, ends, labels):
-            key = None if label is None else (label, launch_of.get(row, -1), bisect_right(step_starts, start))
-            if key is not None and key == run_key:
-                run_end = end
-                continue
-            if run_key is not None:
-                _add_label_span(trace, gpu, lane, run_key[0], run_start, run_end, summary)
-            run_key, run_start, run_end = key, start, end
-        if run_key is not None:
-            _add_label_span(trace, gpu, lane, run_key[0], run_start, run_end, summary)
-
-
-def _add_label_span(trace: Trace, gpu: GpuLanes, lane: Track, label: str, start: int, end: int,
-                    summary: Counter[str]) -> None:
-    trace.slices.append(start, end - start, label, KERNEL_LABEL_CATEGORY, NO_ARGS, _annotation_row(trace, gpu, lane))
-    summary["label_blocks"] += 1
+        starts, ends = trace.slices.spans(members)
+        codes, first_at = first_positions(labels, len(labels))
+        labelled = codes != first_at.get(None, -1)
+        summary["kernels_labelled"] += int(np.count_nonzero(labelled))
+        launches = np.fromiter(map(launch_of.get, members.tolist(), repeat(-1)), np.int64, len(members))
+        steps = np.searchsorted(steps_begin, starts, "right")
+        goes_on = labelled[1:] & labelled[:-1] & (codes[1:] == codes[:-1]) & (launches[1:] == launches[:-1]) & \
+            (steps[1:] == steps[:-1])  # a kernel that continues the run of the one before it
+        begins = np.flatnonzero(labelled & np.concatenate(([True], ~goes_on)))
+        # A run lasts until the next kernel that begins a run or has no label.
+        breaks = np.flatnonzero(~labelled | np.concatenate(([True], ~goes_on)))
+        lasts = np.append(breaks, len(members))[np.searchsorted(breaks, begins, "right")] - 1
+        if not len(begins):
+            continue
+        count = len(begins)
+        trace.slices.extend(starts[begins], ends[lasts] - starts[begins], [labels[at] for at in begins.tolist()],
+                            [KERNEL_LABEL_CATEGORY] * count, np.full(count, NO_ARGS, np.int64),
+                            [_annotation_row(trace, gpu, lane)] * count)
+        summary["label_blocks"] += count
 
 
 def _starts_ends(table: SliceTable, rows: np.ndarray) -> tuple[list[int], list[int]]:
