@@ -32,6 +32,7 @@ from .window import step_ranges
 
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
 _THREAD = attrgetter("thread")
+_TARGET, _SOURCE = attrgetter("target"), attrgetter("source")
 _KINETO_THREAD = re.compile(r"thread (-?\d+) \((.+)\)")  # Kineto's thread names hold the tid
 _NO_ROWS = np.zeros(0, np.int64)
 _CHECKSUM_ROWS = 1 << 20  # rows hashed at a time: the self-check's memory stays a few MB
@@ -64,7 +65,7 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
 
     summary: Counter[str] = Counter()
     step_starts = sorted(start for start, _ in step_ranges(trace).values())
-    launch_of = {flow.target: flow.source for flow in trace.flows}
+    launch_of = dict(zip(map(_TARGET, trace.flows), map(_SOURCE, trace.flows)))  # a kernel's row -> its launch's
     per_gpu = []
     merged_away: list[int] = []  # dropped once every GPU is done: until then every row stays put
     for process, rows in _by_process(table, gpu_mask, process_of_track):
