@@ -26,7 +26,6 @@ from ..inputs.kineto_reader import read_trace
 from ..inputs.source import json_size
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import ArgsStore, RankIdentity, Trace
-from ..outputs.json_writer import ChromeJsonWriter
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import DEFAULT_TUNING, Tuning
 from .verify import Expected, verify_output
@@ -167,6 +166,8 @@ def write_trace(trace: Trace, stream: BinaryIO, output_format: str = "perfetto",
     """Write one trace in the chosen format; the JSON writer reports how it placed times and arrows."""
     progress.stage(f"writing {len(trace.slices)} slices")
     if output_format == "json":
+        from ..outputs.json_writer import ChromeJsonWriter  # only for --format json
+
         return ChromeJsonWriter(stream, tuning).write(trace)
     writer = PerfettoWriter(stream, tuning=tuning)
     writer.write(trace)
