@@ -171,6 +171,8 @@ class _BuiltInPattern:
 
 @dataclass(frozen=True)
 class Rule:
+    """One [[rules]] entry: a GPU slice joins `group` where every regex given matches."""
+
     group: str
     name: Optional[Pattern]
     category: Optional[Pattern]

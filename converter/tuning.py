@@ -26,6 +26,8 @@ class Decoding(enum.Enum):
 
 @dataclass(frozen=True)
 class Tuning:
+    """Every knob of one command, fixed when it starts (the module docstring says why)."""
+
     # Reading: the events array cut into pieces about this long (event_pieces).
     piece_bytes: int = 1 << 20
     first_decoding: Decoding = Decoding.TAGGED_NUMBERS

@@ -35,6 +35,8 @@ _ACTION_KIND = {**{action: LaneKind.COMPUTE for action in COMPUTE_ACTIONS},
 
 @dataclass(frozen=True, order=True)
 class BlockKey:
+    """A block's identity, read alike on every rank, so a SEND's key gives its RECV's (with_action)."""
+
     step: int   # the ProfilerStep number the run began in (0 without steps): a label
     run: int    # which run of this action within that step, from 0
     stage: int

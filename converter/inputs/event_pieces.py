@@ -39,6 +39,8 @@ class PiecesFailed(Exception):
 
 @dataclass
 class EventsLayout:
+    """Where a document's traceEvents array lies, and the rest of the document decoded."""
+
     header: dict[str, msgspec.Raw]  # every top-level key but traceEvents
     start: int                      # first byte inside the array
     end: int                        # the array's closing ']'

@@ -43,6 +43,8 @@ ARGS_STRATEGIES = ("in-process", "helper", "auto")
 
 @dataclass(frozen=True)
 class JobOptions:
+    """What one job does, checked before anything is read (run_job, prepare)."""
+
     compact: bool = False
     lanes: LaneRules = field(default_factory=load_lane_rules)  # parsed once, by whoever makes the options
     relane: bool = False  # lane by the rules also where the exporter already laned (kineto.INLINE_LANED)
