@@ -13,9 +13,10 @@ import functools
 import re
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Mapping, Optional, Protocol, TypeVar
+
+import msgspec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -169,8 +170,7 @@ class _BuiltInPattern:
         return self._pattern.match(string)
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(msgspec.Struct, frozen=True):
     """One [[rules]] entry: a GPU slice joins `group` where every regex given matches."""
 
     group: str

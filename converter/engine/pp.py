@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Optional
 
+import msgspec
+
 from ..kineto import profiler_step
 from ..lane_rules import LaneRules, Match
 from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace
@@ -33,8 +35,7 @@ _ACTION_KIND = {**{action: LaneKind.COMPUTE for action in COMPUTE_ACTIONS},
                 **{action: LaneKind.COMMUNICATION for action in (*COMPUTE_OF, "UNSHARD", "RESHARD", "REDUCE_GRAD")}}
 
 
-@dataclass(frozen=True, order=True)
-class BlockKey:
+class BlockKey(msgspec.Struct, frozen=True, order=True):
     """A block's identity, read alike on every rank, so a SEND's key gives its RECV's (with_action)."""
 
     step: int   # the ProfilerStep number the run began in (0 without steps): a label
@@ -56,8 +57,7 @@ class BlockKey:
         return BlockKey(self.step, self.run, stage, action, self.microbatch)
 
 
-@dataclass(frozen=True)
-class Anchor:
+class Anchor(msgspec.Struct, frozen=True):
     """Where on a block an arrow end sits: its first-starting fragment ("first"), its last-ending
     one ("last"), or an arrival marker named `name` at `at` on the last fragment's row
     ("arrival": where a transfer's data could first have arrived)."""
@@ -125,8 +125,7 @@ def add_arrival_marker(trace: Trace, at: int, name: str, beside: int) -> int:
     return trace.slices.append(at, 0, name, ARRIVAL_CATEGORY, NO_ARGS, trace.slices.row(beside).track, instant=True)
 
 
-@dataclass(frozen=True)
-class Extent:
+class Extent(msgspec.Struct, frozen=True):
     """Where a block's first fragment starts and ends, and where its last-ending one does."""
 
     first_start: int

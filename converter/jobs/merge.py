@@ -19,6 +19,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Container, Optional, cast
 
+import msgspec
+
 from .. import kineto
 from ..engine.activity import busy_gpu_changes, running_totals
 from ..engine.clock import Clocks, Collectives, estimate_clocks, find_collectives
@@ -110,7 +112,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     # A Dask worker runs threads, so it never forks an args helper (cores_to_spare).
     helpers = scheduler is None and (options.args_strategy == "helper" or
                                      (options.args_strategy == "auto" and tuning.helper_fits(sizes, jobs)))
-    scanning = replace(options, compact=True, args_strategy="helper" if helpers else "in-process")
+    scanning = msgspec.structs.replace(options, compact=True, args_strategy="helper" if helpers else "in-process")
     # One rank at a time runs in this process, unless each needs a fresh one: a process forked
     # from a heap that held earlier ranks (an args helper, a worker) keeps those pages while its
     # parent reuses them.
