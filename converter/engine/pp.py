@@ -15,7 +15,6 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from operator import attrgetter
 from typing import Callable, Optional
 
@@ -74,13 +73,12 @@ FIRST, LAST = Anchor("first"), Anchor("last")
 ARRIVAL_CATEGORY = "pp_p2p"
 
 
-@dataclass
-class Block:
+class Block(msgspec.Struct):
     """A block's slices are snapshots of their rows (a few, read in Python): no stage moves
     them between finding the blocks and drawing their arrows."""
 
     key: BlockKey
-    fragments: list[SliceRow] = field(default_factory=list)
+    fragments: list[SliceRow] = msgspec.field(default_factory=list)
 
     @property
     def start(self) -> int:
@@ -147,14 +145,13 @@ _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
 _BLOCK_START = attrgetter("start")
 
 
-@dataclass
-class _Annotations:
+class _Annotations(msgspec.Struct):
     """What one naming scheme's annotations a pass over the slices found."""
 
     stage_of_all: Optional[int] = None  # the stage of every block, for stage-less names
-    fragments: list[tuple[SliceRow, Match]] = field(default_factory=list)   # GPU side
-    cpu: list[tuple[SliceRow, Match]] = field(default_factory=list)
-    cpu_starts: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    fragments: list[tuple[SliceRow, Match]] = msgspec.field(default_factory=list)   # GPU side
+    cpu: list[tuple[SliceRow, Match]] = msgspec.field(default_factory=list)
+    cpu_starts: dict[str, list[int]] = msgspec.field(default_factory=lambda: defaultdict(list))
 
     def add(self, slice_: SliceRow, match: Match, annotation_categories: frozenset[str]) -> None:
         stage, microbatch = _stage(match, self.stage_of_all), match.group("microbatch")
