@@ -25,7 +25,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from converter.engine.clock import estimate_clocks, find_collectives  # noqa: E402
-from converter.engine.pp import pair_sends_and_receives  # noqa: E402
+from converter.engine.pp_pairs import pair_sends_and_receives  # noqa: E402
 from converter.generator import write_pp_run  # noqa: E402
 from converter.jobs.runner import JobOptions, prepare  # noqa: E402
 

@@ -7,7 +7,6 @@ ProfilerStep is, where a CUDA-graph kernel carries its label) is written once.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple, Optional
 
 import msgspec
@@ -56,8 +55,7 @@ def is_rank(value: Any) -> bool:
     return type(value) is int and value >= 0
 
 
-@dataclass(frozen=True)
-class RankHeader:
+class RankHeader(msgspec.Struct, frozen=True):
     """The header's `distributedInfo` as the engine and jobs need it, read once per trace.
 
     `rank` is None when the header names no usable rank; `problem` then says why and what to

@@ -2,18 +2,21 @@
 
 The built-in rules are TOML text, the same format `--lanes FILE` reads, so users change
 grouping without editing code and `cgtrace lanes --print-default` prints a starting point.
+A file's regexes are the user's, so they run on `regex`, which stops a match past a time
+budget; the built-in ones are ours and never backtrack without end, so they run on the
+standard library's `re`, and a command without `--lanes` does not load `regex`.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional, TypeVar
+from typing import Callable, Mapping, Optional, Protocol, TypeVar
 
-import regex
+import msgspec
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,7 +40,7 @@ TOTAL_MATCH_SECONDS = 10.0
 # past these bounds (a kernel-name regex needs neither).
 UNROLLED_LIMIT = 10_000
 NESTING_LIMIT = 100
-_COUNTED_REPEAT = regex.compile(r"\{(\d*)(?:,(\d*))?\}")
+_COUNTED_REPEAT = re.compile(r"\{(\d*)(?:,(\d*))?\}")
 
 DEFAULT_LANES_TOML = r'''# cgtrace lane rules. Pass a copy with --lanes FILE.
 # GPU slices (categories below) are grouped by the first rule whose regexes match
@@ -128,11 +131,51 @@ group = "nccl_other"
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Rule:
+class Match(Protocol):
+    """What a rule's regex found (`regex`'s match, or `re`'s); for a PP annotation, the named
+    groups stage, action and microbatch always take part (_parse checks pp_pattern names them)."""
+
+    @property
+    def string(self) -> str: ...
+
+    def group(self, name: str, /) -> str: ...
+
+
+class Pattern(Protocol):
+    """A rule's compiled regex, searched or matched within `timeout` seconds: a `regex`
+    pattern, or a built-in rule's (_BuiltInPattern), which needs no budget."""
+
+    @property
+    def groupindex(self) -> Mapping[str, int]: ...
+
+    def search(self, string: str, *, timeout: float) -> Optional[Match]: ...
+
+    def match(self, string: str, *, timeout: float) -> Optional[Match]: ...
+
+
+class _BuiltInPattern:
+    """A built-in rule's regex, on `re`: it ends fast on any name, so the budget goes unused."""
+
+    def __init__(self, pattern: str):
+        self._pattern = re.compile(pattern)
+
+    @property
+    def groupindex(self) -> Mapping[str, int]:
+        return self._pattern.groupindex
+
+    def search(self, string: str, *, timeout: float) -> Optional[re.Match[str]]:
+        return self._pattern.search(string)
+
+    def match(self, string: str, *, timeout: float) -> Optional[re.Match[str]]:
+        return self._pattern.match(string)
+
+
+class Rule(msgspec.Struct, frozen=True):
+    """One [[rules]] entry: a GPU slice joins `group` where every regex given matches."""
+
     group: str
-    name: Optional[regex.Pattern]
-    category: Optional[regex.Pattern]
+    name: Optional[Pattern]
+    category: Optional[Pattern]
     where: str  # "rule 3 (group 'nccl_other')", for messages
 
     def matches(self, name: str, category: str, timeout: float) -> bool:
@@ -145,7 +188,7 @@ class LaneRules:
     repeat (and a cached name costs a dict look-up, not a timed match)."""
 
     def __init__(self, source: str, groups: list[LaneGroup], rules: list[Rule], default_group: str,
-                 gpu_categories: frozenset, annotation_categories: frozenset, pp_pattern: regex.Pattern):
+                 gpu_categories: frozenset, annotation_categories: frozenset, pp_pattern: Pattern):
         self.source = source
         self.groups = groups
         self.rules = rules
@@ -155,7 +198,7 @@ class LaneRules:
         self.pp_pattern = pp_pattern
         self.group_order = {group.id: index for index, group in enumerate(groups)}
         self._cache: dict[tuple[str, str], str] = {}
-        self._pp_cache: dict[str, Optional[regex.Match]] = {}
+        self._pp_cache: dict[str, Optional[Match]] = {}
         self._spent: dict[str, float] = {}  # seconds matching, per rule (its `where`) and pp_pattern
 
     def __getstate__(self) -> dict:
@@ -173,7 +216,7 @@ class LaneRules:
             self._cache[key] = group
         return group
 
-    def pp_match(self, name: str) -> Optional[regex.Match]:
+    def pp_match(self, name: str) -> Optional[Match]:
         """`pp_pattern` matched at the start of `name`, or None."""
         if name not in self._pp_cache:
             match = self._timed("pp_pattern", name, lambda timeout: self.pp_pattern.match(name, timeout=timeout))
@@ -182,7 +225,7 @@ class LaneRules:
             self._pp_cache[name] = match
         return self._pp_cache[name]
 
-    def _check_numbers(self, match: regex.Match) -> None:
+    def _check_numbers(self, match: Match) -> None:
         """The stage (and the microbatch, where there is one) are read as numbers: a pattern whose
         groups take other text is the file's mistake, not the trace's."""
         stage, microbatch = match.group("stage"), match.group("microbatch")
@@ -229,7 +272,7 @@ def load_lane_rules(path: Optional[Path] = None) -> LaneRules:
     text = read_small_text(path, LANES_FILE_LIMIT, "a lane rules TOML file (--lanes)")
     try:
         data = tomllib.loads(text)
-        return _parse(source, data)
+        return _parse(source, data, _compile)
     except (tomllib.TOMLDecodeError, KeyError, TypeError, ValueError, RecursionError) as error:
         detail = "arrays or tables nested too deep to read" if isinstance(error, RecursionError) else \
             f"missing key {error}" if isinstance(error, KeyError) else error
@@ -239,10 +282,12 @@ def load_lane_rules(path: Optional[Path] = None) -> LaneRules:
 
 @functools.cache
 def _built_in() -> LaneRules:
-    return _parse("built-in lane rules", tomllib.loads(DEFAULT_LANES_TOML))
+    return _parse("built-in lane rules", tomllib.loads(DEFAULT_LANES_TOML),
+                  lambda pattern, where: _BuiltInPattern(str(pattern)))
 
 
-def _parse(source: str, data: dict) -> LaneRules:
+def _parse(source: str, data: dict, compile_pattern: Callable[[object, str], Pattern]) -> LaneRules:
+    """The rules of a TOML document, each regex compiled by compile_pattern(pattern, where)."""
     default_group = data.get("default_group", data["groups"][0]["id"] if data["groups"] else None)
     groups = [LaneGroup(id=str(g["id"]), label=str(g["label"]), kind=_kind(g, default_group)) for g in data["groups"]]
     ids = {group.id for group in groups}
@@ -256,11 +301,12 @@ def _parse(source: str, data: dict) -> LaneRules:
             raise ValueError("each rule needs `name` and/or `category`")
         where = f"rule {number} (group {rule['group']!r})"
         rules.append(Rule(group=rule["group"], where=where,
-                          name=_compile(rule["name"], f"{where} name") if "name" in rule else None,
-                          category=_compile(rule["category"], f"{where} category") if "category" in rule else None))
+                          name=compile_pattern(rule["name"], f"{where} name") if "name" in rule else None,
+                          category=compile_pattern(rule["category"], f"{where} category") if "category" in rule
+                          else None))
     if default_group not in ids:
         raise ValueError(f"default_group {default_group!r} is not a group")
-    pp_pattern = _compile(data.get("pp_pattern", r"^PP:(?P<stage>\d+)(?P<action>[A-Z_]+)(?P<microbatch>\d*)$"),
+    pp_pattern = compile_pattern(data.get("pp_pattern", r"^PP:(?P<stage>\d+)(?P<action>[A-Z_]+)(?P<microbatch>\d*)$"),
                           "pp_pattern")
     if not {"stage", "action", "microbatch"} <= set(pp_pattern.groupindex):
         raise ValueError("pp_pattern needs the named groups stage, action and microbatch")
@@ -270,9 +316,11 @@ def _parse(source: str, data: dict) -> LaneRules:
                      pp_pattern)
 
 
-def _compile(pattern: object, where: str) -> regex.Pattern:
-    """`pattern` compiled, once its size unrolled and its nesting are known to be bounded;
-    ValueError naming `where` otherwise."""
+def _compile(pattern: object, where: str) -> Pattern:
+    """A user's `pattern` compiled by `regex`, once its size unrolled and its nesting are known
+    to be bounded; ValueError naming `where` otherwise."""
+    import regex  # only for a rules file (the module docstring says why)
+
     if not isinstance(pattern, str):
         raise ValueError(f"{where}: a regex must be a string")
     unrolled, depth = _unrolled_size(pattern)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import dataclass
+
+import msgspec
 
 
 class Decoding(enum.Enum):
@@ -24,8 +25,9 @@ class Decoding(enum.Enum):
     EXACT_EVENTS = "exact events"                # every event alike, times exact
 
 
-@dataclass(frozen=True)
-class Tuning:
+class Tuning(msgspec.Struct, frozen=True):
+    """Every knob of one command, fixed when it starts (the module docstring says why)."""
+
     # Reading: the events array cut into pieces about this long (event_pieces).
     piece_bytes: int = 1 << 20
     first_decoding: Decoding = Decoding.TAGGED_NUMBERS

@@ -95,11 +95,55 @@ def test_design_module_map_names_every_module():
     assert not missing, f"the module map in docs/design.md does not name {missing}"
 
 
-def test_the_command_line_starts_without_trace_processor():
-    """Converting never needs trace_processor, whose import would slow every command's start."""
+# What converting or compacting one trace must not load (each costs start-up, which is most of
+# a small trace's time): other commands' machinery (a merge with its clock estimate and
+# cross-rank arrows, the analyses, trace_processor, the executors, the Python API, the
+# generator), the args helper (a small input), the JSON writer (a Perfetto output), `regex` (the
+# built-in lane rules run on `re`), and what only those bring in.
+NOT_FOR_ONE_TRACE = ("converter.api", "converter.analysis", "converter.tp", "converter.generator", "converter.jobs.merge",
+                     "converter.jobs.batch", "converter.jobs.executors", "converter.jobs.workers",
+                     "converter.engine.clock", "converter.engine.pp_pairs", "converter.engine.transfers",
+                     "converter.engine.work_graph", "converter.engine.critical_path",
+                     "converter.outputs.json_writer", "converter.outputs.args_accelerator", "regex",
+                     "multiprocessing", "wasmtime", "perfetto", "pandas", "dask", "distributed", "http", "zipfile")
+# The command in a fresh interpreter, then what it loaded, on stderr's last line.
+_LOADED_BY = ("import json, sys; from converter.cli import main; status = main(sys.argv[1:]); "
+              "print(json.dumps(sorted(sys.modules)), file=sys.stderr); sys.exit(status)")
+
+
+def _loaded_by(*argv: str) -> set[str]:
+    import json
     import subprocess
     import sys
 
-    probe = "import sys, converter.cli; print(sorted(m for m in ('wasmtime', 'perfetto') if m in sys.modules))"
-    found = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert found.strip() == "[]"
+    run = subprocess.run([sys.executable, "-c", _LOADED_BY, *argv], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr
+    return set(json.loads(run.stderr.splitlines()[-1]))
+
+
+def _under(modules: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == name or m.startswith(name + ".") for name in names))
+
+
+@pytest.mark.parametrize("command", ["convert", "compact"])
+def test_one_trace_loads_only_what_its_command_runs(tmp_path, command):
+    from converter.generator import GeneratorConfig, write_trace
+
+    source = write_trace(GeneratorConfig(steps=1, graphs_per_step=2, kernels_per_replay=8), tmp_path / "t.json")
+    output = tmp_path / "t.perfetto-trace"
+    loaded = _loaded_by(command, str(source), "-o", str(output), "-q")
+    assert output.stat().st_size > 0
+    assert {"converter.inputs.kineto_reader", "converter.outputs.perfetto_writer", "numpy"} <= loaded
+    assert _under(loaded, NOT_FOR_ONE_TRACE) == []
+
+
+def test_a_rules_file_runs_on_regex(tmp_path):
+    """A user's regexes run on `regex`, which stops one that backtracks without end."""
+    from converter.generator import GeneratorConfig, write_trace
+    from converter.lane_rules import DEFAULT_LANES_TOML
+
+    source = write_trace(GeneratorConfig(steps=1, graphs_per_step=2, kernels_per_replay=8), tmp_path / "t.json")
+    (tmp_path / "lanes.toml").write_text(DEFAULT_LANES_TOML)
+    loaded = _loaded_by("compact", str(source), "-o", str(tmp_path / "t.perfetto-trace"), "-q",
+                        "--lanes", str(tmp_path / "lanes.toml"))
+    assert "regex" in loaded

@@ -27,7 +27,8 @@ from .options import EXIT_USAGE, say  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = _parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = _parser(argv[0] if argv and argv[0] in _COMMANDS else None)
     try:
         # Parsing is inside: option types raise CgtraceError too, with the same one line.
         args = parser.parse_args(argv)
@@ -62,14 +63,20 @@ class _Parser(argparse.ArgumentParser):
         raise CgtraceError(f"{message.removeprefix('argument ')}; run `{self.prog} --help` for the options")
 
 
-def _parser() -> argparse.ArgumentParser:
+_COMMANDS = {**conversions.COMMANDS, **answers.COMMANDS}
+
+
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line's parser: with every command (for `cgtrace --help`, or a word that names
+    none), or with `command`'s alone, since each command's parser costs start-up time to build."""
     parser = _Parser(
         prog="cgtrace",
         description="Turn PyTorch profiler (Kineto) traces of CUDA-graph runs into native Perfetto traces.")
     parser.add_argument("--version", action="version", version=f"cgtrace {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
-    conversions.add_commands(commands)
-    answers.add_commands(commands)
+    for name, add in _COMMANDS.items():
+        if command in (None, name):
+            add(commands)
     return parser
 
 

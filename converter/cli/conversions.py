@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..jobs.options import merge_outputs
 from ..jobs.runner import COMPACTED_TAG, default_output_path, run_job
@@ -18,8 +18,7 @@ from .options import (EXIT_USAGE, add_lane_options, add_merge_options, add_outpu
                       add_workers_options, job_options_of, print_summary, say)
 
 
-def add_commands(commands: Any) -> None:
-    """convert, compact, merge, lanes and demo, in the order `cgtrace --help` lists them."""
+def _add_convert(commands: Any) -> None:
     convert = commands.add_parser(
         "convert", help="convert a trace losslessly to .perfetto-trace",
         description="Convert a Kineto JSON trace (.json or .json.gz) to native Perfetto protobuf, "
@@ -30,6 +29,8 @@ def add_commands(commands: Any) -> None:
     add_workers_options(convert)
     convert.set_defaults(run=_run_convert)
 
+
+def _add_compact(commands: Any) -> None:
     compact = commands.add_parser(
         "compact", help="repack CUDA-graph GPU streams into a few named lanes",
         description="Convert a Kineto trace and repack each GPU's slices into semantic lanes (compute, "
@@ -46,6 +47,8 @@ def add_commands(commands: Any) -> None:
     add_workers_options(compact)
     compact.set_defaults(run=_run_compact)
 
+
+def _add_merge(commands: Any) -> None:
     merge = commands.add_parser(
         "merge", help="merge pipeline-parallel rank traces into one timeline",
         description="Compact every rank's trace and write one timeline with ranks in pipeline order and "
@@ -57,11 +60,15 @@ def add_commands(commands: Any) -> None:
     add_lane_options(merge)
     merge.set_defaults(run=_run_merge)
 
+
+def _add_lanes(commands: Any) -> None:
     lanes = commands.add_parser("lanes", help="show the lane rules compact uses",
                                 description="Print the built-in lane rules in the --lanes TOML format.")
     lanes.add_argument("--print-default", action="store_true", help="print the built-in rules")
     lanes.set_defaults(run=lambda args: _run_lanes(args, lanes))
 
+
+def _add_demo(commands: Any) -> None:
     demo = commands.add_parser(
         "demo", help="generate an example CUDA-graph trace and convert it",
         description="Write an example CUDA-graph training trace and its converted .perfetto-trace.")
@@ -69,6 +76,12 @@ def add_commands(commands: Any) -> None:
     demo.add_argument("--overwrite", action="store_true",
                       help="write into a DIR that holds other files (an earlier demo's DIR needs no flag)")
     demo.set_defaults(run=_run_demo)
+
+
+# Each command's parser, in the order `cgtrace --help` lists them; the command line builds
+# only the one it runs (cli/__init__.py).
+COMMANDS: dict[str, Callable[[Any], None]] = {"convert": _add_convert, "compact": _add_compact, "merge": _add_merge,
+                                              "lanes": _add_lanes, "demo": _add_demo}
 
 
 def _run_convert(args: argparse.Namespace) -> int:

@@ -11,9 +11,8 @@ from typing import TYPE_CHECKING, Callable, ContextManager
 import orjson
 
 from .. import progress
-from ..engine.clock import ALIGN_MODES
 from ..engine.window import parse_steps, parse_window
-from ..jobs.options import job_options, workers
+from ..jobs.options import ALIGN_MODES, job_options, workers
 from ..jobs.rank_files import parse_rank_list
 from ..jobs.runner import JobOptions
 from ..lane_rules import load_lane_rules

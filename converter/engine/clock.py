@@ -25,12 +25,6 @@ import numpy as np
 from ..kineto import KERNEL_CATEGORIES
 from ..model import Trace
 
-# How a merge sets ranks' clocks: "auto" estimates each rank's offset from its collectives and
-# transfers and moves the ranks where their base times disagree beyond the estimate's
-# uncertainty; "base-time" estimates and reports but keeps the base times; "none" only
-# keeps the base times (no estimate).
-ALIGN_MODES = ("auto", "base-time", "none")
-
 COLLECTIVE, BOUND = "collectives", "transfer bounds"
 _KIND = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
 _POINT_TO_POINT = ("send", "recv")  # "Collective name" of a pairwise NCCL op: no shared end

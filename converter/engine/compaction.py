@@ -11,11 +11,11 @@ from __future__ import annotations
 import heapq
 import re
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from itertools import islice, repeat
 from operator import attrgetter
 from typing import Container, Iterator, Optional
 
+import msgspec
 import numpy as np
 
 from ..errors import CgtraceError
@@ -38,16 +38,15 @@ _NO_ROWS = np.zeros(0, np.int64)
 _CHECKSUM_ROWS = 1 << 20  # rows hashed at a time: the self-check's memory stays a few MB
 
 
-@dataclass
-class GpuLanes:
+class GpuLanes(msgspec.Struct):
     """The lanes built for one GPU process."""
 
     process: Process
     container: Track
-    lanes: dict[LaneGroup, list[Track]] = field(default_factory=dict)  # group -> lanes, in order
-    annotation_rows: dict[Track, list[Track]] = field(default_factory=dict)  # lane -> rows
-    lane_slices: dict[Track, np.ndarray] = field(default_factory=dict)  # lane -> its rows in time order
-    streams: set[object] = field(default_factory=set)  # the hardware streams (lane_grouping.hardware_streams)
+    lanes: dict[LaneGroup, list[Track]] = msgspec.field(default_factory=dict)  # group -> lanes, in order
+    annotation_rows: dict[Track, list[Track]] = msgspec.field(default_factory=dict)  # lane -> rows
+    lane_slices: dict[Track, np.ndarray] = msgspec.field(default_factory=dict)  # lane -> its rows in time order
+    streams: set[object] = msgspec.field(default_factory=set)  # the hardware streams (lane_grouping.hardware_streams)
 
 
 def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = None,

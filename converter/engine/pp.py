@@ -15,14 +15,14 @@ from __future__ import annotations
 import re
 from bisect import bisect_left, bisect_right
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from operator import attrgetter
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional
+
+import msgspec
 
 from ..kineto import profiler_step
-from ..lane_rules import LaneRules
+from ..lane_rules import LaneRules, Match
 from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace
-from .clock import Bound
 
 PP_FLOW_CATEGORY = "pp_dependency"
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
@@ -34,15 +34,9 @@ _ACTION_KIND = {**{action: LaneKind.COMPUTE for action in COMPUTE_ACTIONS},
                 **{action: LaneKind.COMMUNICATION for action in (*COMPUTE_OF, "UNSHARD", "RESHARD", "REDUCE_GRAD")}}
 
 
-class Groups(Protocol):
-    """A PP annotation's match: of the lane rules' pattern (`regex`) or the stage-less one (`re`).
-    Its named groups always take part (load_lane_rules checks the pattern names them)."""
+class BlockKey(msgspec.Struct, frozen=True, order=True):
+    """A block's identity, read alike on every rank, so a SEND's key gives its RECV's (with_action)."""
 
-    def group(self, name: str, /) -> str: ...
-
-
-@dataclass(frozen=True, order=True)
-class BlockKey:
     step: int   # the ProfilerStep number the run began in (0 without steps): a label
     run: int    # which run of this action within that step, from 0
     stage: int
@@ -62,8 +56,7 @@ class BlockKey:
         return BlockKey(self.step, self.run, stage, action, self.microbatch)
 
 
-@dataclass(frozen=True)
-class Anchor:
+class Anchor(msgspec.Struct, frozen=True):
     """Where on a block an arrow end sits: its first-starting fragment ("first"), its last-ending
     one ("last"), or an arrival marker named `name` at `at` on the last fragment's row
     ("arrival": where a transfer's data could first have arrived)."""
@@ -80,13 +73,12 @@ FIRST, LAST = Anchor("first"), Anchor("last")
 ARRIVAL_CATEGORY = "pp_p2p"
 
 
-@dataclass
-class Block:
+class Block(msgspec.Struct):
     """A block's slices are snapshots of their rows (a few, read in Python): no stage moves
     them between finding the blocks and drawing their arrows."""
 
     key: BlockKey
-    fragments: list[SliceRow] = field(default_factory=list)
+    fragments: list[SliceRow] = msgspec.field(default_factory=list)
 
     @property
     def start(self) -> int:
@@ -131,8 +123,7 @@ def add_arrival_marker(trace: Trace, at: int, name: str, beside: int) -> int:
     return trace.slices.append(at, 0, name, ARRIVAL_CATEGORY, NO_ARGS, trace.slices.row(beside).track, instant=True)
 
 
-@dataclass(frozen=True)
-class Extent:
+class Extent(msgspec.Struct, frozen=True):
     """Where a block's first fragment starts and ends, and where its last-ending one does."""
 
     first_start: int
@@ -154,16 +145,15 @@ _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
 _BLOCK_START = attrgetter("start")
 
 
-@dataclass
-class _Annotations:
+class _Annotations(msgspec.Struct):
     """What one naming scheme's annotations a pass over the slices found."""
 
     stage_of_all: Optional[int] = None  # the stage of every block, for stage-less names
-    fragments: list[tuple[SliceRow, Groups]] = field(default_factory=list)   # GPU side
-    cpu: list[tuple[SliceRow, Groups]] = field(default_factory=list)
-    cpu_starts: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    fragments: list[tuple[SliceRow, Match]] = msgspec.field(default_factory=list)   # GPU side
+    cpu: list[tuple[SliceRow, Match]] = msgspec.field(default_factory=list)
+    cpu_starts: dict[str, list[int]] = msgspec.field(default_factory=lambda: defaultdict(list))
 
-    def add(self, slice_: SliceRow, match: Groups, annotation_categories: frozenset[str]) -> None:
+    def add(self, slice_: SliceRow, match: Match, annotation_categories: frozenset[str]) -> None:
         stage, microbatch = _stage(match, self.stage_of_all), match.group("microbatch")
         if not (is_number(stage) and is_number(microbatch or "0")):
             return
@@ -183,7 +173,7 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
     steps: list[tuple[int, int]] = []                 # (start, step number)
     pp, stageless = _Annotations(), _Annotations(stage_of_all=pp_rank)
     # What each distinct name is, read once: a pipeline rank repeats a few names thousands of times.
-    kinds: dict[str, tuple[Optional[int], Optional[Groups], Optional[_Annotations]]] = {}
+    kinds: dict[str, tuple[Optional[int], Optional[Match], Optional[_Annotations]]] = {}
 
     def kind_of(name: str) -> bool:
         step = profiler_step(name)
@@ -235,7 +225,7 @@ def is_number(digits: str) -> bool:
     return len(digits) <= 18
 
 
-def _stage(match: Groups, stage_of_all: Optional[int]) -> str:
+def _stage(match: Match, stage_of_all: Optional[int]) -> str:
     return match.group("stage") if stage_of_all is None else str(stage_of_all)
 
 
@@ -249,7 +239,7 @@ def _cpu_runs(starts: list[int], step_at: Callable[[int], int]) -> tuple[list[in
     return starts, labels
 
 
-def _runs_between_other_actions(fragments: list[tuple[SliceRow, Groups]], step_at: Callable[[int], int],
+def _runs_between_other_actions(fragments: list[tuple[SliceRow, Match]], step_at: Callable[[int], int],
                                 stage_of_all: Optional[int]) -> dict[SliceRow, tuple[int, int]]:
     """(step, run) per fragment of actions with no CPU annotation: a new run of an action
     begins when another action of its stage started at or after its current run ended."""
@@ -318,108 +308,3 @@ def link_rank_local(trace: Trace, blocks: dict[BlockKey, Block]) -> dict:
     return {"pp_compute_dependency_pairs": pairs, "pp_compute_dependency_unmatched": unmatched,
             "pp_unshard_compute_pairs": unshard_pairs, "pp_unshard_compute_unmatched": unshard_unmatched,
             "pp_unmatched_examples": unmatched_names[:20]}
-
-
-@dataclass(frozen=True)
-class ArrowEnd:
-    """One end of a cross-rank arrow: on which rank (position), which block's which slice."""
-
-    position: int
-    block: BlockKey
-    anchor: Anchor
-    flow_id: int
-    outgoing: bool
-
-
-@dataclass
-class CrossRankArrows:
-    ends: list[ArrowEnd] = field(default_factory=list)
-    stage_pairs: int = 0        # F(s) -> F(s+1), B(s) -> B(s-1) of stage-less schedules
-    stage_unmatched: int = 0
-    pairs: int = 0
-    early_receives: int = 0     # posted before their send ended: their markers sit at the send's end
-    skew_pairs: int = 0
-    max_skew: int = 0
-    unmatched: list[str] = field(default_factory=list)
-    bounds: list[Bound] = field(default_factory=list)  # every SEND -> RECV pair's, for the clock estimate
-
-    def draw(self, source: tuple[int, BlockKey, Anchor], target: tuple[int, BlockKey, Anchor]) -> None:
-        """One arrow between (rank position, block, anchor) ends, with the next agreed flow id."""
-        flow_id = CROSS_RANK_FLOW_BASE + 1 + len(self.ends) // 2
-        self.ends.append(ArrowEnd(*source, flow_id, True))
-        self.ends.append(ArrowEnd(*target, flow_id, False))
-
-
-def _owners(extents: list[dict[BlockKey, Extent]]) -> dict[BlockKey, int]:
-    """Each block's rank position in the pipeline."""
-    return {key: position for position, blocks in enumerate(extents) for key in blocks}
-
-
-def pair_sends_and_receives(extents: list[dict[BlockKey, Extent]], global_ranks: list[int]) -> CrossRankArrows:
-    """SEND_F of stage s -> RECV_F of stage s+1, SEND_B of s -> RECV_B of s-1, per step and
-    microbatch, across the ranks of one pipeline (`extents[position]`: that rank's blocks);
-    each arrow gets one agreed flow id.
-
-    An arrow leaves the send's last-ending fragment, whose end is when the data was sent, and
-    lands on an arrival marker on the receive's row: at the receive's start, or, for a receive
-    posted before the send ended (gloo's and NCCL's are non-blocking, and an NCCL receive kernel
-    waits for its peer), at the send's end, since the UI draws an arrow into a slice that
-    began before its source ended backwards. A receive and consumer that both ended before
-    their send began mean the ranks' clocks disagree (`skew_pairs`).
-    """
-    owner = _owners(extents)
-    result = CrossRankArrows()
-    for key in sorted(owner):
-        if key.action not in ("SEND_F", "SEND_B", "RECV_F", "RECV_B"):
-            continue
-        # Forward data flows to the next stage, gradients to the previous one.
-        downstream = 1 if key.action.endswith("_F") else -1
-        peer_stage = key.stage + (downstream if key.action.startswith("SEND") else -downstream)
-        peer_action = ("RECV_" if key.action.startswith("SEND") else "SEND_") + key.action[-1]
-        peer = key.with_action(peer_stage, peer_action)
-        if peer not in owner:
-            result.unmatched.append(f"{key.describe()} on global rank {global_ranks[owner[key]]}: "
-                                    f"no {peer.describe()}")
-            continue
-        if key.action.startswith("RECV"):
-            continue  # each pair is handled once, from its send
-        sender, receiver = owner[key], owner[peer]
-        send_start, send_end = extents[sender][key].first_start, extents[sender][key].last_end
-        received = extents[receiver][peer]
-        consumer = next((k for k in (peer.with_action(peer.stage, action) for action in COMPUTE_OF[peer_action])
-                         if k in extents[receiver]), None)
-        consumed = extents[receiver][consumer] if consumer is not None else None
-        finished = max(received.last_end, consumed.last_end if consumed else 0)
-        result.bounds.append(Bound(sender, receiver, send_start, finished))
-        if finished <= send_start:
-            result.skew_pairs += 1
-            result.max_skew = max(result.max_skew, send_start - finished)
-        result.pairs += 1
-        result.early_receives += received.last_start < send_end
-        arrival = Anchor("arrival", max(send_end, received.last_start),
-                         f"arrival of {key.annotation()} from rank {global_ranks[sender]}")
-        result.draw((sender, key, LAST), (receiver, peer, arrival))
-    return result
-
-
-def pair_stages(extents: list[dict[BlockKey, Extent]]) -> CrossRankArrows:
-    """Stage-less schedules (GPipe) annotate compute only: F(s) -> F(s+1) and B(s) -> B(s-1) per
-    step, run and microbatch, from the block's last-ending fragment to the next stage's first,
-    drawn where the next stage's block starts after that fragment began."""
-    owner = _owners(extents)
-    result = CrossRankArrows()
-    for key in sorted(owner):
-        if key.action not in ("F", "B"):
-            continue
-        downstream = key.with_action(key.stage + (1 if key.action == "F" else -1), key.action)
-        if downstream not in owner:
-            last_stage = key.stage == (len(extents) - 1 if key.action == "F" else 0)
-            result.stage_unmatched += not last_stage
-            continue
-        source, target = extents[owner[key]][key], extents[owner[downstream]][downstream]
-        if target.first_start <= source.last_start:
-            result.stage_unmatched += 1
-            continue
-        result.stage_pairs += 1
-        result.draw((owner[key], key, LAST), (owner[downstream], downstream, FIRST))
-    return result

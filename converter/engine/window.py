@@ -10,9 +10,10 @@ an arrow is kept only if both its ends are, and dropped arrows are counted.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Optional
 
+import msgspec
 import numpy as np
 
 from ..errors import CgtraceError
@@ -23,8 +24,7 @@ _MAX_MS = MAX_NS / 1e6
 _RANGE = re.compile(r"^\s*(\d+(?:\.\d*)?)?\s*:\s*(\d+(?:\.\d*)?)?\s*$")
 
 
-@dataclass(frozen=True)
-class Window:
+class Window(msgspec.Struct, frozen=True):
     """Either milliseconds from the trace's first event (`start_ms`:`end_ms`) or steps."""
 
     start_ms: Optional[float] = None

@@ -15,7 +15,6 @@ cannot cut cleanly is read whole by the caller instead.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Callable, Iterator, Optional, Sequence
 
 import msgspec
@@ -37,8 +36,9 @@ class PiecesFailed(Exception):
     """The document cannot be cut cleanly (or is not valid JSON): read it whole."""
 
 
-@dataclass
-class EventsLayout:
+class EventsLayout(msgspec.Struct):
+    """Where a document's traceEvents array lies, and the rest of the document decoded."""
+
     header: dict[str, msgspec.Raw]  # every top-level key but traceEvents
     start: int                      # first byte inside the array
     end: int                        # the array's closing ']'

@@ -11,9 +11,10 @@ its error, and the other ranks' outputs are kept.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Optional
+
+import msgspec
 
 from ..errors import CgtraceError
 from ..fileio.atomic import check_output_path, remove_leftovers
@@ -50,7 +51,7 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
     remote = scheduler is not None
     # A worker gets an args helper only where cores and memory allow (a Dask worker never forks one).
     helpers = not remote and options.args_strategy == "auto" and options.tuning.helper_fits(sizes, jobs)
-    task_options = replace(options, args_strategy="helper" if helpers else "in-process")
+    task_options = msgspec.structs.replace(options, args_strategy="helper" if helpers else "in-process")
     tasks = [(for_cluster(files[k], remote), for_cluster(targets[k], remote), task_options) for k in todo]
     entries: list[dict[str, Any]] = [{"input": str(path), "output": str(target), "status": "skipped",
                                       "reason": "the output exists; pass --overwrite to replace it"}

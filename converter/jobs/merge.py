@@ -19,14 +19,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Container, Optional, cast
 
+import msgspec
+
 from .. import kineto
 from ..engine.activity import busy_gpu_changes, running_totals
-from ..engine.clock import ALIGN_MODES, Clocks, Collectives, estimate_clocks, find_collectives
+from ..engine.clock import Clocks, Collectives, estimate_clocks, find_collectives
 from ..engine.critical_path import add_path_tracks, critical_paths
 from ..engine.layout import separate_overlaps
 from ..engine.placement import place_rank, root_name, root_trace
-from ..engine.pp import (CPU_PP, GPU_PP, STAGELESS, Anchor, BlockKey, CrossRankArrows, Extent, link_rank_local,
-                         pair_sends_and_receives, pair_stages)
+from ..engine.pp import CPU_PP, GPU_PP, STAGELESS, Anchor, BlockKey, Extent, link_rank_local
+from ..engine.pp_pairs import CrossRankArrows, pair_sends_and_receives, pair_stages
 from ..engine.transfers import RankOps, TransferEnd, Transfers, attach_transfer_ends, find_ops, pair_transfers
 from ..engine.transfers import summary as transfers_summary
 from ..engine.work_graph import RankWork, rank_work
@@ -37,6 +39,7 @@ from ..model import ClockPlacement, RankIdentity
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import Tuning
 from .executors import Workers, for_cluster, open_workers, run_tasks
+from .options import ALIGN_MODES
 from .rank_files import find_rank_files
 from .runner import JobOptions, Prepared, prepare
 from .snapshot import load_snapshot, save_snapshot
@@ -109,7 +112,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     # A Dask worker runs threads, so it never forks an args helper (cores_to_spare).
     helpers = scheduler is None and (options.args_strategy == "helper" or
                                      (options.args_strategy == "auto" and tuning.helper_fits(sizes, jobs)))
-    scanning = replace(options, compact=True, args_strategy="helper" if helpers else "in-process")
+    scanning = msgspec.structs.replace(options, compact=True, args_strategy="helper" if helpers else "in-process")
     # One rank at a time runs in this process, unless each needs a fresh one: a process forked
     # from a heap that held earlier ranks (an args helper, a worker) keeps those pages while its
     # parent reuses them.

@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 
 PathLike = Union[str, os.PathLike[str]]  # what open() takes, typed
 
+# How a merge sets ranks' clocks (merge.py, from engine/clock.py's estimate): "auto" estimates
+# each rank's offset from its collectives and transfers and moves the ranks where their base
+# times disagree beyond the estimate's uncertainty; "base-time" estimates and reports but keeps
+# the base times; "none" only keeps the base times (no estimate). Here, not in clock.py: the
+# command line lists them without loading the estimate.
+ALIGN_MODES = ("auto", "base-time", "none")
+
 
 def job_options(compact: bool, lanes: Optional[LaneRules] = None, *, relane: bool = False, strict: bool = False,
                 window: Optional[Window] = None, split_steps: bool = False, output_format: str = "perfetto",

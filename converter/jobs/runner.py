@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Optional, cast
 
+import msgspec
+
 from .. import kineto, progress
 from ..engine.activity import add_busy_lanes
 from ..engine.compaction import compact
@@ -26,7 +28,6 @@ from ..inputs.kineto_reader import read_trace
 from ..inputs.source import json_size
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import ArgsStore, RankIdentity, Trace
-from ..outputs.json_writer import ChromeJsonWriter
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import DEFAULT_TUNING, Tuning
 from .verify import Expected, verify_output
@@ -42,10 +43,11 @@ COMPACTED_TAG = "_compacted"  # what compact adds to an output's name (convert a
 ARGS_STRATEGIES = ("in-process", "helper", "auto")
 
 
-@dataclass(frozen=True)
-class JobOptions:
+class JobOptions(msgspec.Struct, frozen=True):
+    """What one job does, checked before anything is read (run_job, prepare)."""
+
     compact: bool = False
-    lanes: LaneRules = field(default_factory=load_lane_rules)  # parsed once, by whoever makes the options
+    lanes: LaneRules = msgspec.field(default_factory=load_lane_rules)  # parsed once, by whoever makes the options
     relane: bool = False  # lane by the rules also where the exporter already laned (kineto.INLINE_LANED)
     strict: bool = False
     window: Optional[Window] = None
@@ -58,7 +60,7 @@ class JobOptions:
     # The command ends with this job: its model may be kept to the end instead of freed object
     # by object (heap.keep_to_the_end); never for a job followed by others or by a query.
     ends_command: bool = False
-    tuning: Tuning = field(default_factory=Tuning.for_this_machine)  # sizes, cores and memory, made once
+    tuning: Tuning = msgspec.field(default_factory=Tuning.for_this_machine)  # sizes, cores and memory, made once
 
 
 @dataclass
@@ -167,6 +169,8 @@ def write_trace(trace: Trace, stream: BinaryIO, output_format: str = "perfetto",
     """Write one trace in the chosen format; the JSON writer reports how it placed times and arrows."""
     progress.stage(f"writing {len(trace.slices)} slices")
     if output_format == "json":
+        from ..outputs.json_writer import ChromeJsonWriter  # only for --format json
+
         return ChromeJsonWriter(stream, tuning).write(trace)
     writer = PerfettoWriter(stream, tuning=tuning)
     writer.write(trace)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
+
+import msgspec
 
 from ..errors import CgtraceError
 
@@ -13,8 +14,7 @@ PROBLEM_STATS_SQL = (
     "where severity in ('error', 'data_loss') and value > 0 order by name")
 
 
-@dataclass(frozen=True)
-class Expected:
+class Expected(msgspec.Struct, frozen=True):
     """What a written file must hold: slices (instants included), arrows, counter samples."""
 
     slices: int

@@ -10,7 +10,6 @@ they write the same bytes.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, BinaryIO, Callable, Iterator, Protocol
 
 import msgspec
@@ -44,8 +43,7 @@ class PacketTags(msgspec.Struct, frozen=True):
                                                      sequence)))
 
 
-@dataclass(frozen=True)
-class SliceBatch:
+class SliceBatch(msgspec.Struct, frozen=True):
     """A batch's packets as columns. `events`: 2i is slice i's BEGIN (or instant), 2i + 1 its
     END, in write order; per slice: its start and end, the state pieces its BEGIN carries,
     its name's piece, its BEGIN and END heads, where its encoded args lie; `flows`: the flow
