@@ -184,3 +184,20 @@ class ArgsLabel(NamedTuple):
 
 KERNEL_LABEL = ArgsLabel(kernel_label, _NAME_KEY)
 ORIGINAL_STREAM = ArgsLabel(original_stream, _ORIGINAL_STREAM_KEY)
+
+
+# The args keys Kineto writes (seen in real traces and in the generator's), in a fixed order:
+# the Perfetto writer numbers annotation names these first, so their numbering cannot depend on
+# which event a file happens to hold first (outputs/prepared_args.py).
+ARGS_KEYS = (
+    "External id", "correlation", "Ev Idx", "Input Dims", "Input type", "Input Strides", "Concrete Inputs", "cbid",
+    "Trace name", "Trace iteration", "Record function id", "Call stack", "stream", "device", "context",
+    "Profiler Event Index", "Module Hierarchy", "grid", "block", "queued", "registers per thread", "shared memory",
+    "blocks per SM", "warps per SM", "est. achieved occupancy %", "Fwd thread id", "Sequence number", "Device",
+    "external id", "external ts", "Python parent id", "Python id", "Python module id", "Python thread",
+    "Device Type", "Device Id", "Bytes", "Addr", "Total Allocated", "Total Reserved", "bytes",
+    "memory bandwidth (GB/s)", "Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
+    "In split size", "Out split size", "Process Group Name", "Process Group Description", "Process Group Ranks",
+    "Rank", "Op count", "Global rank start", "Global rank stride", "name", "labels", "original_stream",
+    "kernel_hash", "kernel_file", "kernel_backend", "kernel_name", "kernel_kwargs", "num_warps", "num_stages",
+)

@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from ..model import Flow, SliceTable, Track
+from ..model.canonical import ranks, source_key
 from ..model.columns import first_positions, grouped_in_order, sorted_distinct
 from ..model.nesting import nesting_order
 
@@ -76,6 +77,37 @@ class FlowEvents:
         if isinstance(self.ids, array):
             self.ids = self.ids.tolist()
         self.ids.extend(ids)
+
+
+    def put_in_canonical_order(self, place: dict[Track, int]) -> None:
+        """The events sorted by content (category, id, time, phase, track's place, how they bind),
+        so chains, the events of a chain at one time, and so the arrows come in one order
+        whatever the input's (the model's canonical order, model/canonical.py)."""
+        total = len(self)
+        if total < 2:
+            return
+        categories = sorted(set(self.categories))
+        category_rank = dict(zip(categories, range(len(categories))))
+        if isinstance(self.ids, array):
+            ids = np.frombuffer(self.ids, np.int64)
+        else:
+            ids = ranks(self.ids, source_key)
+        columns = (np.frombuffer(self.enclosing, np.uint8), np.fromiter(map(place.__getitem__, self.tracks), np.int64,
+                                                                        total),
+                   np.frombuffer(self.phases, np.uint8), np.frombuffer(self.times, np.int64), ids,
+                   np.fromiter(map(category_rank.__getitem__, self.categories), np.int64, total))
+        order = np.lexsort(columns)
+        del columns, ids
+        take = order.tolist()
+        self.categories = [self.categories[index] for index in take]
+        self.tracks = [self.tracks[index] for index in take]
+        if isinstance(self.ids, array):
+            self.ids = array("q", np.frombuffer(self.ids, np.int64)[order].tobytes())
+        else:
+            self.ids = [self.ids[index] for index in take]
+        self.phases = bytearray(np.frombuffer(self.phases, np.uint8)[order].tobytes())
+        self.times = array("q", np.frombuffer(self.times, np.int64)[order].tobytes())
+        self.enclosing = bytearray(np.frombuffer(self.enclosing, np.uint8)[order].tobytes())
 
 
 class BoundFlows(msgspec.Struct):

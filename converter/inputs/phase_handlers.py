@@ -15,6 +15,7 @@ from .. import kineto
 from ..kineto import MAX_NS
 from ..model import NO_ARGS, CounterSample, Trace, decode_json, encode_json
 from ..model.builder import TraceBuilder
+from ..model.canonical import source_key
 from .decimal_times import FLOAT_EXACT_LIMIT_US, to_ns
 from .flows import FlowEvents, bind_flows
 from .kineto_events import EVENT, Event, Plain, Tagged, decode_event
@@ -283,12 +284,15 @@ class PhaseHandlers(TraceBuilder):
         for stack in self.open_async.values():
             if stack:
                 skipped["async_begin_without_end"] += len(stack)
+        # In content order: where an input names a thread twice, the same name wins whatever its order.
+        self.metadata_events.sort(key=_metadata_key)
         for event, args in zip(self.metadata_events, _metadata_args(self.metadata_events)):
             problem = self._metadata(event, args)
             if problem:
                 skipped[problem] += 1
         for process in self.trace.processes:
             process.row_group = process.source_pid in kineto.BOOKKEEPING_PIDS
+        self.flow_events.put_in_canonical_order(self.put_in_canonical_order())
         bound = bind_flows(self.flow_events, self.trace.slices)
         self.trace.flows.extend(bound.flows)
         self.trace.unbound_flows += bound.unbound
@@ -334,6 +338,11 @@ class PhaseHandlers(TraceBuilder):
             return "unsupported_metadata"
         return "bad_metadata_value"
 
+
+
+def _metadata_key(event: Event) -> tuple:
+    return (source_key(event.name), source_key(event.pid), source_key(chrome_thread_key(event.tid)),
+            bytes(event.args))
 
 
 def chrome_thread_key(tid: Any) -> Any:

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import numpy as np
+
 from .args import ArgsStore
+from .canonical import order_counters, order_slices, source_key
 from .ids import IdSpace
 from .trace import Process, Thread, Trace, Track, TrackRole
 
@@ -100,6 +103,53 @@ class TraceBuilder:
                                                is_counter=True))
             self._counter_tracks[track_key] = track
         return track
+
+    def put_in_canonical_order(self) -> dict[Track, int]:
+        """Once every event is read: ids claimed, and processes, threads, tracks, slices and
+        counter samples ordered, by content alone (canonical.py); each track's place."""
+        processes = sorted(self._processes.items(), key=lambda item: source_key(item[0]))
+        threads = sorted(self._threads.items(), key=lambda item: (source_key(item[0][0]), source_key(item[0][1])))
+        self._ids, self._mains = IdSpace(FIRST_FRESH_ID), set()
+        for source_pid, process in processes:
+            process.pid = self._ids.claim(source_pid, zero=True)
+        for (source_pid, source_tid), thread in threads:
+            process = thread.process
+            thread.is_main = source_tid in (source_pid, 0) and process.pid != 0 and process.pid not in self._mains
+            if thread.is_main:
+                self._mains.add(process.pid)
+            thread.tid = process.pid if thread.is_main else self._ids.claim(source_tid)
+        self.trace.processes[:] = [process for _, process in processes]
+        self.trace.threads[:] = [thread for _, thread in threads]
+        kinds: list[tuple[tuple, dict]] = [((0,), self.thread_tracks), ((1,), self._process_tracks),
+                                           ((2,), self._async_tracks), ((3,), self._counter_tracks)]
+        keyed = [((kind, tuple(map(source_key, key if isinstance(key, tuple) else (key,)))), track)
+                 for kind, tracks in kinds for key, track in tracks.items()]
+        if self._global_track is not None:
+            keyed.append((((4,), ()), self._global_track))
+        keyed.sort(key=lambda item: item[0])
+        self.trace.tracks[:] = [track for _, track in keyed]
+        place = {track: index for index, track in enumerate(self.trace.tracks)}
+        table = self.trace.slices
+        own = set(table.tracks)
+        order_slices(table, [track for track in self.trace.tracks if track in own], self.args)
+        self._name_async_tracks()
+        order_counters(self.trace.counters, place)
+        return place
+
+    def _name_async_tracks(self) -> None:
+        """An async track is named after its first slice: first in the canonical order."""
+        table = self.trace.slices
+        if not self._async_tracks or not len(table):
+            return
+        first = np.full(len(table.tracks), -1, np.int64)
+        rows = np.arange(len(table))
+        first[table.track[::-1]] = rows[::-1]  # the last write of each id wins: its first row
+        ids = {track: index for index, track in enumerate(table.tracks)}
+        names = table.name
+        for track in self._async_tracks.values():
+            index = ids.get(track)
+            if index is not None and first[index] >= 0:
+                track.name = table.texts[int(names[first[index]])]
 
     def intern(self, text: str) -> str:
         """One string object per distinct name or category."""

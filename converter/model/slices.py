@@ -237,6 +237,27 @@ class SliceTable:
         """A coalesced annotation's duration: the union of those it stands for."""
         self._joined()[_DUR][row] = dur
 
+    def renumber(self, texts: list[str], tracks: list[Track]) -> None:
+        """Number texts and tracks anew, in the order of `texts` and `tracks` (each holding every
+        one of the table's own: canonical.py's order)."""
+        columns = self._joined()
+        for numbered, new, indices in ((self._texts, texts, (_NAME, _CAT)), (self._tracks, tracks, (_TRACK,))):
+            renumbered: _Numbered = _Numbered(new)
+            new_id = np.fromiter(map(renumbered.id_of, numbered.values), np.int32, len(numbered.values))
+            if len(renumbered.values) != len(new):
+                raise ValueError("a renumbering must hold every value once")
+            for index in indices:
+                if len(new_id):
+                    columns[index] = new_id[columns[index]]
+            if numbered is self._texts:
+                self._texts = renumbered
+            else:
+                self._tracks = renumbered
+
+    def permute(self, rows: np.ndarray) -> None:
+        """The rows in the order `rows` gives (a permutation of them all)."""
+        self._columns = [column[rows] for column in self._joined()]
+
     def keep(self, kept: np.ndarray) -> None:
         """Keep the rows where `kept` (a mask) is true, in order (`renumbering` says where each goes)."""
         self._columns = [column[kept] for column in self._joined()]

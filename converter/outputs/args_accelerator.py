@@ -45,7 +45,7 @@ from ..model import LabelRule
 from ..signals import stopping_deferred
 from ..tuning import DEFAULT_TUNING, Tuning
 from .packets import Spliced
-from .prepared_args import ARGS_FORM, EncodedArgs, EntryEncoder, mapped
+from .prepared_args import ARGS_FORM, EncodedArgs, EntryEncoder, canonical_names, mapped
 from .slice_packets import SliceBatch, encode_batch
 
 
@@ -212,6 +212,7 @@ class EntryLabels:
 
 
 _END = np.dtype(np.uint64)  # an entry's end in the ends file (the store's bounds are array("Q"))
+_AGAIN_ENTRIES = 1 << 16  # entries read back at once when all are encoded again
 _COPY_BYTES = 1 << 20  # the helper's packets are copied to the output this much at a time
 
 
@@ -293,6 +294,9 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
     results.send_bytes(labels.label_ids)
     del labels
     names = _encode_the_rest(encoder, store_fd, ends_fd, unencoded)
+    canonical = canonical_names(names)
+    if canonical is not None:
+        encoder, names = _encode_again(store_fd, ends_fd, output_fd, len(encoder.bounds) - 1, canonical, tuning)
     _answer(results, output_fd, names, encoder.bounds)
     if packets_fd is not None and len(encoder.bounds) - 1 >= tuning.shared_write_entries:
         encoded = EncodedArgs(names, mapped(output_fd, encoder.bounds[-1]), encoder.bounds)
@@ -307,6 +311,17 @@ def _encode_the_rest(encoder: EntryEncoder, store_fd: int, ends_fd: int,
     while unencoded:
         encoder.add(*_run_entries(store_fd, ends_fd, *unencoded.popleft()))
     return encoder.finish()
+
+
+def _encode_again(store_fd: int, ends_fd: int, output_fd: int, count: int, names: list[str], tuning: Tuning
+                  ) -> tuple[EntryEncoder, list[str]]:
+    """Every entry encoded again over the first, its annotation names numbered `names` (the
+    canonical numbering, where the first pass met other names out of order: prepared_args.py)."""
+    os.lseek(output_fd, 0, os.SEEK_SET)
+    encoder = EntryEncoder(output_fd, tuning, names)
+    for first in range(0, count, _AGAIN_ENTRIES):
+        encoder.add(*_run_entries(store_fd, ends_fd, first, min(_AGAIN_ENTRIES, count - first)))
+    return encoder, encoder.finish()
 
 
 def _answer(results: Connection, output_fd: int, names: list[str], bounds: array) -> None:

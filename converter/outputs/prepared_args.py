@@ -1,9 +1,12 @@
 """Every stored args entry encoded for the Perfetto writer, in store order, ahead of writing.
 
 Both args strategies run this same pass: the args accelerator in a helper process while the
-trace is read, the in-process strategy just before the first write. Encoding in store order
-numbers the annotation names (their iids) by first appearance in the store, whatever order
-the writer later emits slices in, so both strategies write the same bytes.
+trace is read, the in-process strategy just before the first write. The annotation names'
+iids must not depend on the order of the store (the input's order, model/canonical.py):
+"args" and the keys Kineto writes are numbered first, in a fixed order, and other names after
+them in text order. Names are numbered as met, so where other names were met out of text order
+every entry is encoded again with the canonical numbering (`canonical_names`): never on
+Kineto's own keys, and the same bytes from both strategies.
 """
 
 from __future__ import annotations
@@ -17,14 +20,23 @@ from typing import Any, BinaryIO, Iterable, Iterator, Optional
 import numpy as np
 
 from ..fileio.direct import write_all
+from ..kineto import ARGS_KEYS
 from ..model import ArgsStore
 from ..tuning import DEFAULT_TUNING, Tuning
-from .annotations import ArgsEncoder
+from .annotations import ARGS_ANNOTATION_NAME, ArgsEncoder
 from .interning import annotation_name_interner
 from .slice_packets import PacketHelper
 
 # The name ArgsStore.prepared knows this encoding by.
 ARGS_FORM = "perfetto-debug-annotations"
+# The annotation names numbered first, whatever the store holds.
+KNOWN_NAMES = (ARGS_ANNOTATION_NAME, *ARGS_KEYS)
+
+
+def canonical_names(names: list[str]) -> Optional[list[str]]:
+    """The canonical numbering of `names` (an encoder's, in iid order), or None where they are in it."""
+    others = names[len(KNOWN_NAMES):]
+    return None if others == sorted(others) else [*KNOWN_NAMES, *sorted(others)]
 
 
 class EncodedArgs:
@@ -77,12 +89,14 @@ class EncodedArgs:
 
 class EntryEncoder:
     """Encodes runs of entries one after another into `output_fd`, numbering annotation names
-    as met, a tuning's encoded_write_bytes at a time."""
+    `names` first and the others as met, a tuning's encoded_write_bytes at a time."""
 
-    def __init__(self, output_fd: int, tuning: Tuning = DEFAULT_TUNING):
+    def __init__(self, output_fd: int, tuning: Tuning = DEFAULT_TUNING, names: Iterable[str] = KNOWN_NAMES):
         self._output_fd = output_fd
         self._write_bytes = tuning.encoded_write_bytes
         self._interner = annotation_name_interner([])
+        for name in names:
+            self._interner.field(name)
         self._encode_run = ArgsEncoder(self._interner.field, tuning).encode_run
         self.bounds = array("Q", [0])  # in the output, entry i is bytes bounds[i]:bounds[i + 1]
         self._buffer = bytearray()
@@ -107,12 +121,15 @@ def prepare_in_process(store: ArgsStore, directory: Optional[str] = None, tuning
                        ) -> EncodedArgs:
     """The accelerator's work, done here: every entry, in one sweep over the store, read back
     through the page cache as the accelerator's is."""
-    output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
-    encoder = EntryEncoder(output.fileno(), tuning)
-    for text, bounds in entry_runs(store.sweep(range(len(store))), tuning.encoded_write_bytes):
-        encoder.add(text, bounds)
-    names = encoder.finish()
-    return EncodedArgs(names, mapped(output.fileno(), encoder.bounds[-1]), encoder.bounds)
+    names: Optional[list[str]] = list(KNOWN_NAMES)
+    while names is not None:
+        output = tempfile.TemporaryFile(prefix="cgtrace-encoded-args-", dir=directory, buffering=0)
+        encoder = EntryEncoder(output.fileno(), tuning, names)
+        for text, bounds in entry_runs(store.sweep(range(len(store))), tuning.encoded_write_bytes):
+            encoder.add(text, bounds)
+        encoded = encoder.finish()
+        names = canonical_names(encoded)
+    return EncodedArgs(encoded, mapped(output.fileno(), encoder.bounds[-1]), encoder.bounds)
 
 
 def entry_runs(entries: Iterable[bytes], run_bytes: int = DEFAULT_TUNING.encoded_write_bytes
