@@ -335,7 +335,10 @@ def test_encoded_entries_keep_their_bounds_across_flushes(tmp_path):
         encoder.finish()
         output.seek(0)
         blob, bounds = output.read(), encoder.bounds
-    alone = ArgsEncoder(annotation_name_interner([]).field)
+    interner = annotation_name_interner([])
+    for name in prepared_args.KNOWN_NAMES:  # numbered first by every encoder of a store
+        interner.field(name)
+    alone = ArgsEncoder(interner.field)
     assert [blob[bounds[i]:bounds[i + 1]] for i in range(len(texts))] == [alone.encode(text) for text in texts]
 
 

@@ -10,18 +10,23 @@ other tests shuffle a real trace and a corpus shape with a fixed seed.
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
+from typing import Optional
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .helpers import SHARED_TRACES, compact_file, convert_file, merge_files
+from .helpers import SHARED_TRACES, compact_file, convert_file, real_pipeline_copy
 from .test_properties import SETTINGS, Us, dump, kineto_documents
 
+REPO = Path(__file__).resolve().parents[1]
 _STACKS = {"B": "thread", "E": "thread", "b": "async", "n": "async", "e": "async"}
 
 
@@ -88,9 +93,94 @@ def test_any_event_order_gives_the_bytes_of_the_time_sorted_file(drawn, rng):
             assert got[job] == want[job], job
 
 
-def _shuffled_copy(source: Path, target: Path, seed: int) -> Path:
-    document = json.loads(source.read_bytes() if source.suffix != ".gz" else __import__("gzip").decompress(
-        source.read_bytes()))
-    document["traceEvents"] = shuffled(document["traceEvents"], random.Random(seed))
+def _cgtrace(*args: str) -> None:
+    """The command line as users run it (the args strategy `auto`: the helper for large inputs)."""
+    done = subprocess.run([sys.executable, "-m", "converter.cli", *args, "-q"], capture_output=True, text=True,
+                          cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr
+
+
+def _document(path: Path) -> dict:
+    raw = path.read_bytes()
+    return json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
+
+
+def _shuffled_copy(source: Path, target: Path, seed: Optional[int]) -> Path:
+    """The trace's events shuffled with `seed` (None: as they are), written as json writes them,
+    so the copies differ only in their order (args keep the text json gives them)."""
+    document = _document(source)
+    if seed is not None:
+        document["traceEvents"] = shuffled(document["traceEvents"], random.Random(seed))
     target.write_text(json.dumps(document))
     return target
+
+
+def _written(source: Path, directory: Path, jobs=("convert", "compact")) -> dict[str, bytes]:
+    written = {}
+    for job in jobs:
+        output = directory / f"{source.name}.{job}.perfetto-trace"
+        _cgtrace(job, str(source), "-o", str(output))
+        written[job] = output.read_bytes()
+    return written
+
+
+@pytest.mark.parametrize("name", ["kineto_2021_resnet50_old_format", "hta_nccl_a100"])
+def test_a_shared_trace_shuffled_gives_the_same_bytes(tmp_path, name):
+    """The real file as exported, and its events shuffled (fixed seed): the same bytes."""
+    source = SHARED_TRACES / f"{name}.json.gz"
+    if not source.is_file():
+        pytest.skip("../shared/traces is absent")
+    as_written = _shuffled_copy(source, tmp_path / "as_written.json", seed=None)
+    shuffled_file = _shuffled_copy(source, tmp_path / "shuffled.json", seed=41)
+    assert _written(shuffled_file, tmp_path) == _written(as_written, tmp_path)
+
+
+def test_a_corpus_shape_shuffled_gives_the_same_bytes(tmp_path):
+    """The many-replay-streams corpus shape (benchmarks/corpus.py, metadata interleaved), large
+    enough for the args helper, as written and shuffled."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/traces is absent (the corpus tiles from it)")
+    _run_corpus(tmp_path, "cuda_graph_20k_streams_interleaved", "6MB")
+    source = tmp_path / "cuda_graph_20k_streams_interleaved_6MB.json"
+    as_written = _shuffled_copy(source, tmp_path / "as_written.json", seed=None)
+    shuffled_file = _shuffled_copy(source, tmp_path / "shuffled.json", seed=41)
+    assert _written(shuffled_file, tmp_path) == _written(as_written, tmp_path)
+
+
+def _run_corpus(out: Path, name: str, size: str) -> None:
+    done = subprocess.run([sys.executable, str(REPO / "benchmarks" / "corpus.py"), "--sizes", size, "--only", name,
+                           "--out", str(out)], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert done.returncode == 0, done.stderr
+
+
+def test_a_merge_of_shuffled_ranks_gives_the_same_bytes(tmp_path):
+    """A real torch pipelining set merged as exported, and with every rank's events shuffled."""
+    source = real_pipeline_copy("torch215_1f1b_pp4", tmp_path)
+    folder, shuffled_folder = tmp_path / "as_written", tmp_path / "shuffled"
+    folder.mkdir()
+    shuffled_folder.mkdir()
+    for seed, rank in enumerate(sorted(source.glob("*.json*"))):
+        _shuffled_copy(rank, folder / rank.name.removesuffix(".gz"), None)
+        _shuffled_copy(rank, shuffled_folder / rank.name.removesuffix(".gz"), seed)
+    merged = {}
+    for which in (folder, shuffled_folder):
+        output = tmp_path / f"{which.name}.perfetto-trace"
+        _cgtrace("merge", str(which), "-o", str(output))
+        merged[which.name] = output.read_bytes()
+    assert merged[folder.name] == merged[shuffled_folder.name]
+
+
+def test_names_met_out_of_order_give_the_same_bytes_with_the_helper(tmp_path):
+    """Args keys Kineto does not write, met in opposite orders: the helper encodes the entries
+    again with the names in text order, as the in-process encoding does."""
+    events = [{"ph": "X", "name": f"op{i}", "pid": 1, "tid": 1, "ts": i, "dur": 1, "cat": "cpu_op",
+               "args": {key: 1.5, "nested": {f"{key} inside": None, "z.": 2}}}
+              for i, key in enumerate(["zeta", "alpha", "mid", "beta"])]
+    written = []
+    for order, strategy in ((events, "helper"), (events[::-1], "helper"), (events[::-1], "in-process")):
+        source = tmp_path / "trace.json"
+        source.write_text(json.dumps({"traceEvents": order}))
+        output = tmp_path / f"{len(written)}.perfetto-trace"
+        convert_file(source, output, args_strategy=strategy)
+        written.append(output.read_bytes())
+    assert written[0] == written[1] == written[2]
