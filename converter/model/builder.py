@@ -108,7 +108,7 @@ class TraceBuilder:
         """Once every event is read: ids claimed, and processes, threads, tracks, slices and
         counter samples ordered, by content alone (canonical.py); each track's place."""
         processes = sorted(self._processes.items(), key=lambda item: source_key(item[0]))
-        threads = sorted(self._threads.items(), key=lambda item: (source_key(item[0][0]), source_key(item[0][1])))
+        threads = sorted(self._threads.items(), key=lambda item: _keys(item[0]))
         self._ids, self._mains = IdSpace(FIRST_FRESH_ID), set()
         for source_pid, process in processes:
             process.pid = self._ids.claim(source_pid, zero=True)
@@ -120,14 +120,14 @@ class TraceBuilder:
             thread.tid = process.pid if thread.is_main else self._ids.claim(source_tid)
         self.trace.processes[:] = [process for _, process in processes]
         self.trace.threads[:] = [thread for _, thread in threads]
-        kinds: list[tuple[tuple, dict]] = [((0,), self.thread_tracks), ((1,), self._process_tracks),
-                                           ((2,), self._async_tracks), ((3,), self._counter_tracks)]
-        keyed = [((kind, tuple(map(source_key, key if isinstance(key, tuple) else (key,)))), track)
-                 for kind, tracks in kinds for key, track in tracks.items()]
+        # Thread tracks in their threads' order, then the process-scoped, async and counter tracks
+        # by their keys, then the global one.
+        tracks = [self.thread_tracks[key] for key, _ in threads if key in self.thread_tracks]
+        for keyed in (self._process_tracks, self._async_tracks, self._counter_tracks):
+            tracks += [track for _, track in sorted(keyed.items(), key=lambda item: _keys(item[0]))]
         if self._global_track is not None:
-            keyed.append((((4,), ()), self._global_track))
-        keyed.sort(key=lambda item: item[0])
-        self.trace.tracks[:] = [track for _, track in keyed]
+            tracks.append(self._global_track)
+        self.trace.tracks[:] = tracks
         place = {track: index for index, track in enumerate(self.trace.tracks)}
         table = self.trace.slices
         own = set(table.tracks)
@@ -154,3 +154,8 @@ class TraceBuilder:
     def intern(self, text: str) -> str:
         """One string object per distinct name or category."""
         return self.strings.get(text) or self.strings.setdefault(text, text)
+
+
+def _keys(key: Any) -> tuple:
+    """The sort key of a builder's key: one source id, or a tuple of them."""
+    return tuple(map(source_key, key)) if type(key) is tuple else (source_key(key),)

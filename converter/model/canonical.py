@@ -22,15 +22,14 @@ if TYPE_CHECKING:
     from .trace import CounterSample, Track
 
 
+_TYPE_RANKS = {int: 0, float: 1, str: 2}
+
+
 def source_key(value: Any) -> tuple[int, Any]:
     """A sort key for an input's id (a pid, a tid, a flow or async id): ints, then floats,
     then text, each in its own order, so ids of mixed types still compare."""
-    kind = type(value)
-    if kind is int:
-        return 0, value
-    if kind is float:
-        return 1, value
-    return 2, str(value)
+    rank = _TYPE_RANKS.get(type(value), 2)
+    return rank, value if rank < 2 else str(value)
 
 
 def ranks(values: Sequence[Any], key: Any = None) -> np.ndarray:
