@@ -2,9 +2,9 @@
 
 A real trace holds millions of slices. As Python objects each took several times its
 columns' size and every stage walked them one at a time; as columns they take 37 bytes, and stages select,
-sort and move them with numpy. Rows keep the order slices were added in (a stage that drops
-rows keeps the others' order, one that adds appends), which every "in input order" tie-break
-relies on.
+sort and move them with numpy. Once read, the rows are in canonical order (canonical.py: by
+content, not by the input's order); a stage that drops rows keeps the others' order and one
+that adds appends, so every "then by row" tie-break is one of content.
 
 Start, duration, name, category, args and `instant` are measured data, set once when a slice
 is added; `track` (its display row) is what stages change, through `move`. The one other
