@@ -198,6 +198,7 @@ ARGS_KEYS = (
     "Device Type", "Device Id", "Bytes", "Addr", "Total Allocated", "Total Reserved", "bytes",
     "memory bandwidth (GB/s)", "Collective name", "In msg nelems", "Out msg nelems", "Group size", "dtype",
     "In split size", "Out split size", "Process Group Name", "Process Group Description", "Process Group Ranks",
-    "Rank", "Op count", "Global rank start", "Global rank stride", "name", "labels", "original_stream",
-    "kernel_hash", "kernel_file", "kernel_backend", "kernel_name", "kernel_kwargs", "num_warps", "num_stages",
+    "Rank", "Src Rank", "Dst Rank", "Op count", "Global rank start", "Global rank stride", "name", "labels",
+    "original_stream", "kernel_hash", "kernel_file", "kernel_backend", "kernel_name", "kernel_kwargs", "num_warps",
+    "num_stages",
 )

@@ -130,7 +130,10 @@ def expected_from(path, skip_categories=()) -> Expected:
 def _expected_flows(flow_events, spans_by_thread, expected: Expected) -> None:
     starts_by_thread = {}
     for key, spans in spans_by_thread.items():
-        spans.sort(key=lambda span: (span[0], -span[1]))
+        # Spans alike in start and length are ordered by content, not as read (the converter
+        # makes no output depend on the order of events: model/canonical.py), so the deepest of
+        # them is the one whose name comes last.
+        spans.sort(key=lambda span: (span[0], -span[1], span[2]))
         starts_by_thread[key] = [span[0] for span in spans]
     chains = defaultdict(list)
     for event in flow_events:

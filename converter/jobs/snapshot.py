@@ -17,7 +17,7 @@ import pickle
 from array import array
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Iterator, Optional, Sequence
 
 from ..model import ArgsStore
 from ..outputs.prepared_args import ARGS_FORM, EncodedArgs
@@ -81,7 +81,7 @@ def _write_raw(store: ArgsStore, path: Path) -> array:
     return bounds
 
 
-def _write_encoded(encoded: EncodedArgs, path: Path) -> tuple[list[str], array]:
+def _write_encoded(encoded: EncodedArgs, path: Path) -> tuple[list[Optional[str]], array]:
     with open(path, "wb") as stream:
         encoded.write_blob(stream)
     return list(encoded.interned), encoded.bounds

@@ -71,9 +71,10 @@ def _finite(value: Any) -> Any:
 
 class PreparedArgs(Protocol):
     """Entries already encoded for one writer (see ArgsStore.prepared). `interned`: strings the
-    encoded bytes refer to by position (iid = position + 1), for the writer to intern first."""
+    encoded bytes refer to by position (iid = position + 1), for the writer to intern first
+    (None: an iid kept for a name no entry refers to, which the writer need not write)."""
 
-    interned: list[str]
+    interned: list[Optional[str]]
 
     def runs(self, references: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """(the entries' bytes, where each reference's entry starts there, its length), for

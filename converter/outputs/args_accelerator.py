@@ -306,7 +306,7 @@ def _serve(requests: Connection, results: Connection, store_fd: int, ends_fd: in
 
 
 def _encode_the_rest(encoder: EntryEncoder, store_fd: int, ends_fd: int,
-                     unencoded: deque[tuple[int, int]]) -> list[str]:
+                     unencoded: deque[tuple[int, int]]) -> list[Optional[str]]:
     """The runs still to encode once the labels were sent; the annotation names."""
     while unencoded:
         encoder.add(*_run_entries(store_fd, ends_fd, *unencoded.popleft()))
@@ -314,7 +314,7 @@ def _encode_the_rest(encoder: EntryEncoder, store_fd: int, ends_fd: int,
 
 
 def _encode_again(store_fd: int, ends_fd: int, output_fd: int, count: int, names: list[str], tuning: Tuning
-                  ) -> tuple[EntryEncoder, list[str]]:
+                  ) -> tuple[EntryEncoder, list[Optional[str]]]:
     """Every entry encoded again over the first, its annotation names numbered `names` (the
     canonical numbering, where the first pass met other names out of order: prepared_args.py)."""
     os.lseek(output_fd, 0, os.SEEK_SET)
@@ -324,7 +324,7 @@ def _encode_again(store_fd: int, ends_fd: int, output_fd: int, count: int, names
     return encoder, encoder.finish()
 
 
-def _answer(results: Connection, output_fd: int, names: list[str], bounds: array) -> None:
+def _answer(results: Connection, output_fd: int, names: list[Optional[str]], bounds: array) -> None:
     """The names and bounds go after the encoded entries in their file, and only where they
     are down the pipe: a message that small never waits for the main process to read it, so
     a helper that does not share the write is gone as soon as it is done, not when the writer

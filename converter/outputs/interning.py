@@ -34,11 +34,16 @@ class Interner:
         self.kind = kind
         self.pending = pending
         self.references: dict[str, bytes] = {}
+        self._skipped = 0
+
+    def skip(self) -> None:
+        """Pass over the next iid: one a prepared encoding kept for a name it never referenced."""
+        self._skipped += 1
 
     def field(self, text: str) -> bytes:
         reference = self.references.get(text)
         if reference is None:
-            kind, iid = self.kind, len(self.references) + 1
+            kind, iid = self.kind, len(self.references) + self._skipped + 1
             reference = self.references[text] = varint_field(kind.reference, iid)
             self.pending.append(bytes_field(kind.interned, varint_field(kind.iid, iid) + string_field(kind.name, text)))
         return reference

@@ -268,7 +268,10 @@ class PerfettoWriter:
             prepared = prepare_in_process(store, tuning=self.tuning)
             store.keep_prepared(ARGS_FORM, prepared)
         for name in prepared.interned:
-            self.annotation_names.field(name)
+            if name is None:
+                self.annotation_names.skip()
+            else:
+                self.annotation_names.field(name)
         return prepared
 
     def _encode_args(self, trace: Trace, args: np.ndarray,

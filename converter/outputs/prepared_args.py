@@ -33,17 +33,17 @@ ARGS_FORM = "perfetto-debug-annotations"
 KNOWN_NAMES = (ARGS_ANNOTATION_NAME, *ARGS_KEYS)
 
 
-def canonical_names(names: list[str]) -> Optional[list[str]]:
+def canonical_names(names: list[Optional[str]]) -> Optional[list[str]]:
     """The canonical numbering of `names` (an encoder's, in iid order), or None where they are in it."""
-    others = names[len(KNOWN_NAMES):]
+    others = [name for name in names[len(KNOWN_NAMES):] if name is not None]
     return None if others == sorted(others) else [*KNOWN_NAMES, *sorted(others)]
 
 
 class EncodedArgs:
     """Every stored entry's TrackEvent.debug_annotations bytes, and the annotation names they
-    reference, in iid order (iid = position + 1)."""
+    reference, in iid order (iid = position + 1; None: a known name no entry references)."""
 
-    def __init__(self, names: list[str], blob: Any, bounds: array):
+    def __init__(self, names: list[Optional[str]], blob: Any, bounds: array):
         self.interned = names
         self._blob = blob
         self._bounds = bounds  # entry i is blob[bounds[i]:bounds[i + 1]]
@@ -97,7 +97,8 @@ class EntryEncoder:
         self._interner = annotation_name_interner([])
         for name in names:
             self._interner.field(name)
-        self._encode_run = ArgsEncoder(self._interner.field, tuning).encode_run
+        self._referenced: set[str] = set()  # the names an entry refers to: only those are written
+        self._encode_run = ArgsEncoder(self._reference, tuning).encode_run
         self.bounds = array("Q", [0])  # in the output, entry i is bytes bounds[i]:bounds[i + 1]
         self._buffer = bytearray()
         self._written = 0
@@ -111,10 +112,16 @@ class EntryEncoder:
             self._written += len(self._buffer)
             write_all(self._output_fd, self._buffer)
 
-    def finish(self) -> list[str]:
-        """Write what is buffered; the annotation names in iid order."""
+    def _reference(self, name: str) -> bytes:
+        self._referenced.add(name)
+        return self._interner.field(name)
+
+    def finish(self) -> list[Optional[str]]:
+        """Write what is buffered; the annotation names in iid order (None for those no entry
+        refers to)."""
         write_all(self._output_fd, self._buffer)
-        return list(self._interner.references)
+        referenced = self._referenced
+        return [name if name in referenced else None for name in self._interner.references]
 
 
 def prepare_in_process(store: ArgsStore, directory: Optional[str] = None, tuning: Tuning = DEFAULT_TUNING
