@@ -20,7 +20,7 @@ class Expected:
     slice_args: Counter = field(default_factory=Counter)      # (name, ts_ns, dur_ns, frozenset(flat args))
     flows: Counter = field(default_factory=Counter)           # (src name, src ts, dst name, dst ts)
     counter_values: Counter = field(default_factory=Counter)  # (ts_ns, value)
-    process_names: dict = field(default_factory=dict)  # pid -> name (the last one wins)
+    process_names: dict = field(default_factory=dict)  # pid -> name (the one that sorts last wins)
     thread_names: dict = field(default_factory=dict)   # (pid, tid) -> name
 
 
@@ -90,10 +90,12 @@ def expected_from(path, skip_categories=()) -> Expected:
         ts = event.get("ts")
         if ph == "M":
             args = event.get("args") or {}
+            # Named twice (real traces name a thread twice), the name that sorts last wins: the
+            # converter applies metadata in content order, not as read (model/canonical.py).
             if name == "process_name" and isinstance(args.get("name"), str):
-                expected.process_names[pid] = args["name"]
+                expected.process_names[pid] = max(args["name"], expected.process_names.get(pid, ""))
             if name == "thread_name" and isinstance(args.get("name"), str):
-                expected.thread_names[(pid, tid)] = args["name"]
+                expected.thread_names[(pid, tid)] = max(args["name"], expected.thread_names.get((pid, tid), ""))
             continue
         if pid is None or not _is_number(ts) or event.get("cat") in skip_categories:
             continue
@@ -139,7 +141,9 @@ def _expected_flows(flow_events, spans_by_thread, expected: Expected) -> None:
     for event in flow_events:
         chains[(event[2], event[3])].append(event)
     for chain in chains.values():
-        chain.sort(key=lambda event: event[0])
+        # At one time a chain's start comes before its steps and its end: the converter orders
+        # flow events by content, not as read (model/canonical.py).
+        chain.sort(key=lambda event: (event[0], "stf".index(event[1])))
         source = None
         for ts, ph, _, _, pid, tid, bp in chain:
             spans = spans_by_thread.get((pid, str(tid)), [])

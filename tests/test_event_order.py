@@ -71,11 +71,13 @@ def shuffled(events: list, rng: random.Random) -> list:
 
 
 def _outputs(source: Path, directory: Path) -> dict[str, bytes]:
+    """What convert and compact write, and compact as Chrome JSON."""
     written = {}
-    for job in (convert_file, compact_file):
-        output = directory / f"{source.stem}.{job.__name__}.pftrace"
-        job(source, output, overwrite=True)
-        written[job.__name__] = output.read_bytes()
+    for job, output_format in ((convert_file, "perfetto"), (compact_file, "perfetto"), (compact_file, "json")):
+        what = f"{job.__name__} {output_format}"
+        output = directory / f"{source.stem}.{job.__name__}.{output_format}"
+        job(source, output, overwrite=True, output_format=output_format)
+        written[what] = output.read_bytes()
     return written
 
 

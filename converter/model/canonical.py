@@ -64,7 +64,8 @@ def order_slices(table: SliceTable, tracks: list["Track"], args: ArgsStore) -> N
                    ordered[at])
         rows = rows[np.lexsort(columns)]
         order[at] = _by_args_text(rows, table, args)
-    table.permute(order)
+    if (order[1:] < order[:-1]).any():  # not already in order
+        table.permute(order)
 
 
 def _by_args_text(rows: np.ndarray, table: SliceTable, args: ArgsStore) -> np.ndarray:

@@ -255,8 +255,12 @@ class SliceTable:
                 self._tracks = renumbered
 
     def permute(self, rows: np.ndarray) -> None:
-        """The rows in the order `rows` gives (a permutation of them all)."""
-        self._columns = [column[rows] for column in self._joined()]
+        """The rows in the order `rows` gives (a permutation of them all), a column at a time
+        (each old one goes before the next is copied)."""
+        columns = self._joined()
+        for index, column in enumerate(columns):
+            columns[index] = column[rows]
+            del column
 
     def keep(self, kept: np.ndarray) -> None:
         """Keep the rows where `kept` (a mask) is true, in order (`renumbering` says where each goes)."""
