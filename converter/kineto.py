@@ -30,6 +30,27 @@ MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 ns: beyond, trace_proces
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # more digits are no step number int() takes
 
 
+_THREAD_NAME = re.compile(r"thread (-?\d+) \((.+)\)")  # Kineto's thread names hold the tid
+
+
+def kineto_thread_name(name: str, tid: Any) -> Optional[str]:
+    """The name inside Kineto's "thread <tid> (<name>)" where `name` is that form for `tid`."""
+    match = _THREAD_NAME.fullmatch(name)
+    return match.group(2) if match and match.group(1) == str(tid) else None
+
+
+def joined_names(names: list[str], tid: Any = None) -> str:
+    """One title for a process or thread the input named more than once (Kineto renames a
+    thread that takes a new role: "pt_main_thread", then "pt_autograd_0", both at one time):
+    every distinct name, in text order, as the input's order says nothing a reader of any
+    order could keep. Thread names in Kineto's form for `tid` stay in it, their names inside."""
+    distinct = sorted(set(names))
+    inner = [] if tid is None else [part for name in distinct if (part := kineto_thread_name(name, tid)) is not None]
+    if tid is not None and len(inner) == len(distinct):
+        return f"thread {tid} ({' / '.join(sorted(inner))})"
+    return " / ".join(distinct)
+
+
 def profiler_step(name: str) -> Optional[int]:
     """The step number of a `ProfilerStep#N` slice name, else None."""
     match = _PROFILER_STEP.match(name)

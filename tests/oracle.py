@@ -20,7 +20,7 @@ class Expected:
     slice_args: Counter = field(default_factory=Counter)      # (name, ts_ns, dur_ns, frozenset(flat args))
     flows: Counter = field(default_factory=Counter)           # (src name, src ts, dst name, dst ts)
     counter_values: Counter = field(default_factory=Counter)  # (ts_ns, value)
-    process_names: dict = field(default_factory=dict)  # pid -> name (the one that sorts last wins)
+    process_names: dict = field(default_factory=dict)  # pid -> name (every name given, joined)
     thread_names: dict = field(default_factory=dict)   # (pid, tid) -> name
 
 
@@ -75,6 +75,7 @@ def expected_from(path, skip_categories=()) -> Expected:
     spans_by_thread = defaultdict(list)
     open_begins = defaultdict(list)
     flow_events = []
+    process_names, thread_names = defaultdict(set), defaultdict(set)
 
     def add_slice(name, ts, dur, args, pid, tid, bindable=True):
         expected.slices[(name, ts, dur)] += 1
@@ -90,12 +91,12 @@ def expected_from(path, skip_categories=()) -> Expected:
         ts = event.get("ts")
         if ph == "M":
             args = event.get("args") or {}
-            # Named twice (real traces name a thread twice), the name that sorts last wins: the
-            # converter applies metadata in content order, not as read (model/canonical.py).
+            # Named twice (real traces name a thread twice), every distinct name shows, in text
+            # order: the converter keeps no input order (model/canonical.py).
             if name == "process_name" and isinstance(args.get("name"), str):
-                expected.process_names[pid] = max(args["name"], expected.process_names.get(pid, ""))
+                process_names[pid].add(args["name"])
             if name == "thread_name" and isinstance(args.get("name"), str):
-                expected.thread_names[(pid, tid)] = max(args["name"], expected.thread_names.get((pid, tid), ""))
+                thread_names[(pid, tid)].add(args["name"])
             continue
         if pid is None or not _is_number(ts) or event.get("cat") in skip_categories:
             continue
@@ -126,7 +127,18 @@ def expected_from(path, skip_categories=()) -> Expected:
             flow_events.append((ts_ns, ph, event.get("cat"), event["id"], pid, tid, event.get("bp")))
 
     _expected_flows(flow_events, spans_by_thread, expected)
+    expected.process_names = {pid: " / ".join(sorted(names)) for pid, names in process_names.items()}
+    expected.thread_names = {key: _thread_title(names, key[1]) for key, names in thread_names.items()}
     return expected
+
+
+def _thread_title(names: set, tid) -> str:
+    """Kineto's "thread <tid> (<name>)" names keep that form, their names joined inside."""
+    inner = [name[len(f"thread {tid} ("):-1] for name in names
+             if name.startswith(f"thread {tid} (") and name.endswith(")")]
+    if len(inner) == len(names):
+        return f"thread {tid} ({' / '.join(sorted(inner))})"
+    return " / ".join(sorted(names))
 
 
 def _expected_flows(flow_events, spans_by_thread, expected: Expected) -> None:

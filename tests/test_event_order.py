@@ -23,7 +23,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .helpers import SHARED_TRACES, compact_file, convert_file, real_pipeline_copy
+from .helpers import SHARED_TRACES, compact_file, convert_file, real_pipeline_copy, rows, write_json
 from .test_properties import SETTINGS, Us, dump, kineto_documents
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,3 +186,21 @@ def test_names_met_out_of_order_give_the_same_bytes_with_the_helper(tmp_path):
         convert_file(source, output, args_strategy=strategy)
         written.append(output.read_bytes())
     assert written[0] == written[1] == written[2]
+
+
+@pytest.mark.parametrize("names", [["thread 5 (pt_main_thread)", "thread 5 (pt_autograd_0)"],
+                                   ["worker", "loader"]])
+def test_a_thread_named_twice_shows_every_name_whatever_their_order(tmp_path, names):
+    """Kineto renames a thread that takes a new role, both names at one time: no order of the
+    two says which is right, so the thread shows both, in text order (Kineto's form kept)."""
+    titles = {}
+    for order, given in (("as_read", names), ("swapped", names[::-1])):
+        events = [*({"ph": "M", "name": "thread_name", "pid": 1, "tid": 5, "ts": 0, "args": {"name": name}}
+                    for name in given),
+                  {"ph": "X", "name": "work", "cat": "cpu_op", "pid": 1, "tid": 5, "ts": 1, "dur": 2}]
+        source = write_json(tmp_path / f"{order}.json", {"traceEvents": events})
+        convert_file(source, tmp_path / f"{order}.perfetto-trace", overwrite=True)
+        titles[order] = [row["name"] for row in rows(tmp_path / f"{order}.perfetto-trace",
+                                                     "select name from thread where tid = 5")]
+    expected = "thread 5 (pt_autograd_0 / pt_main_thread)" if names[0].startswith("thread") else "loader / worker"
+    assert titles == {"as_read": [expected], "swapped": [expected]}

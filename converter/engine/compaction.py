@@ -9,7 +9,6 @@ category and args stay exactly as read, and a self-check proves it before anythi
 from __future__ import annotations
 
 import heapq
-import re
 from collections import Counter, defaultdict
 from itertools import islice, repeat
 from operator import attrgetter
@@ -19,7 +18,7 @@ import msgspec
 import numpy as np
 
 from ..errors import CgtraceError
-from ..kineto import CUDA_GRAPH_LAUNCH, KERNEL_LABEL
+from ..kineto import CUDA_GRAPH_LAUNCH, KERNEL_LABEL, kineto_thread_name
 from ..lane_rules import LaneRules
 from ..model import NO_ARGS, LaneGroup, Process, SliceTable, Trace, Track, TrackRole
 from ..model.nesting import nested_layers, sort_by_start
@@ -33,7 +32,6 @@ from .window import step_ranges
 KERNEL_LABEL_CATEGORY = "cuda_graph_label"
 _THREAD = attrgetter("thread")
 _TARGET, _SOURCE = attrgetter("target"), attrgetter("source")
-_KINETO_THREAD = re.compile(r"thread (-?\d+) \((.+)\)")  # Kineto's thread names hold the tid
 _NO_ROWS = np.zeros(0, np.int64)
 _CHECKSUM_ROWS = 1 << 20  # rows hashed at a time: the self-check's memory stays a few MB
 
@@ -116,8 +114,8 @@ def shorten_thread_names(trace: Trace) -> None:
             continue
         if thread.name is None:
             thread.name = "thread"
-        elif (kineto := _KINETO_THREAD.fullmatch(thread.name)) and kineto.group(1) == str(source):
-            thread.name = kineto.group(2)
+        elif (inner := kineto_thread_name(thread.name, source)) is not None:
+            thread.name = inner
 
 
 def _process_of(track: Track) -> Optional[Process]:

@@ -13,7 +13,7 @@ import msgspec
 
 from .. import kineto
 from ..kineto import MAX_NS
-from ..model import NO_ARGS, CounterSample, Trace, decode_json, encode_json
+from ..model import NO_ARGS, CounterSample, Thread, Trace, decode_json, encode_json
 from ..model.builder import TraceBuilder
 from ..model.canonical import source_key
 from .decimal_times import FLOAT_EXACT_LIMIT_US, to_ns
@@ -284,12 +284,15 @@ class PhaseHandlers(TraceBuilder):
         for stack in self.open_async.values():
             if stack:
                 skipped["async_begin_without_end"] += len(stack)
-        # In content order: where an input names a thread twice, the same name wins whatever its order.
+        # In content order: what a later event sets (a sort index given twice) is the same whatever the input's order.
         self.metadata_events.sort(key=_metadata_key)
+        names: dict[Any, list[str]] = {}  # process or thread -> every name the input gave it
         for event, args in zip(self.metadata_events, _metadata_args(self.metadata_events)):
-            problem = self._metadata(event, args)
+            problem = self._metadata(event, args, names)
             if problem:
                 skipped[problem] += 1
+        for named, given in names.items():
+            named.name = kineto.joined_names(given, named.source_tid if isinstance(named, Thread) else None)
         for process in self.trace.processes:
             process.row_group = process.source_pid in kineto.BOOKKEEPING_PIDS
         self.flow_events.put_in_canonical_order(self.put_in_canonical_order())
@@ -298,7 +301,8 @@ class PhaseHandlers(TraceBuilder):
         self.trace.unbound_flows += bound.unbound
         self.trace.partnerless_flow_ends += bound.partnerless
 
-    def _metadata(self, event: Event, args: dict) -> Optional[str]:
+    def _metadata(self, event: Event, args: dict, names: dict[Any, list[str]]) -> Optional[str]:
+        """Apply one metadata event; names go to `names`, for the caller to join."""
         kind = type(event.pid)
         if kind is not int and kind is not str:
             return "missing_pid"
@@ -308,7 +312,7 @@ class PhaseHandlers(TraceBuilder):
         if name == "process_name":
             value = args.get("name")
             if isinstance(value, str):
-                self.process(event.pid).name = value
+                names.setdefault(self.process(event.pid), []).append(value)
                 return None
         elif name == "process_labels":
             value = args.get("labels")
@@ -329,7 +333,7 @@ class PhaseHandlers(TraceBuilder):
             thread = self.thread_track(event.pid, event.tid).thread
             assert thread is not None  # a thread track has its thread
             if name == "thread_name" and isinstance(args.get("name"), str):
-                thread.name = args["name"]
+                names.setdefault(thread, []).append(args["name"])
                 return None
             if name == "thread_sort_index" and type(args.get("sort_index")) is int:
                 thread.sort_index = args["sort_index"]
