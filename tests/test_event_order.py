@@ -194,9 +194,9 @@ def test_a_thread_named_twice_shows_every_name_whatever_their_order(tmp_path, na
     """Kineto renames a thread that takes a new role, both names at one time: no order of the
     two says which is right, so the thread shows both, in text order (Kineto's form kept)."""
     titles = {}
-    for order, given in (("as_read", names), ("swapped", names[::-1])):
+    for order, written in (("as_read", names), ("swapped", names[::-1])):
         events = [*({"ph": "M", "name": "thread_name", "pid": 1, "tid": 5, "ts": 0, "args": {"name": name}}
-                    for name in given),
+                    for name in written),
                   {"ph": "X", "name": "work", "cat": "cpu_op", "pid": 1, "tid": 5, "ts": 1, "dur": 2}]
         source = write_json(tmp_path / f"{order}.json", {"traceEvents": events})
         convert_file(source, tmp_path / f"{order}.perfetto-trace", overwrite=True)

@@ -189,26 +189,26 @@ def partition_intervals(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]
     return np.split(by_lane, np.cumsum(np.bincount(lanes))[:-1])
 
 
-def _by_stream(table: SliceTable, gpu_rows: np.ndarray, stream_of_track: np.ndarray) -> tuple[np.ndarray, StreamSlices]:
-    """GPU slices' rows per original stream (`stream_of_track` of their track), in start order,
-    and their streams and spans. One sort for all streams: a CUDA-graph rank has thousands."""
+def _by_stream(table: SliceTable, gpu_rows: np.ndarray, stream_of_track: np.ndarray) -> StreamSlices:
+    """GPU slices per original stream (`stream_of_track` of their track), in start order. One
+    sort for all streams: a CUDA-graph rank has thousands."""
     streams = stream_of_track[table.track[gpu_rows]]
     order = np.lexsort((table.ts[gpu_rows], streams))  # stable: equal starts stay in row order
     rows = gpu_rows[order]
-    return rows, StreamSlices(streams[order], *table.spans(rows))
+    return StreamSlices(streams[order], *table.spans(rows), rows=rows)
 
 
-def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: tuple[np.ndarray, StreamSlices],
+def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: StreamSlices,
                        annotations: np.ndarray, stream_of_track: np.ndarray, summary: Counter[str]) -> list[int]:
     """Each annotation goes above the lane holding most of the slices it covers on its stream
     (on a tie, the lane listed first). Identical ones on one lane are coalesced: returns the
     rows merged into others, to drop."""
     table = trace.slices
     tracks = table.track
-    stream_rows, stream_slices = by_stream
     lanes_in_order = [lane for lanes in gpu.lanes.values() for lane in lanes]
     lane_rank = {table.track_id(lane): position for position, lane in enumerate(lanes_in_order)}
-    lanes = lanes_above(stream_slices, tracks[stream_rows], lane_rank, stream_of_track[tracks[annotations]],
+    assert by_stream.rows is not None
+    lanes = lanes_above(by_stream, tracks[by_stream.rows], lane_rank, stream_of_track[tracks[annotations]],
                         *table.spans(annotations))
     placed = [(lane, annotations[members].tolist()) for lane, members in grouped_in_order(lanes) if lane >= 0]
     gpu.streams.update(hardware_streams(trace, annotations))

@@ -9,6 +9,7 @@ int key, sorted, and two searches per annotation give the slices starting inside
 from __future__ import annotations
 
 from collections import Counter
+from typing import Optional
 
 import numpy as np
 
@@ -18,9 +19,11 @@ _EXPANDED_AT_ONCE = 1 << 20  # covered-slice candidates held at once: nested ann
 
 
 class StreamSlices:
-    """A GPU's slices sorted by (stream, start): the stream, start and end of each."""
+    """A GPU's slices sorted by (stream, start): their rows (none: not needed), and the
+    stream, start and end of each."""
 
-    def __init__(self, streams: np.ndarray, starts: np.ndarray, ends: np.ndarray):
+    def __init__(self, streams: np.ndarray, starts: np.ndarray, ends: np.ndarray, rows: Optional[np.ndarray] = None):
+        self.rows = rows
         self.starts = sorted_distinct(starts)  # every start, once: ranks that order like the times
         self._stride = len(self.starts) + 1
         self.keys = streams * self._stride + np.searchsorted(self.starts, starts)
