@@ -1,12 +1,21 @@
 """Progress on stderr for long runs: shown only on a terminal, after the first second, and
-never with --quiet, so logs and pipes stay clean and stdout carries only the summary."""
+never with --quiet, so logs and pipes stay clean and stdout carries only the summary.
+
+The points where work says how far it is are also where a task asked to stop from another
+thread stops (jobs/cluster_tasks.py): they lie in ordinary code, never inside a cleanup, so
+whatever the task has open is closed on its way out. An exception raised into a thread
+from outside lands anywhere, in a `finally` or a finalizer too, and left files open.
+"""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
 
 _DELAY_S = 1.0
+# Thread id -> the exception that thread raises at its next progress point.
+_stops: dict[int, type[BaseException]] = {}
 
 
 class Progress:
@@ -47,12 +56,31 @@ def start(enabled: bool) -> None:
 
 def report(message: str) -> None:
     """How far the current stage is (drawn at most ten times a second)."""
+    _stop_if_asked()
     _current.update(message)
 
 
 def stage(message: str) -> None:
     """A new stage begins (always drawn, once past the first second)."""
+    _stop_if_asked()
     _current.update(message, new_stage=True)
+
+
+def ask_to_stop(thread: int, error: type[BaseException]) -> None:
+    """`thread` raises `error` at its next progress point."""
+    _stops[thread] = error
+
+
+def forget_stop(thread: int) -> None:
+    """A stop asked of `thread` and not yet raised is dropped (its task ended first)."""
+    _stops.pop(thread, None)
+
+
+def _stop_if_asked() -> None:
+    if _stops:
+        error = _stops.pop(threading.get_ident(), None)
+        if error is not None:
+            raise error()
 
 
 def finish() -> None:

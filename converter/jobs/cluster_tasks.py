@@ -5,17 +5,19 @@ Dask keeps a failed task's exception, and with its traceback every frame's local
 args store, a snapshot being written, whose files a merge's cleanup has already deleted, so
 the disk stayed full for the next run. A failed task's frames are cleared here instead. And
 Dask cannot stop a task it cancels (it runs in a worker thread to its end), so a stopped
-command asks the workers to raise `TaskStopped` in its tasks' threads: each unwinds through its
-`with` blocks, which remove its temporary files, while the command waits (executors.py).
+command asks the workers to stop its tasks: each raises `TaskStopped` at its next progress
+point (progress.py) and unwinds through its `with` blocks, which remove its temporary files,
+while the command waits (executors.py).
 """
 
 from __future__ import annotations
 
-import ctypes
 import gc
 import threading
 import traceback
 from typing import Any, Callable, Optional
+
+from .. import progress
 
 _lock = threading.Lock()
 _running: dict[str, dict[int, bool]] = {}  # command token -> {thread id: asked to stop}
@@ -50,7 +52,7 @@ def run_task(token: str, function: Callable[..., Any], *task: Any) -> Any:
     finally:
         with _lock:
             if _running[token].pop(thread):
-                _raise_in(thread, None)  # a stop asked for as it ended, not yet raised
+                progress.forget_stop(thread)  # asked for as it ended: the thread's next task must not stop
             if not _running[token]:
                 del _running[token]
         if enabled:
@@ -71,18 +73,13 @@ def _clear_frames(error: BaseException) -> None:
 
 
 def stop_tasks(token: str) -> int:
-    """In a worker (Client.run): raise TaskStopped in each running task of the command
-    `token`, and in any it starts later; how many still run."""
+    """In a worker (Client.run): each running task of the command `token` raises TaskStopped at
+    its next progress point, and any it starts later at once; how many still run."""
     with _lock:
         _stopped.add(token)
         threads = _running.get(token, {})
         for thread, asked in threads.items():
             if not asked:
                 threads[thread] = True
-                _raise_in(thread, TaskStopped)
+                progress.ask_to_stop(thread, TaskStopped)
         return len(threads)
-
-
-def _raise_in(thread: int, error: Optional[type[BaseException]]) -> None:
-    """Raise `error` in `thread` at its next Python instruction (None: cancel one not yet raised)."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread), ctypes.py_object(error) if error else None)

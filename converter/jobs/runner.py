@@ -153,6 +153,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
         trace.rank = RankIdentity(header.pp_rank if header.pp_group else header.rank, header.rank)
     if rules is None:
         return Prepared(trace, summary, header)
+    progress.stage(f"compacting {len(trace.slices)} slices")
     exported = kineto.inline_laned(trace.metadata) and not options.relane
     summary.update(compact(trace, rules, ExportedLanes(rules) if exported else RuleLanes(rules), options.tuning))
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"

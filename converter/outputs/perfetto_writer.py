@@ -16,6 +16,7 @@ from typing import BinaryIO, Callable, Iterable, Iterator, Optional
 
 import numpy as np
 
+from .. import progress
 from ..model import CounterScale, PreparedArgs, Process, SliceTable, Trace, Track, roles_document
 from ..model.columns import first_positions
 from ..model.nesting import clear_points
@@ -158,7 +159,10 @@ class PerfettoWriter:
         waiting: Optional[tuple[PacketHelper, SliceBatch, ArgsRuns, range]] = None  # parts the helper encodes
         tracks = write_order(trace.tracks, flow_fields.sources_first)
         batches = _batches(trace.slices, _runs(trace.slices, tracks, uuids), self.tuning.slices_at_once)
+        written = 0
         for number, runs in enumerate(batches):
+            progress.report(f"writing slices: {written * 100 // len(trace.slices)}%")
+            written += sum(len(rows) for _, rows in runs)
             if number == 0:  # interns the annotation names first: only where a slice follows
                 prepared = self._prepared_args(trace)
                 helper = prepared.take_packet_helper() if isinstance(prepared, EncodedArgs) else None
