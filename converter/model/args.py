@@ -126,9 +126,13 @@ class ArgsStore:
         return self._in_order(references, rule.label)
 
     def _in_order(self, references: list[int], apply: Callable[[bytes], Any]) -> list[Any]:
+        """apply(text) per reference, the store swept once in reference order (a stable sort:
+        equal references in their order)."""
         found: list[Any] = [None] * len(references)
-        order = sorted((reference, position) for position, reference in enumerate(references) if reference >= 0)
-        for (_, position), text in zip(order, self.sweep([reference for reference, _ in order])):
+        wanted = np.asarray(references, np.int64)
+        order = np.argsort(wanted, kind="stable")
+        order = order[wanted[order] >= 0]
+        for position, text in zip(order.tolist(), self.sweep(wanted[order].tolist())):
             found[position] = apply(text)
         return found
 
