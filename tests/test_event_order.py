@@ -4,8 +4,9 @@ Chrome JSON gives meaning to the order of only a few events: the B/E events of o
 a stack, and so are the async b/n/e events of one id. Everything else may come in any order,
 and the converter puts the model in one canonical order once read (model/canonical.py), so
 convert, compact and merge write the same bytes for any order as for the time-sorted file.
-The property test draws random documents (tests/test_properties.py's) and random orders; the
-other tests shuffle a real trace and a corpus shape with a fixed seed.
+The property tests draw random documents (tests/test_properties.py's) and generated pipelines
+(merged), each in random orders; the other tests shuffle real traces, a real pipeline and a
+corpus shape with a fixed seed.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from .helpers import SHARED_TRACES, compact_file, convert_file, real_pipeline_copy, rows, write_json
+from converter.generator import write_pp_run
+
+from .helpers import SHARED_TRACES, compact_file, convert_file, merge_files, real_pipeline_copy, rows, write_json
 from .test_properties import SETTINGS, Us, dump, kineto_documents
 
 REPO = Path(__file__).resolve().parents[1]
@@ -204,3 +207,31 @@ def test_a_thread_named_twice_shows_every_name_whatever_their_order(tmp_path, na
                                                      "select name from thread where tid = 5")]
     expected = "thread 5 (pt_autograd_0 / pt_main_thread)" if names[0].startswith("thread") else "loader / worker"
     assert titles == {"as_read": [expected], "swapped": [expected]}
+
+
+@settings(max_examples=8, **SETTINGS)
+@given(st.sampled_from([(2, 1, "1f1b"), (3, 1, "zero_bubble"), (2, 2, "interleaved"), (2, 1, "gpipe")]),
+       st.integers(0, 2**16), st.integers(0, 2**32))
+def test_a_merge_of_generated_ranks_in_any_event_order_gives_the_same_bytes(shape, seed, order):
+    """Generated pipelines (schedules, stages per rank, GPipe names; CUDA-graph replays, NCCL
+    and c10d transfers, clocks to align): every rank's events in a random order merge into the
+    bytes of the ranks as generated."""
+    pp_size, stages_per_rank, schedule = shape
+    names = {"pp_annotations": "gpipe"} if schedule == "gpipe" else {}
+    with tempfile.TemporaryDirectory() as scratch:
+        directory = Path(scratch)
+        files = write_pp_run(directory / "generated", pp_size, schedule="1f1b" if schedule == "gpipe" else schedule,
+                             stages_per_rank=stages_per_rank, microbatches=2, steps=1, seed=seed, **names)
+        for folder in ("as_written", "shuffled"):
+            (directory / folder).mkdir()
+        for path in files:  # both copies written by json, so they differ only in their order
+            document = json.loads(path.read_text())
+            (directory / "as_written" / path.name).write_text(json.dumps(document))
+            document["traceEvents"] = shuffled(document["traceEvents"], random.Random(f"{order}:{path.name}"))
+            (directory / "shuffled" / path.name).write_text(json.dumps(document))
+        merged = []
+        for folder in ("as_written", "shuffled"):
+            output = directory / f"{folder}.perfetto-trace"
+            merge_files(sorted((directory / folder).glob("*.json")), lambda group, count, output=output: output)
+            merged.append(output.read_bytes())
+        assert merged[0] == merged[1]
