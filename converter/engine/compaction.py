@@ -170,11 +170,25 @@ def partition_intervals(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]
         return []
     ordered = sort_by_start(table, rows, longest_first=False)  # by (ts, dur), then as given
     starts, ends = table.spans(ordered)
+    # A slice that starts once every slice before it has ended, and ends before the next one
+    # starts, finds every lane free and takes lane 0, whatever the loop below has done: only
+    # the slices of runs that overlap need it (a GPU's slices mostly follow each other).
+    clear = np.concatenate(([True], starts[1:] >= np.maximum.accumulate(ends)[:-1], [True]))
+    alone = clear[:-1] & clear[1:]
+    lanes = np.zeros(len(ordered), np.int64)
+    overlapping = np.flatnonzero(~alone)
+    lanes[overlapping] = _lowest_free_lanes(starts[overlapping].tolist(), ends[overlapping].tolist())
+    by_lane = ordered[np.argsort(lanes, kind="stable")]
+    return np.split(by_lane, np.cumsum(np.bincount(lanes))[:-1])
+
+
+def _lowest_free_lanes(starts: list[int], ends: list[int]) -> list[int]:
+    """Each slice (in start order) in the lowest lane free at its start."""
     lane_of: list[int] = []
     lane_count = 0
     busy: list[tuple[int, int]] = []   # (end, lane) of lanes still running a slice
     free: list[int] = []               # lanes idle now, lowest first
-    for start, end in zip(starts.tolist(), ends.tolist()):
+    for start, end in zip(starts, ends):
         while busy and busy[0][0] <= start:
             heapq.heappush(free, heapq.heappop(busy)[1])
         if free:
@@ -184,9 +198,7 @@ def partition_intervals(table: SliceTable, rows: np.ndarray) -> list[np.ndarray]
             lane_count += 1
         lane_of.append(lane)
         heapq.heappush(busy, (end, lane))
-    lanes = np.array(lane_of, np.int64)
-    by_lane = ordered[np.argsort(lanes, kind="stable")]
-    return np.split(by_lane, np.cumsum(np.bincount(lanes))[:-1])
+    return lane_of
 
 
 def _by_stream(table: SliceTable, gpu_rows: np.ndarray, stream_of_track: np.ndarray) -> StreamSlices:
