@@ -7,7 +7,6 @@ what each phase means and why an event is skipped.
 
 from __future__ import annotations
 
-from operator import attrgetter
 from typing import Any, Optional
 
 import msgspec
@@ -20,8 +19,6 @@ from ..model.canonical import source_key
 from .decimal_times import FLOAT_EXACT_LIMIT_US, to_ns
 from .flows import FlowEvents, bind_flows
 from .kineto_events import EVENT, Event, Plain, Tagged, decode_event
-
-_NAME, _PID, _TID = map(attrgetter, ("name", "pid", "tid"))
 
 _THREAD_SCOPED = frozenset(("X", "B", "E", "s", "t", "f"))
 # End events take their name from the begin; flow names are not shown anywhere.
@@ -288,7 +285,7 @@ class PhaseHandlers(TraceBuilder):
             if stack:
                 skipped["async_begin_without_end"] += len(stack)
         # In content order: what a later event sets (a sort index given twice) is the same whatever the input's order.
-        self.metadata_events.sort(key=_metadata_key if _mixed_ids(self.metadata_events) else _int_ids_metadata_key)
+        self.metadata_events.sort(key=_metadata_key)
         names: dict[Any, list[str]] = {}  # process or thread -> every name the input gave it
         for event, args in zip(self.metadata_events, _metadata_args(self.metadata_events)):
             problem = self._metadata(event, args, names)
@@ -350,17 +347,6 @@ class PhaseHandlers(TraceBuilder):
 def _metadata_key(event: Event) -> tuple:
     return (source_key(event.name), source_key(event.pid), source_key(chrome_thread_key(event.tid)),
             bytes(event.args))
-
-
-def _int_ids_metadata_key(event: Event) -> tuple:
-    """_metadata_key's order where every name is text and every pid and tid an int (as Kineto
-    writes them): source_key then keeps each as it is. Two metadata events per replay stream."""
-    return event.name, event.pid, event.tid, bytes(event.args)
-
-
-def _mixed_ids(events: list[Event]) -> bool:
-    return not (set(map(type, map(_NAME, events))) <= {str} and set(map(type, map(_PID, events))) <= {int}
-                and set(map(type, map(_TID, events))) <= {int})
 
 
 def chrome_thread_key(tid: Any) -> Any:

@@ -63,22 +63,17 @@ def varint(value: int) -> bytes:
 
 
 def tag(field: int, wire_type: int) -> bytes:
-    key = (field << 3) | wire_type
-    return _SMALL_VARINTS[key] if key < _VARINT_CACHE_LIMIT else varint(key)
+    return varint((field << 3) | wire_type)
 
 
 # The two helpers below run per descriptor and per interned string (20k of each on a rank of
-# 20k replay streams): their tags come from the table without a call to tag().
+# 20k replay streams): their tags are varints made directly, without a call to tag().
 def varint_field(field: int, value: int) -> bytes:
-    key = field << 3  # | WIRE_VARINT, which is 0
-    return (_SMALL_VARINTS[key] if key < _VARINT_CACHE_LIMIT else varint(key)) + varint(value)
+    return varint(field << 3 | WIRE_VARINT) + varint(value)
 
 
 def bytes_field(field: int, payload: bytes) -> bytes:
-    key = (field << 3) | WIRE_BYTES
-    size = len(payload)
-    return (_SMALL_VARINTS[key] if key < _VARINT_CACHE_LIMIT else varint(key)) + \
-        (_SMALL_VARINTS[size] if size < _VARINT_CACHE_LIMIT else varint(size)) + payload
+    return varint(field << 3 | WIRE_BYTES) + length_prefixed(payload)
 
 
 def length_prefixed(payload: bytes) -> bytes:
