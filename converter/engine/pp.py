@@ -13,16 +13,18 @@ split where another action of the same stage began after the current run's fragm
 from __future__ import annotations
 
 import re
-from bisect import bisect_left, bisect_right
-from collections import Counter, defaultdict
+from bisect import bisect_left
+from collections import defaultdict
 from operator import attrgetter
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 import msgspec
+import numpy as np
 
 from ..kineto import profiler_step
 from ..lane_rules import LaneRules, Match
 from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace
+from ..model.columns import first_positions, grouped_in_order, sorted_distinct
 
 PP_FLOW_CATEGORY = "pp_dependency"
 COMPUTE_ACTIONS = ("F", "B", "I", "W")
@@ -145,78 +147,124 @@ _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
 _BLOCK_START = attrgetter("start")
 
 
-class _Annotations(msgspec.Struct):
-    """What one naming scheme's annotations a pass over the slices found."""
-
-    stage_of_all: Optional[int] = None  # the stage of every block, for stage-less names
-    fragments: list[tuple[SliceRow, Match]] = msgspec.field(default_factory=list)   # GPU side
-    cpu: list[tuple[SliceRow, Match]] = msgspec.field(default_factory=list)
-    cpu_starts: dict[str, list[int]] = msgspec.field(default_factory=lambda: defaultdict(list))
-
-    def add(self, slice_: SliceRow, match: Match, annotation_categories: frozenset[str]) -> None:
-        stage, microbatch = _stage(match, self.stage_of_all), match.group("microbatch")
-        if not (is_number(stage) and is_number(microbatch or "0")):
-            return
-        if slice_.cat in annotation_categories:
-            self.fragments.append((slice_, match))
-        else:
-            self.cpu_starts[slice_.name].append(slice_.ts)
-            self.cpu.append((slice_, match))
+_STEP, _PP, _STAGELESS = 1, 2, 3   # what a name is: a ProfilerStep, a PP annotation, GPipe's stage-less one
 
 
 def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[BlockKey, Block], str]:
     """PP blocks, keyed by step, run, stage, action and microbatch, and where they came from:
     the GPU annotation fragments, or, in a trace with none (a CPU-only pipeline), the CPU
     annotations themselves, each run its own block. A trace with no `PP:` annotation at all
-    is read for GPipe's stage-less `Forward <mb>` / `Backward <mb>`, on stage `pp_rank`."""
-    categories = rules.annotation_categories
-    steps: list[tuple[int, int]] = []                 # (start, step number)
-    pp, stageless = _Annotations(), _Annotations(stage_of_all=pp_rank)
-    # What each distinct name is, read once: a pipeline rank repeats a few names thousands of times.
-    kinds: dict[str, tuple[Optional[int], Optional[Match], Optional[_Annotations]]] = {}
+    is read for GPipe's stage-less `Forward <mb>` / `Backward <mb>`, on stage `pp_rank`.
+    A pipeline rank repeats a few names thousands of times: each distinct name is read once
+    in Python, the rows are labelled on columns."""
+    table = trace.slices
+    kinds: dict[str, tuple[int, Any]] = {}  # name -> (_STEP, its number) or (_PP or _STAGELESS, its match)
 
     def kind_of(name: str) -> bool:
         step = profiler_step(name)
         if step is not None:
-            kinds[name] = (step, None, None)
+            kinds[name] = (_STEP, step)
         elif (match := rules.pp_match(name)) is not None:
-            kinds[name] = (None, match, pp)
+            kinds[name] = (_PP, match)
         elif (match := STAGELESS_PATTERN.match(name)) is not None:
-            kinds[name] = (None, match, stageless)
+            kinds[name] = (_STAGELESS, match)
         return name in kinds
 
-    for slice_ in trace.slices.rows(trace.slices.named(kind_of)):
-        step, match, annotations = kinds[slice_.name]
-        if step is not None:
-            steps.append((slice_.ts, step))
-        elif annotations is not None and match is not None:
-            annotations.add(slice_, match, categories)
-    found, scheme = (pp, GPU_PP if pp.fragments else CPU_PP) if pp.fragments or pp.cpu else \
-        (stageless, STAGELESS) if stageless.fragments or stageless.cpu else (pp, NO_PP)
-    steps.sort()
-    step_starts = [start for start, _ in steps]
-
-    def step_at(ts: int) -> int:
-        index = bisect_right(step_starts, ts) - 1
-        return steps[index][1] if index >= 0 else 0
-
-    fragments = found.fragments or found.cpu  # without GPU fragments, each CPU annotation is its run
-    runs = {name: _cpu_runs(sorted(starts), step_at) for name, starts in found.cpu_starts.items()}
-    fallback_runs = _runs_between_other_actions([(f, m) for f, m in fragments if f.name not in runs], step_at,
-                                                found.stage_of_all)
+    rows = table.named(kind_of)
+    names, starts = table.name[rows], table.ts[rows]
+    kind_by_id, step_by_id = np.zeros(len(table.texts), np.int8), np.zeros(len(table.texts), np.int64)
+    matches: dict[int, Match] = {}  # name id -> its match, for annotations whose stage and microbatch are numbers
+    for name_id in sorted_distinct(names).tolist():
+        kind, value = kinds[table.texts[name_id]]
+        if kind == _STEP:
+            kind_by_id[name_id], step_by_id[name_id] = kind, value
+        elif is_number(_stage(value, None if kind == _PP else pp_rank)) and \
+                is_number(value.group("microbatch") or "0"):
+            kind_by_id[name_id], matches[name_id] = kind, value
+    row_kinds = kind_by_id[names]
+    steps = _Steps(starts[row_kinds == _STEP], step_by_id[names[row_kinds == _STEP]])
+    on_gpu = table.in_categories(rules.annotation_categories)[rows]
+    if (row_kinds == _PP).any():
+        chosen, stage_of_all = row_kinds == _PP, None
+    elif (row_kinds == _STAGELESS).any():
+        chosen, stage_of_all = row_kinds == _STAGELESS, pp_rank
+    else:
+        return {}, NO_PP
+    gpu, cpu = chosen & on_gpu, chosen & ~on_gpu
+    scheme = STAGELESS if stage_of_all is not None else GPU_PP if gpu.any() else CPU_PP
+    at = np.flatnonzero(gpu if gpu.any() else cpu)
+    fragments = table.rows(rows[at])  # without GPU fragments, each CPU annotation is its run
+    step_of, run_of, unlabelled = _cpu_run_labels(names[at], starts[at], _CpuRuns(names[cpu], starts[cpu], steps))
+    if unlabelled:  # names with no CPU annotation
+        found = _runs_between_other_actions([(fragments[index], matches[int(names[at[index]])]) for index in unlabelled],
+                                            steps.at_one, stage_of_all)
+        for index in unlabelled:
+            step_of[index], run_of[index] = found[fragments[index]]
+    parts = {name_id: _key_part(matches[name_id], stage_of_all) for name_id in sorted_distinct(names[at]).tolist()}
+    keys = list(zip(step_of, run_of, map(parts.__getitem__, names[at].tolist())))
     blocks: dict[BlockKey, Block] = {}
-    for fragment, match in fragments:
-        cpu = runs.get(fragment.name)
-        if cpu is not None:
-            starts, labels = cpu
-            step, run = labels[max(bisect_right(starts, fragment.ts) - 1, 0)]
-        else:
-            step, run = fallback_runs[fragment]
-        microbatch, action = match.group("microbatch"), match.group("action")
-        key = BlockKey(step, run, int(_stage(match, found.stage_of_all)), _STAGELESS_ACTION.get(action, action),
-                       int(microbatch) if microbatch else None)
-        blocks.setdefault(key, Block(key)).fragments.append(fragment)
+    for _, positions in grouped_in_order(first_positions(keys, len(keys))[0]):
+        step, run, (stage, action, microbatch) = keys[positions[0]]
+        key = BlockKey(step, run, stage, action, microbatch)
+        blocks[key] = Block(key, [fragments[index] for index in positions.tolist()])
     return blocks, scheme
+
+
+class _Steps:
+    """The ProfilerStep a time falls in: the latest to start no later than it (0 before any)."""
+
+    def __init__(self, starts: np.ndarray, numbers: np.ndarray):
+        order = np.lexsort((numbers, starts))
+        self.starts, self.numbers = starts[order], numbers[order]
+
+    def at(self, times: np.ndarray) -> np.ndarray:
+        index = np.searchsorted(self.starts, times, side="right") - 1
+        return np.where(index >= 0, self.numbers[np.maximum(index, 0)], 0) if len(self.numbers) else \
+            np.zeros(len(times), np.int64)
+
+    def at_one(self, time: int) -> int:
+        return int(self.at(np.array([time], np.int64))[0])
+
+
+class _CpuRuns:
+    """Each CPU annotation's run, per name: its step, and its place among that name's CPU
+    annotations starting in that step."""
+
+    def __init__(self, names: np.ndarray, starts: np.ndarray, steps: _Steps):
+        order = np.lexsort((starts, names))
+        self.names, self.starts = names[order], starts[order]
+        self.steps = steps.at(self.starts)
+        first_of_run = np.ones(len(order), bool)
+        first_of_run[1:] = (self.names[1:] != self.names[:-1]) | (self.steps[1:] != self.steps[:-1])
+        positions = np.arange(len(order))
+        self.runs = positions - np.maximum.accumulate(np.where(first_of_run, positions, 0))
+
+    def of_name(self, name_id: int) -> slice:
+        return slice(int(np.searchsorted(self.names, name_id)), int(np.searchsorted(self.names, name_id, "right")))
+
+
+def _cpu_run_labels(names: np.ndarray, starts: np.ndarray, cpu_runs: _CpuRuns
+                    ) -> tuple[list[int], list[int], list[int]]:
+    """(steps, runs, unlabelled): the (step, run) of each fragment, that of the CPU annotation
+    of its name that is the latest to start no later than it (or its name's first), and
+    where a name has no CPU annotation, the fragment's position in `unlabelled` instead."""
+    steps, runs = np.zeros(len(names), np.int64), np.zeros(len(names), np.int64)
+    unlabelled: list[int] = []
+    for name_id, positions in grouped_in_order(names):
+        own = cpu_runs.of_name(name_id)
+        if own.start == own.stop:
+            unlabelled += positions.tolist()
+            continue
+        index = own.start + np.maximum(np.searchsorted(cpu_runs.starts[own], starts[positions], "right") - 1, 0)
+        steps[positions], runs[positions] = cpu_runs.steps[index], cpu_runs.runs[index]
+    return steps.tolist(), runs.tolist(), sorted(unlabelled)
+
+
+def _key_part(match: Match, stage_of_all: Optional[int]) -> tuple[int, str, Optional[int]]:
+    """A block key's (stage, action, microbatch) from its annotation's name."""
+    action, microbatch = match.group("action"), match.group("microbatch")
+    return int(_stage(match, stage_of_all)), _STAGELESS_ACTION.get(action, action), \
+        int(microbatch) if microbatch else None
 
 
 def is_number(digits: str) -> bool:
@@ -227,16 +275,6 @@ def is_number(digits: str) -> bool:
 
 def _stage(match: Match, stage_of_all: Optional[int]) -> str:
     return match.group("stage") if stage_of_all is None else str(stage_of_all)
-
-
-def _cpu_runs(starts: list[int], step_at: Callable[[int], int]) -> tuple[list[int], list[tuple[int, int]]]:
-    """One run per CPU annotation (starts ascending): its (step, run within the step)."""
-    labels, seen = [], Counter[int]()
-    for start in starts:
-        step = step_at(start)
-        labels.append((step, seen[step]))
-        seen[step] += 1
-    return starts, labels
 
 
 def _runs_between_other_actions(fragments: list[tuple[SliceRow, Match]], step_at: Callable[[int], int],
