@@ -12,7 +12,7 @@ import pytest
 
 from converter.generator import GeneratorConfig, pipeline_schedule, write_trace
 from converter.lane_rules import load_lane_rules
-from .helpers import compact_file
+from .helpers import compact_file, write_json
 
 from .helpers import UNDER_GPU_SQL, problem_stats, rows, shared_trace_param, shared_trace_paths, track_roles
 from .oracle import expected_from, load_events
@@ -185,6 +185,27 @@ def test_generated_pp_trace_with_gap_split_annotations(tmp_path, schedule, pp_ra
                                 where so.name glob 'PP:*' and si.name glob 'PP:*'""")[0]["n"]
     assert pp_arrows == pairs + unshard
     assert_compacted_correctly(source, output, summary)
+
+
+def test_step_numbers_that_come_back_keep_each_copys_blocks_apart(tmp_path):
+    """A trace tiled in time (or a profiler restarted) repeats its ProfilerStep numbers: a block
+    is keyed by step and run, so each copy's runs of an action must stay runs of their own."""
+    config = GeneratorConfig(seed=3, steps=2, pp_size=4, pp_rank=1, world_size=4, rank=1, schedule="1f1b",
+                             microbatches=4, graphs_per_step=8, kernels_per_replay=16)
+    document = json.loads(write_trace(config, tmp_path / "trace.json").read_text())
+    events = document["traceEvents"]
+    span = max(e["ts"] + e.get("dur", 0) for e in events if e.get("ph") != "M") + 1000
+    again = [{**e, "ts": e["ts"] + span} for e in events if e.get("ph") != "M"]
+    source = write_json(tmp_path / "tiled.json", {**document, "traceEvents": events + again})
+    output, summary = compact(tmp_path, source)
+    pairs, unshard = expected_pp_pairs("1f1b", 4, 1, 4, 2)
+    assert (summary["pp_compute_dependency_pairs"], summary["pp_unshard_compute_pairs"]) == (2 * pairs, 2 * unshard)
+    arrows = rows(output, """select so.ts sts, si.ts dts from flow f join slice so on f.slice_out = so.id
+                             join slice si on f.slice_in = si.id where so.name glob 'PP:*' and si.name glob 'PP:*'""")
+    second_copy_ns = int(document.get("baseTimeNanoseconds", 0)) + span * 1000  # JSON times are in us
+    first_copy = Counter((a["sts"] < second_copy_ns, a["dts"] < second_copy_ns) for a in arrows)
+    assert first_copy == {(True, True): pairs + unshard, (False, False): pairs + unshard}
+    assert_pp_arrows_are_sound(output)
 
 
 def test_kernel_labels_become_spans_over_runs(tmp_path):

@@ -227,17 +227,21 @@ class _Steps:
 
 
 class _CpuRuns:
-    """Each CPU annotation's run, per name: its step, and its place among that name's CPU
-    annotations starting in that step."""
+    """Each CPU annotation's run, per name in start order: its step, and its place among the
+    name's earlier CPU annotations in that step (a step number can come back: a trace tiled
+    in time, or a profiler restarted)."""
 
     def __init__(self, names: np.ndarray, starts: np.ndarray, steps: _Steps):
         order = np.lexsort((starts, names))
         self.names, self.starts = names[order], starts[order]
         self.steps = steps.at(self.starts)
-        first_of_run = np.ones(len(order), bool)
-        first_of_run[1:] = (self.names[1:] != self.names[:-1]) | (self.steps[1:] != self.steps[:-1])
+        by_step = np.lexsort((np.arange(len(order)), self.steps, self.names))
+        first_in_step = np.ones(len(order), bool)
+        first_in_step[1:] = (self.names[by_step][1:] != self.names[by_step][:-1]) | \
+            (self.steps[by_step][1:] != self.steps[by_step][:-1])
         positions = np.arange(len(order))
-        self.runs = positions - np.maximum.accumulate(np.where(first_of_run, positions, 0))
+        self.runs = np.empty(len(order), np.int64)
+        self.runs[by_step] = positions - np.maximum.accumulate(np.where(first_in_step, positions, 0))
 
     def of_name(self, name_id: int) -> slice:
         return slice(int(np.searchsorted(self.names, name_id)), int(np.searchsorted(self.names, name_id, "right")))
