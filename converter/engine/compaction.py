@@ -9,7 +9,7 @@ category and args stay exactly as read, and a self-check proves it before anythi
 from __future__ import annotations
 
 import heapq
-from collections import Counter, defaultdict
+from collections import Counter
 from itertools import islice, repeat
 from operator import attrgetter
 from typing import Container, Iterator, Optional
@@ -22,7 +22,7 @@ from ..kineto import CUDA_GRAPH_LAUNCH, KERNEL_LABEL, kineto_thread_name
 from ..lane_rules import LaneRules
 from ..model import NO_ARGS, LaneGroup, Process, SliceTable, Trace, Track, TrackRole
 from ..model.nesting import nested_layers, sort_by_start
-from ..model.columns import first_positions, grouped_in_order
+from ..model.columns import first_positions, grouped_in_order, sorted_distinct
 from ..tuning import DEFAULT_TUNING, Tuning
 from .lane_grouping import LaneGrouping, RuleLanes, hardware_streams
 from .covering import StreamSlices, lanes_above
@@ -241,26 +241,29 @@ def _place_annotations(trace: Trace, gpu: GpuLanes, by_stream: StreamSlices,
 
 def coalesce(table: SliceTable, annotations: list[int], args_texts: list[Optional[bytes]]) -> list[int]:
     """Identical annotations (name, category, args: their texts, in order) that overlap or
-    touch become their union: the first one's duration grows to it; returns the rows kept."""
+    touch become their union: the first one's duration grows to it; returns the rows kept
+    (by identity, in the order each first comes, and within one by start). Found on columns:
+    a pipeline rank's lane has tens of thousands of annotations."""
+    if not annotations:
+        return []
     picked = np.array(annotations, np.int64)
-    starts, ends = _starts_ends(table, picked)
-    groups: dict[tuple[int, int, Optional[bytes]], list[int]] = defaultdict(list)  # -> positions in annotations
-    for position, key in enumerate(zip(table.name[picked].tolist(), table.cat[picked].tolist(), args_texts)):
-        groups[key].append(position)
-    unions: list[tuple[int, int]] = []  # (position of the first, end of the union)
-    for members in groups.values():
-        members.sort(key=starts.__getitem__)
-        unions.append((members[0], ends[members[0]]))
-        for member in members[1:]:
-            first, union_end = unions[-1]
-            if starts[member] <= union_end:
-                unions[-1] = (first, max(union_end, ends[member]))
-            else:
-                unions.append((member, ends[member]))
-    for first, union_end in unions:
-        if union_end != ends[first]:
-            table.set_duration(annotations[first], union_end - starts[first])
-    return [annotations[first] for first, _ in unions]
+    identity = first_positions(zip(table.name[picked].tolist(), table.cat[picked].tolist(), args_texts),
+                               len(picked))[0]
+    order = np.lexsort((table.ts[picked], identity))  # stable: equal starts stay in the order given
+    picked, identity = picked[order], identity[order]
+    starts, ends = table.spans(picked)
+    # Ranks of the times, lifted by identity, so one running maximum never carries an end from
+    # one identity into the next: each one's union so far ends at its running maximum.
+    times = sorted_distinct(np.concatenate((starts, ends)))
+    lift = np.searchsorted(sorted_distinct(identity), identity) * len(times)
+    reach = np.maximum.accumulate(np.searchsorted(times, ends) + lift)
+    begins = np.ones(len(picked), bool)
+    begins[1:] = (identity[1:] != identity[:-1]) | (np.searchsorted(times, starts[1:]) + lift[1:] > reach[:-1])
+    firsts = np.flatnonzero(begins)
+    union_ends = np.maximum.reduceat(ends, firsts)
+    for first in np.flatnonzero(union_ends != ends[firsts]).tolist():
+        table.set_duration(int(picked[firsts[first]]), int(union_ends[first] - starts[firsts[first]]))
+    return picked[firsts].tolist()
 
 
 def _annotation_row(trace: Trace, gpu: GpuLanes, lane: Track, layer: int = 1) -> Track:
@@ -306,12 +309,6 @@ def _label_kernel_runs(trace: Trace, gpu: GpuLanes, launch_of: dict[int, int], s
                             [KERNEL_LABEL_CATEGORY] * count, np.full(count, NO_ARGS, np.int64),
                             [_annotation_row(trace, gpu, lane)] * count)
         summary["label_blocks"] += count
-
-
-def _starts_ends(table: SliceTable, rows: np.ndarray) -> tuple[list[int], list[int]]:
-    """The start and end of each of `rows`, as lists for a loop over them."""
-    starts, ends = table.spans(rows)
-    return starts.tolist(), ends.tolist()
 
 
 def _split(items: list[Optional[str]], like: list[np.ndarray]) -> Iterator[list[Optional[str]]]:
