@@ -17,9 +17,10 @@ saying so, when ../shared/reference is absent or with --no-reference.
 
 --startup N instead times what a small trace costs, where start-up is nearly all of it:
 `cgtrace compact` and the reference on a 16 KB trace (../shared's hta_triton_small, else a
-generated one), `python -c pass` (the interpreter's floor) and `python -c 'import numpy'`
-(the floor of anything built on numpy), N runs each, interleaved so
-that load on the machine falls on all three alike; median and fastest wall and CPU seconds,
+generated one), `python -c pass` (the interpreter's floor), `python -c 'import numpy'`
+(the floor of anything built on numpy) and `python -c 'import numpy, msgspec'` (of cgtrace's
+reader before any of its own code), N runs each, interleaved so
+that load on the machine falls on all of them alike; median and fastest wall and CPU seconds,
 with the load average.
 """
 
@@ -139,14 +140,18 @@ def small_trace(work: Path) -> Path:
     return path
 
 
+_ONE_BLAS_THREAD = "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; "
+
+
 def startup(runs: int, cgtrace: list[str], reference: bool, work: Path) -> list[dict]:
     """Each command run `runs` times, round by round (one run of each per round), so a burst of
     load on the machine falls on all of them; wall and CPU seconds (the child's user + system)."""
     source = small_trace(work)
     commands = {"python -c pass": [sys.executable, "-c", "pass"],
                 # With one BLAS thread, as cgtrace imports it (cli/__init__.py): else OpenBLAS starts a thread per core.
-                "python -c 'import numpy'": [sys.executable, "-c", "import os; os.environ['OPENBLAS_NUM_THREADS'] = '1'; "
-                                                                   "import numpy"],
+                "python -c 'import numpy'": [sys.executable, "-c", _ONE_BLAS_THREAD + "import numpy"],
+                # What every trace is read with, before any of cgtrace's own code.
+                "python -c 'import numpy, msgspec'": [sys.executable, "-c", _ONE_BLAS_THREAD + "import numpy, msgspec"],
                 "cgtrace compact": [*cgtrace, "compact", str(source), "-o", str(work / "small.perfetto-trace"),
                                     "--overwrite", "-q"]}
     if reference:

@@ -45,6 +45,8 @@ def joined_names(names: list[str], tid: Any = None) -> str:
     every distinct name, in text order, as the input's order says nothing a reader of any
     order could keep. Thread names in Kineto's form for `tid` stay in it, their names inside."""
     distinct = sorted(set(names))
+    if len(distinct) == 1:  # what either form below gives for one name (a thread per replay stream)
+        return distinct[0]
     inner = [] if tid is None else [part for name in distinct if (part := kineto_thread_name(name, tid)) is not None]
     if tid is not None and len(inner) == len(distinct):
         return f"thread {tid} ({' / '.join(sorted(inner))})"
