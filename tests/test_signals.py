@@ -29,6 +29,7 @@ REPO = Path(__file__).resolve().parents[1]
 MARK = "CGTRACE_SIGNAL_TEST"  # inherited by every process a run forks, so leftovers can be found
 
 Phase = Callable[[int, Path], bool]  # (pid of the run, its output folder) -> is it there yet
+WORKERS_SCRATCH = "cgtrace-workers-*"  # the folder in TMPDIR where a command's local workers keep theirs
 
 
 @pytest.fixture(scope="module")
@@ -201,13 +202,13 @@ def test_sigterm_to_a_batch_after_some_outputs_names_what_it_kept(tmp_path, inpu
 
 def _converting_in_a_worker(pid: int, out: Path) -> bool:
     """A worker is turning a rank's profiler output into a temporary trace to answer from."""
-    return bool(child_pids(pid)) and any(out.glob("cgtrace-*"))
+    return bool(child_pids(pid)) and any(out.glob(f"{WORKERS_SCRATCH}/cgtrace-*"))
 
 
 def _answering_in_a_worker(pid: int, out: Path) -> bool:
     """A worker's temporary trace is written: trace_processor loads it or answers from it
     (much of that time inside wasmtime, which calls back into Python)."""
-    return bool(child_pids(pid)) and any(out.glob("cgtrace-*/*.perfetto-trace"))
+    return bool(child_pids(pid)) and any(out.glob(f"{WORKERS_SCRATCH}/cgtrace-*/*.perfetto-trace"))
 
 
 def _at_once(pid: int, out: Path) -> bool:
@@ -230,3 +231,33 @@ def test_sigterm_to_answers_across_ranks_leaves_no_scratch(tmp_path, inputs, arg
         return  # ended by the signal's default action, before it had made anything
     assert run.returncode == 143, stderr
     assert stderr.splitlines() == ["cgtrace: interrupted; nothing was written"]
+
+
+def test_a_local_worker_killed_outright_leaves_nothing_in_tmpdir(tmp_path):
+    """A worker killed outright (the OOM killer; here os._exit) runs none of its cleanup, and one
+    stopped inside its own cleanup runs it only in part: what it made in its TMPDIR goes with
+    the folder the command keeps for its workers, removed once they are gone."""
+    script = """
+import os
+from converter.errors import CgtraceError
+from converter.fileio.atomic import scratch_folder
+from converter.jobs.executors import open_workers, run_tasks
+
+def make_a_scratch_folder_and_die():
+    with scratch_folder("cgtrace-") as folder:
+        (folder / "rank0.perfetto-trace").write_bytes(b"half written")
+        os._exit(9)
+
+try:
+    with open_workers(2, None) as workers:
+        run_tasks(workers, make_a_scratch_folder_and_die, [(), ()], ["rank0", "rank1"], "converting",
+                  stop_at_failure=True)
+except CgtraceError as error:
+    print(error.message)
+"""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    run = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
+                         env=dict(os.environ, TMPDIR=str(tmp)))
+    assert run.stdout.startswith("rank0: its worker process died (exit code 9)"), run.stdout + run.stderr
+    assert list(tmp.iterdir()) == []

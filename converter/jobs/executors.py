@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Optional, Sequence
 
 from .. import progress
 from ..errors import CgtraceError
+from ..fileio.atomic import scratch_folder
 from .cluster_tasks import run_task
 
 if TYPE_CHECKING:
@@ -75,7 +76,10 @@ def open_workers(jobs: int, scheduler: Optional[str], identity_s: float = _IDENT
     if scheduler is None:
         from .workers import LocalProcessExecutor  # see the TYPE_CHECKING import above
 
-        with LocalProcessExecutor(jobs) as local:
+        # The workers' temporary files and folders go in one folder of the command's, removed
+        # once every worker is gone: a worker killed outright, or stopped inside its own
+        # cleanup, leaves nothing behind in TMPDIR.
+        with scratch_folder("cgtrace-workers-") as scratch, LocalProcessExecutor(jobs, scratch) as local:
             yield Workers(local, f"{local.jobs} local process{'es' if local.jobs > 1 else ''}", remote=False)
         return
     try:

@@ -19,12 +19,14 @@ import os
 import pickle
 import signal
 import sys
+import tempfile
 import threading
 import time
 from collections import deque
 from concurrent.futures import Executor, Future
 from multiprocessing.connection import Connection, wait
 from multiprocessing.process import BaseProcess
+from pathlib import Path
 from types import FrameType
 from typing import Any, Callable, Optional, cast
 
@@ -45,8 +47,11 @@ class WorkerDied(Exception):
 class LocalProcessExecutor(Executor):
     """fn(*args) in a fresh forked process per task, `jobs` at once; the rest wait in order."""
 
-    def __init__(self, jobs: int):
+    def __init__(self, jobs: int, scratch: Optional[Path] = None):
+        """`scratch`: the folder each worker keeps its temporary files in (its TMPDIR), for the
+        caller to remove once the workers are gone; None: the system's."""
         self.jobs = max(1, jobs)
+        self._scratch = scratch
         self._context = multiprocessing.get_context("fork") if "fork" in multiprocessing.get_all_start_methods() \
             else multiprocessing.get_context("spawn")
         self._queued: deque[tuple[_LocalFuture, Callable[..., Any], tuple]] = deque()
@@ -104,7 +109,8 @@ class LocalProcessExecutor(Executor):
             if not future.set_running_or_notify_cancel():
                 continue
             receiver, sender = self._context.Pipe(duplex=False)
-            process: BaseProcess = self._context.Process(target=_work, args=(os.getpid(), sender, fn, args))
+            process: BaseProcess = self._context.Process(target=_work,
+                                                         args=(os.getpid(), sender, fn, args, self._scratch))
             # Ctrl-C and SIGTERM wait until the worker is on record to be killed, and never land
             # in a fork hook (logging's runs Python code after every fork), where the exception
             # that stops the run would be printed and lost.
@@ -178,7 +184,8 @@ def _stop_again(unraisable: Any) -> None:
         sys.__unraisablehook__(unraisable)
 
 
-def _work(parent: int, sender: Connection, function: Callable[..., Any], task: tuple) -> None:
+def _work(parent: int, sender: Connection, function: Callable[..., Any], task: tuple,
+          scratch: Optional[Path]) -> None:
     """A worker: stopping is the main process's business. Ctrl-C reaches the whole process
     group, so a worker ignores it; SIGTERM (from the main process, or sent to the group)
     unwinds it and ends it with no traceback; and on Linux the kernel kills it should the main
@@ -186,6 +193,8 @@ def _work(parent: int, sender: Connection, function: Callable[..., Any], task: t
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, _stop)
     sys.unraisablehook = _stop_again
+    if scratch is not None:
+        tempfile.tempdir = str(scratch)
     try:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPPING)  # blocked by the fork (_start_queued)
         if sys.platform.startswith("linux"):
