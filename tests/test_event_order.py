@@ -209,6 +209,36 @@ def test_a_thread_named_twice_shows_every_name_whatever_their_order(tmp_path, na
     assert titles == {"as_read": [expected], "swapped": [expected]}
 
 
+def test_a_value_given_twice_is_the_last_in_content_order_whatever_the_input_order(tmp_path):
+    """A thread's or process's sort index, or a process's labels, given twice with different
+    values: the one whose event comes last in content order (its args text) wins, in either
+    input order. Thread 5's sort index (5 or 7) puts it before or after thread 6's (6)."""
+    given_twice = [({"name": "thread_sort_index", "tid": 5, "args": {"sort_index": 7}},
+                    {"name": "thread_sort_index", "tid": 5, "args": {"sort_index": 5}}),
+                   ({"name": "process_sort_index", "tid": 0, "args": {"sort_index": 3}},
+                    {"name": "process_sort_index", "tid": 0, "args": {"sort_index": 9}}),
+                   ({"name": "process_labels", "tid": 0, "args": {"labels": "GPU 1"}},
+                    {"name": "process_labels", "tid": 0, "args": {"labels": "GPU 0"}})]
+    seen = {}
+    for order in ("as_listed", "swapped"):
+        events = [{"ph": "X", "name": "work", "cat": "cpu_op", "pid": 1, "tid": tid, "ts": 1, "dur": 2}
+                  for tid in (5, 6)]
+        events.append({"ph": "M", "name": "thread_sort_index", "pid": 1, "tid": 6, "ts": 0, "args": {"sort_index": 6}})
+        for pair in given_twice:
+            events += [{"ph": "M", "pid": 1, "ts": 0, **event}
+                       for event in (pair if order == "as_listed" else pair[::-1])]
+        source = write_json(tmp_path / f"{order}.json", {"traceEvents": events})
+        convert_file(source, tmp_path / f"{order}_out.json", output_format="json")
+        metadata = [event for event in json.loads((tmp_path / f"{order}_out.json").read_text())["traceEvents"]
+                    if event.get("ph") == "M"]
+        seen[order] = ([event["tid"] for event in sorted((e for e in metadata if e["name"] == "thread_sort_index"),
+                                                         key=lambda e: e["args"]["sort_index"])],
+                       {event["name"]: event["args"] for event in metadata
+                        if event["name"] in ("process_sort_index", "process_labels")})
+    assert seen["as_listed"] == seen["swapped"] == ([6, 5], {"process_sort_index": {"sort_index": 9},
+                                                            "process_labels": {"labels": "GPU 1"}})
+
+
 @settings(max_examples=8, **SETTINGS)
 @given(st.sampled_from([(2, 1, "1f1b"), (3, 1, "zero_bubble"), (2, 2, "interleaved"), (2, 1, "gpipe")]),
        st.integers(0, 2**16), st.integers(0, 2**32))

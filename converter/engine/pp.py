@@ -196,8 +196,8 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
     fragments = table.rows(rows[at])  # without GPU fragments, each CPU annotation is its run
     step_of, run_of, unlabelled = _cpu_run_labels(names[at], starts[at], _CpuRuns(names[cpu], starts[cpu], steps))
     if unlabelled:  # names with no CPU annotation
-        found = _runs_between_other_actions([(fragments[index], matches[int(names[at[index]])]) for index in unlabelled],
-                                            steps.at_one, stage_of_all)
+        pairs = [(fragments[index], matches[int(names[at[index]])]) for index in unlabelled]
+        found = _runs_between_other_actions(pairs, steps.at_one, stage_of_all)
         for index in unlabelled:
             step_of[index], run_of[index] = found[fragments[index]]
     parts = {name_id: _key_part(matches[name_id], stage_of_all) for name_id in sorted_distinct(names[at]).tolist()}

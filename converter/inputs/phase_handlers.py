@@ -284,15 +284,19 @@ class PhaseHandlers(TraceBuilder):
         for stack in self.open_async.values():
             if stack:
                 skipped["async_begin_without_end"] += len(stack)
-        # In content order: what a later event sets (a sort index given twice) is the same whatever the input's order.
-        self.metadata_events.sort(key=_metadata_key)
         names: dict[Any, list[str]] = {}  # process or thread -> every name the input gave it
+        settings: dict[tuple[Any, str], list[tuple[Event, Any]]] = {}  # (its object, attribute) -> (event, value)
         for event, args in zip(self.metadata_events, _metadata_args(self.metadata_events)):
-            problem = self._metadata(event, args, names)
+            problem = self._metadata(event, args, names, settings)
             if problem:
                 skipped[problem] += 1
         for named, given in names.items():
             named.name = kineto.joined_names(given, named.source_tid if isinstance(named, Thread) else None)
+        # A value given twice (a sort index) is the last in content order, whatever the input's
+        # order: only such repeats are ordered (a trace on 20k replay streams gives each one once).
+        for (target, attribute), values in settings.items():
+            setattr(target, attribute, values[0][1] if len(values) == 1 else
+                    max(values, key=lambda given: _metadata_key(given[0]))[1])
         for process in self.trace.processes:
             process.row_group = process.source_pid in kineto.BOOKKEEPING_PIDS
         self.flow_events.put_in_canonical_order(self.put_in_canonical_order())
@@ -301,8 +305,10 @@ class PhaseHandlers(TraceBuilder):
         self.trace.unbound_flows += bound.unbound
         self.trace.partnerless_flow_ends += bound.partnerless
 
-    def _metadata(self, event: Event, args: dict, names: dict[Any, list[str]]) -> Optional[str]:
-        """Apply one metadata event; names go to `names`, for the caller to join."""
+    def _metadata(self, event: Event, args: dict, names: dict[Any, list[str]],
+                  settings: dict[tuple[Any, str], list[tuple[Event, Any]]]) -> Optional[str]:
+        """Read one metadata event: names go to `names`, for the caller to join, the values it
+        sets to `settings`, for the caller to choose among repeats."""
         kind = type(event.pid)
         if kind is not int and kind is not str:
             return "missing_pid"
@@ -317,12 +323,13 @@ class PhaseHandlers(TraceBuilder):
         elif name == "process_labels":
             value = args.get("labels")
             if isinstance(value, str):
-                self.process(event.pid).labels = [label for label in value.split(",") if label]
+                settings.setdefault((self.process(event.pid), "labels"), []).append(
+                    (event, [label for label in value.split(",") if label]))
                 return None
         elif name == "process_sort_index":
             value = args.get("sort_index")
             if type(value) is int:
-                self.process(event.pid).sort_index = value
+                settings.setdefault((self.process(event.pid), "sort_index"), []).append((event, value))
                 return None
         elif name in ("thread_name", "thread_sort_index"):
             kind = type(event.tid)
@@ -336,7 +343,7 @@ class PhaseHandlers(TraceBuilder):
                 names.setdefault(thread, []).append(args["name"])
                 return None
             if name == "thread_sort_index" and type(args.get("sort_index")) is int:
-                thread.sort_index = args["sort_index"]
+                settings.setdefault((thread, "sort_index"), []).append((event, args["sort_index"]))
                 return None
         else:
             return "unsupported_metadata"
