@@ -184,12 +184,11 @@ def find_blocks(trace: Trace, rules: LaneRules, pp_rank: int = 0) -> tuple[dict[
     row_kinds = kind_by_id[names]
     steps = _Steps(starts[row_kinds == _STEP], step_by_id[names[row_kinds == _STEP]])
     on_gpu = table.in_categories(rules.annotation_categories)[rows]
-    if (row_kinds == _PP).any():
-        chosen, stage_of_all = row_kinds == _PP, None
-    elif (row_kinds == _STAGELESS).any():
+    chosen, stage_of_all = row_kinds == _PP, None
+    if not chosen.any():
         chosen, stage_of_all = row_kinds == _STAGELESS, pp_rank
-    else:
-        return {}, NO_PP
+        if not chosen.any():
+            return {}, NO_PP
     gpu, cpu = chosen & on_gpu, chosen & ~on_gpu
     scheme = STAGELESS if stage_of_all is not None else GPU_PP if gpu.any() else CPU_PP
     at = np.flatnonzero(gpu if gpu.any() else cpu)
@@ -235,11 +234,11 @@ class _CpuRuns:
         order = np.lexsort((starts, names))
         self.names, self.starts = names[order], starts[order]
         self.steps = steps.at(self.starts)
-        by_step = np.lexsort((np.arange(len(order)), self.steps, self.names))
-        first_in_step = np.ones(len(order), bool)
-        first_in_step[1:] = (self.names[by_step][1:] != self.names[by_step][:-1]) | \
-            (self.steps[by_step][1:] != self.steps[by_step][:-1])
         positions = np.arange(len(order))
+        by_step = np.lexsort((positions, self.steps, self.names))
+        names_by_step, steps_by_step = self.names[by_step], self.steps[by_step]
+        first_in_step = np.ones(len(order), bool)
+        first_in_step[1:] = (names_by_step[1:] != names_by_step[:-1]) | (steps_by_step[1:] != steps_by_step[:-1])
         self.runs = np.empty(len(order), np.int64)
         self.runs[by_step] = positions - np.maximum.accumulate(np.where(first_in_step, positions, 0))
 

@@ -23,6 +23,8 @@ from .kineto_events import EVENT, Event, Plain, Tagged, decode_event
 _THREAD_SCOPED = frozenset(("X", "B", "E", "s", "t", "f"))
 # End events take their name from the begin; flow names are not shown anywhere.
 _NAME_OPTIONAL = frozenset(("E", "e", "s", "t", "f"))
+# What metadata events set: (the process or thread, its attribute) -> (event, value), each one given.
+_Settings = dict[tuple[Any, str], list[tuple[Event, Any]]]
 
 
 class PhaseHandlers(TraceBuilder):
@@ -285,7 +287,7 @@ class PhaseHandlers(TraceBuilder):
             if stack:
                 skipped["async_begin_without_end"] += len(stack)
         names: dict[Any, list[str]] = {}  # process or thread -> every name the input gave it
-        settings: dict[tuple[Any, str], list[tuple[Event, Any]]] = {}  # (its object, attribute) -> (event, value)
+        settings: _Settings = {}
         for event, args in zip(self.metadata_events, _metadata_args(self.metadata_events)):
             problem = self._metadata(event, args, names, settings)
             if problem:
@@ -306,7 +308,7 @@ class PhaseHandlers(TraceBuilder):
         self.trace.partnerless_flow_ends += bound.partnerless
 
     def _metadata(self, event: Event, args: dict, names: dict[Any, list[str]],
-                  settings: dict[tuple[Any, str], list[tuple[Event, Any]]]) -> Optional[str]:
+                  settings: _Settings) -> Optional[str]:
         """Read one metadata event: names go to `names`, for the caller to join, the values it
         sets to `settings`, for the caller to choose among repeats."""
         kind = type(event.pid)
