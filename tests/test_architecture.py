@@ -99,13 +99,16 @@ def test_design_module_map_names_every_module():
 # a small trace's time): other commands' machinery (a merge with its clock estimate and
 # cross-rank arrows, the analyses, trace_processor, the executors, the Python API, the
 # generator), the args helper (a small input), the JSON writer (a Perfetto output), `regex` (the
-# built-in lane rules run on `re`), and what only those bring in.
+# built-in lane rules run on `re`), `dataclasses` (which compiles each class from source as it
+# loads: the model's records are msgspec Structs), `orjson` (the summary is printed by msgspec),
+# and what only those bring in.
 NOT_FOR_ONE_TRACE = ("converter.api", "converter.analysis", "converter.tp", "converter.generator", "converter.jobs.merge",
                      "converter.jobs.batch", "converter.jobs.executors", "converter.jobs.workers",
                      "converter.engine.clock", "converter.engine.pp_pairs", "converter.engine.transfers",
                      "converter.engine.work_graph", "converter.engine.critical_path",
                      "converter.outputs.json_writer", "converter.outputs.args_accelerator", "regex",
-                     "multiprocessing", "wasmtime", "perfetto", "pandas", "dask", "distributed", "http", "zipfile")
+                     "multiprocessing", "wasmtime", "perfetto", "pandas", "dask", "distributed", "http", "zipfile",
+                     "dataclasses", "orjson")
 # The command in a fresh interpreter, then what it loaded, on stderr's last line.
 _LOADED_BY = ("import json, sys; from converter.cli import main; status = main(sys.argv[1:]); "
               "print(json.dumps(sorted(sys.modules)), file=sys.stderr); sys.exit(status)")

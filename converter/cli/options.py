@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ContextManager
 
-import orjson
+import msgspec
 
 from .. import progress
 from ..engine.window import parse_steps, parse_window
@@ -137,7 +137,9 @@ def workers_of(args: argparse.Namespace) -> ContextManager[Workers]:
 
 
 def print_summary(summary: dict, quiet: bool, human: str) -> None:
-    sys.stdout.buffer.write(orjson.dumps(summary, option=orjson.OPT_INDENT_2) + b"\n")
+    """The summary as indented JSON on stdout (msgspec, which the reader loads anyway: orjson
+    would cost a one-trace command its import), and `human` on stderr unless `quiet`."""
+    sys.stdout.buffer.write(msgspec.json.format(msgspec.json.encode(summary), indent=2) + b"\n")
     sys.stdout.flush()
     if not quiet:
         skipped = summary.get("events_skipped")

@@ -10,7 +10,6 @@ an arrow is kept only if both its ends are, and dropped arrows are counted.
 from __future__ import annotations
 
 import re
-from dataclasses import replace
 from typing import Optional
 
 import msgspec
@@ -133,7 +132,7 @@ def _launch_times(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 def _keep(trace: Trace, kept: np.ndarray, start: int, end: int) -> tuple[Trace, dict]:
     """The window of the rows where `kept` (a mask), with the arrows between them."""
-    window = replace(trace.subset(kept), counters=[c for c in trace.counters if start <= c.ts <= end])
+    window = msgspec.structs.replace(trace.subset(kept), counters=[c for c in trace.counters if start <= c.ts <= end])
     return window, {"window_start_ns": start, "window_end_ns": end,
                     "slices_outside_window": len(trace.slices) - len(window.slices),
                     "flows_dropped_by_window": len(trace.flows) - len(window.flows)}

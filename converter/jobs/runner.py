@@ -7,7 +7,6 @@ combination that cannot be honoured is refused before anything is read or writte
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Optional, cast
 
@@ -63,14 +62,13 @@ class JobOptions(msgspec.Struct, frozen=True):
     tuning: Tuning = msgspec.field(default_factory=Tuning.for_this_machine)  # sizes, cores and memory, made once
 
 
-@dataclass
-class Prepared:
+class Prepared(msgspec.Struct):
     """A trace read, cut to its window and (for compact) laned, with its summary and PP blocks."""
 
     trace: Trace
     summary: dict[str, Any]
     header: kineto.RankHeader
-    blocks: dict[BlockKey, Block] = field(default_factory=dict)
+    blocks: dict[BlockKey, Block] = msgspec.field(default_factory=dict)
     pp_annotations: str = NO_PP  # which annotations the blocks came from (engine.pp's schemes)
 
 

@@ -15,9 +15,10 @@ import mmap
 import os
 import pickle
 from array import array
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator, Optional, Sequence
+
+import msgspec
 
 from ..model import ArgsStore
 from ..outputs.prepared_args import ARGS_FORM, EncodedArgs
@@ -32,7 +33,7 @@ def save_snapshot(prepared: Prepared, path: Path) -> None:
     raw_bounds = _write_raw(store, path.with_suffix(_RAW))
     encoded = store.prepared(ARGS_FORM)
     encoded_meta = _write_encoded(encoded, path.with_suffix(_ENCODED)) if isinstance(encoded, EncodedArgs) else None
-    detached = replace(prepared, trace=replace(prepared.trace, args=ArgsStore()))
+    detached = msgspec.structs.replace(prepared, trace=msgspec.structs.replace(prepared.trace, args=ArgsStore()))
     with open(path.with_suffix(_MODEL), "wb") as stream:
         pickle.dump((detached, raw_bounds, encoded_meta), stream, protocol=pickle.HIGHEST_PROTOCOL)
 

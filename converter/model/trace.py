@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import enum
 from collections import Counter
-from dataclasses import dataclass, field, replace
 from operator import attrgetter
 from typing import Any, Optional
 
@@ -20,14 +19,13 @@ from .args import ArgsStore, LabelRule
 from .slices import SliceTable, renumbering
 
 
-@dataclass(eq=False)
-class Process:
+class Process(msgspec.Struct, eq=False):
     """One process row group; `pid` is the int32 id written out, `source_pid` what the input said."""
 
     pid: int
     source_pid: Any
     name: Optional[str] = None
-    labels: list[str] = field(default_factory=list)
+    labels: list[str] = msgspec.field(default_factory=list)
     sort_index: Optional[int] = None
     # Written as a group of rows (plain tracks, under `parent` where a job gives one, ranked
     # among its siblings by `sort_index`) rather than as an OS process: profiler bookkeeping
@@ -52,8 +50,7 @@ class Process:
         return self.labels[0] if self.labels else self.display_name
 
 
-@dataclass(eq=False)
-class Thread:
+class Thread(msgspec.Struct, eq=False):
     """A thread (or GPU stream) of a process; `tid` is unique across the whole output."""
 
     process: Process
@@ -101,15 +98,13 @@ class LaneKind(enum.Enum):
     OTHER = "other"
 
 
-@dataclass(frozen=True)
-class LaneGroup:
+class LaneGroup(msgspec.Struct, frozen=True):
     id: str
     label: str
     kind: LaneKind
 
 
-@dataclass(frozen=True)
-class CounterScale:
+class CounterScale(msgspec.Struct, frozen=True):
     """How the UI draws a counter: the name of its unit, and a key its sibling counters share to
     be drawn on one y scale (Perfetto's y_axis_share_key), so equal heights mean equal values."""
 
@@ -117,8 +112,7 @@ class CounterScale:
     shared_by: str
 
 
-@dataclass(eq=False)
-class Track:
+class Track(msgspec.Struct, eq=False):
     """One display row.
 
     Exactly one of `thread` (a thread's own track), `process` (a track scoped to a process)
@@ -183,8 +177,7 @@ class FlowEnd(msgspec.Struct, gc=False, eq=False):
     outgoing: bool
 
 
-@dataclass(frozen=True)
-class ClockPlacement:
+class ClockPlacement(msgspec.Struct, frozen=True):
     """How a merge set a rank's clock: `offset_ns` added to all its times, known to within
     `uncertainty_ns` (None: only a one-sided bound, or nothing, spoke for it), from `evidence`
     (counts by kind: collectives, transfer bounds)."""
@@ -194,8 +187,7 @@ class ClockPlacement:
     evidence: tuple[tuple[str, int], ...]
 
 
-@dataclass(frozen=True)
-class RankIdentity:
+class RankIdentity(msgspec.Struct, frozen=True):
     """Which rank of a pipeline a trace is, once a merge has placed it (and its clock, where the
     merge estimated one)."""
 
@@ -218,22 +210,21 @@ def rank_title(pp_rank: int, global_rank: int, in_pipeline: bool = True) -> str:
 _SOURCE, _TARGET = attrgetter("source"), attrgetter("target")
 
 
-@dataclass
-class Trace:
-    processes: list[Process] = field(default_factory=list)
-    threads: list[Thread] = field(default_factory=list)
-    tracks: list[Track] = field(default_factory=list)
-    slices: SliceTable = field(default_factory=SliceTable)
-    counters: list[CounterSample] = field(default_factory=list)
-    flows: list[Flow] = field(default_factory=list)
-    flow_ends: list[FlowEnd] = field(default_factory=list)
-    metadata: dict[str, Any] = field(default_factory=dict)
+class Trace(msgspec.Struct):
+    processes: list[Process] = msgspec.field(default_factory=list)
+    threads: list[Thread] = msgspec.field(default_factory=list)
+    tracks: list[Track] = msgspec.field(default_factory=list)
+    slices: SliceTable = msgspec.field(default_factory=SliceTable)
+    counters: list[CounterSample] = msgspec.field(default_factory=list)
+    flows: list[Flow] = msgspec.field(default_factory=list)
+    flow_ends: list[FlowEnd] = msgspec.field(default_factory=list)
+    metadata: dict[str, Any] = msgspec.field(default_factory=dict)
     # Why events were skipped or repaired, and how many: reported in every summary.
-    skipped: Counter[str] = field(default_factory=Counter)
+    skipped: Counter[str] = msgspec.field(default_factory=Counter)
     unbound_flows: int = 0           # flow ends with a partner that bound to no slice
     partnerless_flow_ends: int = 0   # flow ends whose chain lacks a start or an end in the input
     events_read: int = 0
-    args: ArgsStore = field(default_factory=ArgsStore)
+    args: ArgsStore = msgspec.field(default_factory=ArgsStore)
     rank: Optional[RankIdentity] = None
 
     def instant_count(self) -> int:
@@ -262,7 +253,7 @@ class Trace:
         """A trace of the slices where `kept` (a mask), in order, with the arrows and arrow ends
         between them; everything else shared with this one."""
         flows, flow_ends = self._arrows_renumbered(renumbering(kept))
-        return replace(self, slices=self.slices.take(np.flatnonzero(kept)), flows=flows, flow_ends=flow_ends)
+        return msgspec.structs.replace(self, slices=self.slices.take(np.flatnonzero(kept)), flows=flows, flow_ends=flow_ends)
 
     def _arrows_renumbered(self, new_rows: np.ndarray) -> tuple[list[Flow], list[FlowEnd]]:
         """The arrows and arrow ends whose slices have a new row (-1: none), on those rows."""
