@@ -9,7 +9,6 @@ store, the reader fills it, every consumer asks the same questions.
 
 from __future__ import annotations
 
-import json
 import math
 from typing import Any, Callable, Iterator, Optional, Protocol, Sequence
 
@@ -46,6 +45,8 @@ def decode_json(text: bytes) -> Any:
         try:
             return _decode_lenient(text)
         except msgspec.ValidationError:  # "Integer value out of range"
+            import json  # only for such ints: a start that loads it for nothing costs every command
+
             return json.loads(bytes(text), parse_int=_int_or_text)
 
 

@@ -6,11 +6,10 @@ encoded by packets.py; these serve descriptors, interned data and args.
 """
 
 import struct
-from itertools import chain
 
 _VARINT_CACHE_LIMIT = 1 << 14
 pack_double = struct.Struct("<d").pack  # a double's 8 little-endian bytes
-_pack_pair = struct.Struct("<H").pack
+_PAIRS = struct.Struct("2s" * _VARINT_CACHE_LIMIT)  # a table's bytes, cut into 2-byte objects
 
 WIRE_VARINT = 0
 WIRE_FIXED64 = 1
@@ -27,18 +26,20 @@ def _encode_varint_slow(value: int) -> bytes:
 
 
 def _two_byte_table(high_bit: int) -> list[bytes]:
-    """The two bytes of every 14-bit value v, its low 7 bits with the continuation bit and then
-    the rest (`high_bit` sets the second's). As one little-endian 16-bit number each pair is
-    256 * (v >> 7) + 128 + (v & 127) (+ high_bit): a run of 128 consecutive numbers per 128
-    values, so the table is built in C (it is built at every start)."""
-    runs = (range(start, start + 0x80) for start in range(0x80 + high_bit, 0x8000 + high_bit, 0x100))
-    return list(map(_pack_pair, chain.from_iterable(runs)))
+    """The two bytes of every 14-bit value v: its low 7 bits with the continuation bit, then
+    the rest (with `high_bit` set). Built at every start, so in C: the pairs' bytes laid out by
+    slice assignment and cut into 16,384 objects by one unpack, not a Python call and an int
+    object per value."""
+    pairs = bytearray(2 * _VARINT_CACHE_LIMIT)
+    pairs[0::2] = bytes(range(0x80, 0x100)) * 0x80  # low 7 bits, continuation bit set
+    pairs[1::2] = b"".join(bytes((high | high_bit,)) * 0x80 for high in range(0x80))
+    return list(_PAIRS.unpack(pairs))
 
 
 # Below 2**14 a varint is one byte, or two: the low 7 bits with the continuation bit, then the rest.
 _SMALL_VARINTS = list(map(bytes, zip(range(0x80)))) + _two_byte_table(0)[0x80:]
 # The low 14 bits of a larger value: two bytes, both with the continuation bit set.
-_LOW14 = _two_byte_table(0x8000)
+_LOW14 = _two_byte_table(0x80)
 _HIGH_PARTS: dict[int, bytes] = {}
 
 
