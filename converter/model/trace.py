@@ -253,7 +253,8 @@ class Trace(msgspec.Struct):
         """A trace of the slices where `kept` (a mask), in order, with the arrows and arrow ends
         between them; everything else shared with this one."""
         flows, flow_ends = self._arrows_renumbered(renumbering(kept))
-        return msgspec.structs.replace(self, slices=self.slices.take(np.flatnonzero(kept)), flows=flows, flow_ends=flow_ends)
+        return msgspec.structs.replace(self, slices=self.slices.take(np.flatnonzero(kept)), flows=flows,
+                                       flow_ends=flow_ends)
 
     def _arrows_renumbered(self, new_rows: np.ndarray) -> tuple[list[Flow], list[FlowEnd]]:
         """The arrows and arrow ends whose slices have a new row (-1: none), on those rows."""
