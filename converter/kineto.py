@@ -26,6 +26,28 @@ BOOKKEEPING_PIDS = frozenset({"Spans", "Traces"})
 # it already moved onto annotation-named lanes (the real stream kept in args.original_stream).
 INLINE_LANED = "cudaGraphInlineAnnotated"
 
+# What a CPU rank's ops mean, for every stage that tells work from waiting (the UI's counters,
+# the report's stage compute, the critical path): communication ops (their time is a transfer
+# or a wait for one, never compute), the receives among them, and the buffers a transfer
+# allocates or detaches (bookkeeping of the transfer, not compute).
+COMMUNICATION_OPS = ("c10d::", "gloo:", "nccl:", "record_param_comms")
+RECEIVE_OPS = ("c10d::recv", "gloo:recv", "nccl:recv")
+TRANSFER_BUFFERS = ("aten::empty", "aten::detach", "detach")
+CPU_OP_CATEGORY = "cpu_op"
+
+
+def is_communication_op(name: str) -> bool:
+    """A CPU op or span that moves data between ranks (or waits for it)."""
+    return name.startswith(COMMUNICATION_OPS)
+
+
+def is_cpu_compute(name: str, category: str) -> bool:
+    """A CPU slice that counts as compute on a CPU-only rank: a cpu_op that is no communication
+    op and no transfer buffer (time a communication op runs inside it is taken off apart)."""
+    return category == CPU_OP_CATEGORY and not name.startswith(COMMUNICATION_OPS) \
+        and not name.startswith(TRANSFER_BUFFERS)
+
+
 MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 ns: beyond, trace_processor drops or wraps them
 _PROFILER_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # more digits are no step number int() takes
 

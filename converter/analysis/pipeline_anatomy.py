@@ -16,14 +16,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
+from ..kineto import COMMUNICATION_OPS, CPU_OP_CATEGORY, RECEIVE_OPS, TRANSFER_BUFFERS
 from ..lane_rules import LaneRules
 from ..model.trace import rank_title
 from .intervals import Intervals, covered, intersect, subtract, union
 
 ANATOMY_DEFINITIONS = {
     "stage compute": "per PP rank: a rank with GPU lanes computes while a compute lane is busy; a CPU-only rank "
-                     "while one of its CPU ops (cpu_op) runs that is no communication op (c10d::, gloo:, nccl:, "
-                     "record_param_comms) and no transfer buffer (aten::empty*, aten::detach*, detach*); its first "
+                     f"while one of its CPU ops ({CPU_OP_CATEGORY}) runs that is no communication op "
+                     f"({', '.join(COMMUNICATION_OPS)}) and no transfer buffer "
+                     f"({', '.join(prefix + '*' for prefix in TRANSFER_BUFFERS)}); its first "
                      "and last compute in a step are those inside the schedule's compute actions (F, B, I, W, "
                      "Forward <mb>, Backward <mb>) where it names them, else any",
     "warm-up, drain": "per PP rank and step: time without compute before the stage's first compute (warm-up) and "
@@ -37,10 +39,6 @@ ANATOMY_DEFINITIONS = {
                    "add up to the step exactly",
 }
 
-_COMMUNICATION_OPS = ("c10d::", "gloo:", "nccl:", "record_param_comms")
-# Buffers a transfer allocates or detaches (as engine/transfers.py reads them): not compute.
-_TRANSFER_BUFFERS = ("aten::empty", "aten::detach", "detach")
-_RECEIVE_OPS = ("c10d::recv", "gloo:recv", "nccl:recv")
 _GPIPE = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d+)$")
 _COMPUTE_ACTIONS = {"F", "B", "I", "W"}
 RankKey = tuple[int, int, bool]  # (PP rank, global rank, in a pipeline), as report.py ranks tracks
@@ -111,7 +109,7 @@ def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: 
     with GPU lanes, else CPU side), and its compute and communication (`gpu_lanes`: rank ->
     (compute, communication) of its GPU lanes; CPU-only ranks read their CPU ops)."""
     annotation = ", ".join(f"'{category}'" for category in sorted(rules.annotation_categories))
-    receives = " or ".join(f"s.name glob '{prefix}*'" for prefix in _RECEIVE_OPS)
+    receives = " or ".join(f"s.name glob '{prefix}*'" for prefix in RECEIVE_OPS)
     found: dict[RankKey, StageInput] = {}
     spans: dict[RankKey, list[tuple[str, int, int]]] = {}
     for name, start, end, owner, on_gpu_side in rows(f"""
@@ -134,7 +132,7 @@ def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: 
         stage.actions = [(action, start, end) for start, end, action in blocks]
         recv_blocks = [(start, end, action) for start, end, action in blocks if action.action.startswith("RECV_")]
         for name, start, end in named:
-            if name.startswith(_RECEIVE_OPS):
+            if name.startswith(RECEIVE_OPS):
                 stage.receives.append(Receive(start, end, _enclosing(recv_blocks, start)))
         stage.receives += [Receive(start, end, action) for start, end, action in recv_blocks]
     return sorted((stage for stage in found.values() if stage.steps), key=lambda stage: stage.pp_rank)
@@ -152,12 +150,12 @@ def _cpu_ops(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], ranks: set
     communication op runs inside one) and communication (communication ops and the transport
     spans they leave running, such as gloo's)."""
     found: dict[RankKey, tuple[Intervals, Intervals, Intervals]] = {}
-    prefixes = " or ".join(f"s.name glob '{prefix}*'" for prefix in _COMMUNICATION_OPS)
-    buffers = " or ".join(f"s.name glob '{prefix}*'" for prefix in _TRANSFER_BUFFERS)
+    prefixes = " or ".join(f"s.name glob '{prefix}*'" for prefix in COMMUNICATION_OPS)
+    buffers = " or ".join(f"s.name glob '{prefix}*'" for prefix in TRANSFER_BUFFERS)
     for start, end, owner, communicates, is_op in rows(f"""
-            select s.ts, s.ts + s.dur, t.owner, ({prefixes}), s.category = 'cpu_op'
+            select s.ts, s.ts + s.dur, t.owner, ({prefixes}), s.category = '{CPU_OP_CATEGORY}'
             from slice s join cgtrace_track t on t.id = s.track_id
-            where s.dur > 0 and (s.category = 'cpu_op' or ({prefixes}))
+            where s.dur > 0 and (s.category = '{CPU_OP_CATEGORY}' or ({prefixes}))
               and not ({buffers})"""):
         rank = rank_of(owner)
         if rank is not None and rank in ranks:

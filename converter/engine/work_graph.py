@@ -37,7 +37,6 @@ _CPU_WORK = ("cpu_op", "cuda_runtime", "cuda_driver")
 # Calls that wait for the GPU or for another stream: time spent waiting, never work.
 _SYNCHRONISATIONS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                                "cudaStreamWaitEvent"})
-_TRANSFER_OPS = ("c10d::send", "c10d::recv", "gloo:", "nccl:", "record_param_comms")
 
 
 @dataclass
@@ -163,7 +162,7 @@ def _kinds(trace: Trace, rows: np.ndarray, on_gpu: np.ndarray, launch: np.ndarra
     """Each node's kind: a GPU node on a communication lane, or a CPU P2P or collective op,
     transfers; a CPU call with a launch arrow out of it launches; the rest computes."""
     table = trace.slices
-    transfer_names = np.fromiter((text.startswith(_TRANSFER_OPS) for text in table.texts), np.bool_,
+    transfer_names = np.fromiter((kineto.is_communication_op(text) for text in table.texts), np.bool_,
                                  len(table.texts))
     communication = table.track_mask(lambda track: _lane_kind(track) is LaneKind.COMMUNICATION)
     kind = np.full(len(rows), KINDS.index(COMPUTE), np.int8)
