@@ -55,7 +55,7 @@ def rows(trace_path, sql: str) -> list[dict]:
 # The critical path's group is a counter of rows of its own (engine/critical_path.py): not a GPU's.
 LANE_CONTAINERS_SQL = f"""select p.id from track p where p.type glob '*counter*' and p.name not glob '* · CPU*'
                            and p.name != '{CRITICAL_PATH_GROUP}' and exists (
-                           select 1 from track c join slice s on s.track_id = c.id where c.parent_id = p.id)"""
+                           select 1 from track c join cgtrace_all_slice s on s.track_id = c.id where c.parent_id = p.id)"""
 # Every row of a GPU's lanes, as `under_gpu (id, gpu)`: its lanes and annotation rows, shown under
 # it or folded under one of its lanes (compaction.py's folded_under).
 UNDER_GPU_SQL = f"""with recursive under_gpu as (

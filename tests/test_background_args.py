@@ -95,8 +95,8 @@ def test_helper_gives_the_trace_in_process_encoding_gives(tmp_path, monkeypatch,
         assert_lossless(source, ahead, summary)
     else:
         assert summary["kernel_annotations_converted"] > 0
-        labels = rows(ahead, "select name, ts, dur from slice where category = 'cuda_graph_label' order by ts, name")
-        assert labels and labels == rows(in_process, "select name, ts, dur from slice "
+        labels = rows(ahead, "select name, ts, dur from cgtrace_derived_slice where category = 'cuda_graph_label' order by ts, name")
+        assert labels and labels == rows(in_process, "select name, ts, dur from cgtrace_derived_slice "
                                                      "where category = 'cuda_graph_label' order by ts, name")
 
 

@@ -22,7 +22,7 @@ CPU_PIPELINE = SHARED_TRACES / "torch_pp_cpu" / "torch215_1f1b_pp4"
 # Cross-rank arrows leave a send (rank-local arrows only ever end on one); the UI draws one
 # backwards when its target starts before its source ends, unless the source starts no earlier.
 BACKWARD_ARROWS_SQL = """
-    select count(*) n from flow f join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in
+    select count(*) n from flow f join cgtrace_all_slice so on so.id = f.slice_out join cgtrace_all_slice si on si.id = f.slice_in
     where (so.name glob 'PP:*SEND_*' or so.name = 'c10d::send')
       and si.ts < so.ts + so.dur and so.ts < si.ts"""
 

@@ -145,7 +145,7 @@ def assert_lane_order(output: Path) -> None:
 def assert_pp_arrows_are_sound(output: Path) -> None:
     arrows = rows(output, """
         select so.name sn, so.ts sts, so.dur sdur, si.name dn, si.ts dts from flow f
-        join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id
+        join cgtrace_all_slice so on f.slice_out = so.id join cgtrace_all_slice si on f.slice_in = si.id
         where so.name glob 'PP:*' and si.name glob 'PP:*'""")
     for arrow in arrows:
         source, target = PP_NAME.match(arrow["sn"]), PP_NAME.match(arrow["dn"])
@@ -180,8 +180,8 @@ def test_generated_pp_trace_with_gap_split_annotations(tmp_path, schedule, pp_ra
     assert summary["pp_rank"] == pp_rank and summary["pp_rank_source"] == "distributedInfo.pg_config"
     assert summary["gpu_annotations_mapped"] > 0 and summary["gpu_annotations_coalesced"] > 0
     assert summary["original_streams"] > summary["compacted_lanes"]
-    pp_arrows = rows(output, """select count(*) n from flow f join slice so on f.slice_out = so.id
-                                join slice si on f.slice_in = si.id
+    pp_arrows = rows(output, """select count(*) n from flow f join cgtrace_all_slice so on f.slice_out = so.id
+                                join cgtrace_all_slice si on f.slice_in = si.id
                                 where so.name glob 'PP:*' and si.name glob 'PP:*'""")[0]["n"]
     assert pp_arrows == pairs + unshard
     assert_compacted_correctly(source, output, summary)
@@ -200,8 +200,8 @@ def test_step_numbers_that_come_back_keep_each_copys_blocks_apart(tmp_path):
     output, summary = compact(tmp_path, source)
     pairs, unshard = expected_pp_pairs("1f1b", 4, 1, 4, 2)
     assert (summary["pp_compute_dependency_pairs"], summary["pp_unshard_compute_pairs"]) == (2 * pairs, 2 * unshard)
-    arrows = rows(output, """select so.ts sts, si.ts dts from flow f join slice so on f.slice_out = so.id
-                             join slice si on f.slice_in = si.id where so.name glob 'PP:*' and si.name glob 'PP:*'""")
+    arrows = rows(output, """select so.ts sts, si.ts dts from flow f join cgtrace_all_slice so on f.slice_out = so.id
+                             join cgtrace_all_slice si on f.slice_in = si.id where so.name glob 'PP:*' and si.name glob 'PP:*'""")
     second_copy_ns = int(document.get("baseTimeNanoseconds", 0)) + span * 1000  # JSON times are in us
     first_copy = Counter((a["sts"] < second_copy_ns, a["dts"] < second_copy_ns) for a in arrows)
     assert first_copy == {(True, True): pairs + unshard, (False, False): pairs + unshard}
@@ -216,7 +216,7 @@ def test_kernel_labels_become_spans_over_runs(tmp_path):
               for i, (name, ts, label) in enumerate(kernels)]
     source.write_text(json.dumps({"traceEvents": events}))
     output, summary = compact(tmp_path, source)
-    spans = rows(output, "select name, ts, dur from slice where category = 'cuda_graph_label' order by ts")
+    spans = rows(output, "select name, ts, dur from cgtrace_derived_slice where category = 'cuda_graph_label' order by ts")
     assert spans == [{"name": "L1", "ts": 0, "dur": 15000}, {"name": "L2", "ts": 20000, "dur": 5000},
                      {"name": "L1", "ts": 40000, "dur": 5000}]
     assert (summary["kernel_annotations_converted"], summary["kernel_annotation_blocks"]) == (4, 3)

@@ -39,7 +39,7 @@ def actual_slices(trace, skip_categories=()) -> tuple[Counter, Counter]:
 def actual_flows(trace) -> Counter:
     return Counter((r["sn"], r["sts"], r["dn"], r["dts"]) for r in rows(trace, """
         select so.name sn, so.ts sts, si.name dn, si.ts dts from flow f
-        join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id"""))
+        join cgtrace_all_slice so on f.slice_out = so.id join cgtrace_all_slice si on f.slice_in = si.id"""))
 
 
 def assert_lossless(source: Path, output: Path, summary: dict) -> None:

@@ -22,9 +22,9 @@ CROSS_RANK_SQL = """
     select so.name src, sp.name src_parent, si.name dst, so.ts src_ts, so.dur src_dur, si.ts dst_ts,
            parent.name dst_parent, grandparent.name dst_grandparent, tto.parent_id src_rank, tti.parent_id dst_rank
     from flow f
-    join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in
-    left join slice sp on sp.id = so.parent_id left join slice parent on parent.id = si.parent_id
-    left join slice grandparent on grandparent.id = parent.parent_id
+    join cgtrace_all_slice so on so.id = f.slice_out join cgtrace_all_slice si on si.id = f.slice_in
+    left join cgtrace_all_slice sp on sp.id = so.parent_id left join cgtrace_all_slice parent on parent.id = si.parent_id
+    left join cgtrace_all_slice grandparent on grandparent.id = parent.parent_id
     join track tto on tto.id = so.track_id join track tti on tti.id = si.track_id
     where so.name glob 'PP:*' or sp.name glob 'PP:*'"""
 

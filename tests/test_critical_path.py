@@ -36,7 +36,7 @@ def path_segments(trace: Path) -> dict[int, list[dict]]:
                extract_arg(s.arg_set_id, 'debug.args.kind') as kind, extract_arg(s.arg_set_id, 'debug.args.step') as step,
                extract_arg(s.arg_set_id, 'debug.args.pp_rank') as pp_rank,
                extract_arg(s.arg_set_id, 'debug.args.global_rank') as global_rank
-        from slice s join track t on t.id = s.track_id
+        from cgtrace_all_slice s join track t on t.id = s.track_id
         where (select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')
               in ({', '.join(map(str, uuids))})
         order by s.ts, s.id""")
@@ -152,7 +152,7 @@ def test_generated_cuda_graph_pipeline(tmp_path):
                    for e, start, end in by_rank[receive["global_rank"]] if e.get("cat") == "kernel")
     # The path copies the work it names: each whole compute segment is a measured slice, still in place.
     measured = {(row["name"], row["ts"], row["end_ts"]) for row in rows(output, """
-        select name, ts, ts + dur as end_ts from slice where coalesce(category, '') != 'critical_path'""")}
+        select name, ts, ts + dur as end_ts from cgtrace_all_slice where coalesce(category, '') != 'critical_path'""")}
     whole = [s for s in all_segments if s["kind"] == "compute" and s["ts"] != windows[s["step"]][0]]
     assert whole and all((s["name"], s["ts"], s["end_ts"]) in measured for s in whole)
     assert summary["verified"]["slices"] == len(measured) + len(all_segments)

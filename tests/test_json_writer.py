@@ -60,8 +60,8 @@ class Loaded:
                                  from slice s join args a on a.arg_set_id = s.arg_set_id
                                  where a.key glob '{ARGS_PREFIX}*'""")
             self.flows = rows("""select so.name source, so.ts source_ts, si.name target, si.ts target_ts
-                                 from flow f join slice so on f.slice_out = so.id
-                                 join slice si on f.slice_in = si.id""")
+                                 from flow f join cgtrace_all_slice so on f.slice_out = so.id
+                                 join cgtrace_all_slice si on f.slice_in = si.id""")
             self.threads = rows("""select t.tid, t.name, p.pid from thread t
                                    left join process p using (upid) where t.name is not null""")
             self.processes = rows("select pid, name from process where name is not null")

@@ -43,7 +43,7 @@ ARROWS_SQL = RANK_ROWS_SQL + """
            (select r.name from slice r where r.track_id = si.track_id and r.name glob 'PP:*RECV*'
               and r.ts <= si.ts and si.ts <= r.ts + r.dur order by r.ts desc limit 1) dst_receive
     from flow f
-    join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id
+    join cgtrace_all_slice so on f.slice_out = so.id join cgtrace_all_slice si on f.slice_in = si.id
     left join rank_rows rs on rs.track_id = so.track_id left join rank_rows rd on rd.track_id = si.track_id
     where so.name glob 'PP:*' and (si.name glob 'PP:*' or si.name glob 'arrival of PP:*')"""
 
@@ -174,7 +174,7 @@ def test_stage_less_gpipe_annotations_get_stage_to_stage_arrows(tmp_path):
     assert summary["pp_send_recv_pairs"] == summary["pp_compute_dependency_pairs"] == 0
     arrows = rows(output, RANK_ROWS_SQL + """
         select so.name src, si.name dst, coalesce(rs.name, '') src_rank, coalesce(rd.name, '') dst_rank
-        from flow f join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id
+        from flow f join cgtrace_all_slice so on f.slice_out = so.id join cgtrace_all_slice si on f.slice_in = si.id
         left join rank_rows rs on rs.track_id = so.track_id left join rank_rows rd on rd.track_id = si.track_id
         where (so.name glob 'Forward *' or so.name glob 'Backward *') and si.name = so.name""")
     assert len(arrows) == expected
@@ -231,7 +231,7 @@ def test_pp_arrows_meet_the_work_not_a_memcpy_it_covers(tmp_path):
     output, summary = merge(tmp_path, files)
     roles = {r.uuid: r for r in track_roles(output)}
     ends = rows(output, f"""select s.name, {TRACK_UUID} uuid from flow f
-                            join slice s on s.id in (f.slice_out, f.slice_in) join track t on t.id = s.track_id
+                            join cgtrace_all_slice s on s.id in (f.slice_out, f.slice_in) join track t on t.id = s.track_id
                             where f.slice_out in (select id from slice where name glob 'PP:*')""")
     assert len(ends) == 2 * (summary["pp_send_recv_pairs"] + summary["pp_compute_dependency_pairs"]
                              + summary["pp_unshard_compute_pairs"]) > 0

@@ -31,7 +31,7 @@ def test_decimal_string_and_int_tids_are_one_thread(tmp_path):
     summary = convert_file(source, output)
     assert summary["flows"] == 1 and summary["flows_unbound"] == 0 and summary["flows_partner_missing"] == 0
     arrow = rows(output, """select so.name source, si.name target from flow f
-                            join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in""")
+                            join cgtrace_all_slice so on so.id = f.slice_out join cgtrace_all_slice si on si.id = f.slice_in""")
     assert arrow == [{"source": "cudaLaunchKernel", "target": "gemm"}]
     threads = rows(output, "select t.name, count(*) n from slice s join thread_track tt on s.track_id = tt.id "
                            "join thread t using (utid) where s.category = 'Runtime' group by 1 order by 1")

@@ -28,7 +28,7 @@ CROSS_RANK_ARROWS_SQL = """
                  from up where name glob '*rank * (global *)*' group by track_id)
     select so.ts src_ts, so.dur src_dur, si.ts dst_ts, si.dur dst_dur, si.name dst, si.category dst_cat,
            rs.rank src_rank, rd.rank dst_rank
-    from flow f join slice so on so.id = f.slice_out join slice si on si.id = f.slice_in
+    from flow f join cgtrace_all_slice so on so.id = f.slice_out join cgtrace_all_slice si on si.id = f.slice_in
     join ranked rs on rs.track_id = so.track_id join ranked rd on rd.track_id = si.track_id
     where rs.rank != rd.rank"""
 

@@ -330,7 +330,7 @@ SLICES_SQL = f"""
 PROBLEMS_SQL = "select name, idx, value from stats where severity in ('error', 'data_loss') and value > 0"
 HALF_FLOWS_SQL = "select count(*) n from flow where slice_out is null or slice_in is null"
 FLOWS_SQL = """select so.name sn, so.ts sts, si.name dn, si.ts dts from flow f
-               join slice so on f.slice_out = so.id join slice si on f.slice_in = si.id"""
+               join cgtrace_all_slice so on f.slice_out = so.id join cgtrace_all_slice si on f.slice_in = si.id"""
 LANE_OVERLAP_SQL = f"""
     {UNDER_GPU_SQL}, lanes as (
       select t.id from track t join under_gpu using (id) where t.name not like '% annotations%')

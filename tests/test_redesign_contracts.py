@@ -67,7 +67,7 @@ def test_verify_checks_a_merge(tmp_path):
                          graphs_per_step=3, kernels_per_replay=6)
     output = tmp_path / "merged.perfetto-trace"
     summary = merge_files(files, lambda group, groups: output, verify=True)
-    found = rows(output, "select (select count(*) from slice) slices, (select count(*) from flow) flows")[0]
+    found = rows(output, "select (select count(*) from cgtrace_all_slice) slices, (select count(*) from flow) flows")[0]
     assert summary["verified"]["slices"] == found["slices"] and summary["verified"]["flows"] == found["flows"]
     assert summary["verified"]["flows"] >= summary["pp_send_recv_pairs"] > 0
 

@@ -102,7 +102,7 @@ def test_pp_arrows_and_labels_as_usual(tmp_path):
         files = write_pp_run(directory, 4, steps=2, kernels_per_replay=16, graph_lanes=lanes)
         output = tmp_path / f"{lanes}.perfetto-trace"
         summary = merge_files(files, lambda group, groups: output)
-        labels = rows(output, "select count(*) n from slice where category = 'cuda_graph_label'")[0]["n"]
+        labels = rows(output, "select count(*) n from cgtrace_derived_slice where category = 'cuda_graph_label'")[0]["n"]
         counts[lanes] = (summary["pp_send_recv_pairs"], summary["pp_send_recv_unmatched"],
                          summary["pp_compute_dependency_pairs"], summary["pp_unshard_compute_pairs"], labels > 0)
     assert counts["all"] == counts["none"] and counts["all"][0] > 0 and counts["all"][1] == 0

@@ -12,8 +12,7 @@ import pytest
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
 from .helpers import merge_files as merge_ranks
 from .helpers import compact_file, convert_file
-from converter.engine.critical_path import CATEGORY as CRITICAL_PATH_CATEGORY
-from converter.engine.pp import ARRIVAL_CATEGORY
+from converter.model import derived
 from converter.engine.window import parse_steps, parse_window
 
 from .helpers import SHARED_TRACES, problem_stats, rows
@@ -84,7 +83,7 @@ def test_steps_keep_what_the_step_did(tmp_path, three_steps):
     assert_opens_at_the_step_with_every_launch_arrow(output, tmp_path / "whole.perfetto-trace", start, end)
 
 
-LAUNCHES_SQL = """select count(*) n from flow f join slice k on k.id = f.slice_in join slice l on l.id = f.slice_out
+LAUNCHES_SQL = """select count(*) n from flow f join cgtrace_all_slice k on k.id = f.slice_in join cgtrace_all_slice l on l.id = f.slice_out
                   where k.category in ('kernel', 'gpu_memcpy', 'gpu_memset') and l.ts >= {start} and l.ts < {end}"""
 
 
@@ -159,7 +158,7 @@ def test_merge_cuts_every_rank_to_the_step_and_keeps_the_chosen_ranks(tmp_path):
         if rank_of[path] in chosen:
             expected += step_members(path, *step_bounds(path)[1], ANNOTATIONS)
     # Arrival markers and the critical path's copies of its segments are derived.
-    assert output_slices(output, (*ANNOTATIONS, ARRIVAL_CATEGORY, CRITICAL_PATH_CATEGORY)) == expected
+    assert output_slices(output, (*ANNOTATIONS, derived.ARRIVAL, derived.CRITICAL_PATH)) == expected
     assert sum(rank["flows_dropped_by_window"] for rank in summary["per_rank_compaction"]) > 0
     assert problem_stats(output) == []
     dangling = rows(output, "select count(*) n from flow where slice_out is null or slice_in is null")[0]["n"]

@@ -20,7 +20,7 @@ def read_critical_path(rows: Rows, track_ids: list[int]) -> list[dict[str, Any]]
             select extract_arg(s.arg_set_id, 'debug.args.step'), extract_arg(s.arg_set_id, 'debug.args.pp_rank'),
                    extract_arg(s.arg_set_id, 'debug.args.global_rank'), extract_arg(s.arg_set_id, 'debug.args.kind'),
                    s.name, s.ts, s.ts + s.dur
-            from slice s where s.track_id in ({', '.join(map(str, track_ids))}) order by s.ts, s.id"""):
+            from cgtrace_derived_slice s where s.track_id in ({', '.join(map(str, track_ids))}) order by s.ts, s.id"""):
         steps.setdefault(step, []).append({"pp_rank": pp_rank, "global_rank": global_rank, "kind": kind,
                                            "name": name, "start_ns": start, "end_ns": end})
     return [{"step": step, "start_ns": segments[0]["start_ns"], "end_ns": segments[-1]["end_ns"],

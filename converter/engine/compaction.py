@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import CgtraceError
 from ..kineto import CUDA_GRAPH_LAUNCH, KERNEL_LABEL, kineto_thread_name
 from ..lane_rules import LaneRules
-from ..model import NO_ARGS, LaneGroup, Process, SliceTable, Trace, Track, TrackRole
+from ..model import NO_ARGS, LaneGroup, Process, SliceTable, Trace, Track, TrackRole, derived
 from ..model.nesting import nested_layers, sort_by_start
 from ..model.columns import first_positions, grouped_in_order, sorted_distinct
 from ..tuning import DEFAULT_TUNING, Tuning
@@ -29,7 +29,6 @@ from .covering import StreamSlices, lanes_above
 from .placement import tuck_bookkeeping
 from .window import step_ranges
 
-KERNEL_LABEL_CATEGORY = "cuda_graph_label"
 _THREAD = attrgetter("thread")
 _TARGET, _SOURCE = attrgetter("target"), attrgetter("source")
 _NO_ROWS = np.zeros(0, np.int64)
@@ -74,7 +73,7 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
         _layer_annotation_rows(trace, gpu, tuning)
         per_gpu.append(gpu)
 
-    measured_after = _fingerprint(table, rules.annotation_categories | {KERNEL_LABEL_CATEGORY})
+    measured_after = _fingerprint(table, rules.annotation_categories | {derived.KERNEL_LABEL})
     _self_check(table, measured_before, measured_after, per_gpu)
     flow_endpoints_on_lanes = _flow_endpoints_on_lanes(trace, per_gpu)
     if merged_away:
@@ -306,7 +305,7 @@ def _label_kernel_runs(trace: Trace, gpu: GpuLanes, launch_of: dict[int, int], s
             continue
         count = len(begins)
         trace.slices.extend(starts[begins], ends[lasts] - starts[begins], [labels[at] for at in begins.tolist()],
-                            [KERNEL_LABEL_CATEGORY] * count, np.full(count, NO_ARGS, np.int64),
+                            [derived.KERNEL_LABEL] * count, np.full(count, NO_ARGS, np.int64),
                             [_annotation_row(trace, gpu, lane)] * count)
         summary["label_blocks"] += count
 

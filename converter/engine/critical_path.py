@@ -20,11 +20,10 @@ from typing import NamedTuple, Optional
 import msgspec
 import numpy as np
 
-from ..model import CounterSample, RankIdentity, Trace, Track, TrackRole
+from ..model import CounterSample, RankIdentity, Trace, Track, TrackRole, derived
 from .activity import COMPUTING, OTHER_WORK, PATH_SCALE, highest_levels
 from .work_graph import COMPUTE, KINDS, LAUNCH, TRANSFER, WAIT, RankWork
 
-CATEGORY = "critical_path"
 GROUP_NAME = "Critical path (per step)"  # short: a counter's row has less room for its title
 IN_FLIGHT = "in flight"  # a transfer between its send's end and its arrival
 _ROWS_PER_RANK = 16  # a rank's rows in the group: its own, then overlap layers
@@ -205,6 +204,6 @@ def add_path_tracks(root: Trace, parent: Track, paths: list[StepPath], ranks: li
                 args = root.args.add(encoder.encode({"kind": segment.kind, "step": path.step,
                                                      "pp_rank": identity.pp_rank,
                                                      "global_rank": identity.global_rank}))
-                root.slices.append(segment.start, segment.end - segment.start, segment.name, CATEGORY, args, track)
+                root.slices.append(segment.start, segment.end - segment.start, segment.name, derived.CRITICAL_PATH, args, track)
                 count += 1
     return count

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..kineto import profiler_step
 from ..lane_rules import LaneRules, Match
-from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace
+from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace, derived
 from ..model.columns import first_positions, grouped_in_order, sorted_distinct
 
 PP_FLOW_CATEGORY = "pp_dependency"
@@ -69,10 +69,9 @@ class Anchor(msgspec.Struct, frozen=True):
 
 
 FIRST, LAST = Anchor("first"), Anchor("last")
-# Derived slices a cross-rank arrow lands on: Perfetto v52's Flow Events panel lists an arrow under
-# its end slices' categories (TrackEvent flows have none of their own), so this one shows or
-# hides exactly the transfers between ranks.
-ARRIVAL_CATEGORY = "pp_p2p"
+# Cross-rank arrows land on derived slices (derived.ARRIVAL): Perfetto v52's Flow Events panel
+# lists an arrow under its end slices' categories (TrackEvent flows have none of their own), so
+# that category shows or hides exactly the transfers between ranks.
 
 
 class Block(msgspec.Struct):
@@ -122,7 +121,7 @@ class Block(msgspec.Struct):
 
 def add_arrival_marker(trace: Trace, at: int, name: str, beside: int) -> int:
     """A zero-duration, derived slice at `at` on the row of slice `beside`; its row."""
-    return trace.slices.append(at, 0, name, ARRIVAL_CATEGORY, NO_ARGS, trace.slices.row(beside).track, instant=True)
+    return trace.slices.append(at, 0, name, derived.ARRIVAL, NO_ARGS, trace.slices.row(beside).track, instant=True)
 
 
 class Extent(msgspec.Struct, frozen=True):

@@ -14,7 +14,7 @@ where the data could first have arrived: at the receive's start, or, for a recei
 before the send ended, at the send's end, so the UI never draws it backwards and no measured
 slice moves. Perfetto v52 has no name or category of its own for a TrackEvent flow: its Flow
 Events panel lists an arrow under its end slices' categories, so the markers' category
-(pp.ARRIVAL_CATEGORY) is the one that shows, or hides, exactly the transfers.
+(model/derived.py ARRIVAL) is the one that shows, or hides, exactly the transfers.
 """
 
 from __future__ import annotations

@@ -37,7 +37,7 @@ def verify_output(path: Path, expected: Expected, tp_bin: Optional[str] = None,
 
     with open_trace(path, tp_bin=tp_bin, shown_as=shown_as) as tp:
         stats = problem_stats(tp)
-        found = Expected(_count(tp, "slice"), _count(tp, "flow"), _count(tp, "counter"))
+        found = Expected(_count(tp, "cgtrace_all_slice"), _count(tp, "flow"), _count(tp, "counter"))
     if stats or found != expected:
         errors = ", ".join(f"{name}={value}" for name, value in stats) or "no load errors"
         raise CgtraceError(

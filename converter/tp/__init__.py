@@ -15,6 +15,7 @@ from perfetto.trace_processor.api import TraceProcessor, TraceProcessorConfig, T
 
 from converter.errors import CgtraceError
 from converter.fileio.gzip_size import uncompressed_size
+from converter.tp.derived_views import keep_derived_apart
 from converter.tp.time_limit import LimitedTraceProcessor, TimeLimit, TimeLimitExceeded
 from converter.tp.wasm_backend import WasmTraceProcessor
 from converter.tp.wasm_host import WasmCrashed, WasmTransport, address_space_left
@@ -36,6 +37,8 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
     Raises CgtraceError, naming the trace (as `shown_as` where it is a temporary file made from
     that one), if it cannot be read or loaded, or if loading or a query runs past the time
     limit (time_limit.py).
+    In a trace cgtrace wrote, `slice` holds the measured slices only; `cgtrace_derived_slice`
+    the rows cgtrace derived, `cgtrace_all_slice` both (derived_views.py).
     Close the result (or use it as a context manager) to free its memory.
     """
     tp_bin = tp_bin or os.environ.get("CGTRACE_TP_BIN") or None
@@ -50,10 +53,14 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
         with io.BytesIO(data) if data is not None else open(trace, "rb") as source:
             size = uncompressed_size(source)
             limit = TimeLimit(name, size)
-            if tp_bin:
-                return LimitedTraceProcessor(source, limit, TraceProcessorConfig(bin_path=tp_bin))
-            return WasmTraceProcessor(source, limit, WasmTransport(size > memory64_above,
-                                                                   heap_limit_bytes=heap_limit_bytes))
+            tp = LimitedTraceProcessor(source, limit, TraceProcessorConfig(bin_path=tp_bin)) if tp_bin else \
+                WasmTraceProcessor(source, limit, WasmTransport(size > memory64_above, heap_limit_bytes=heap_limit_bytes))
+        try:
+            keep_derived_apart(tp)
+        except BaseException:
+            tp.close()
+            raise
+        return tp
     except TimeLimitExceeded:
         raise  # names the trace already
     except CgtraceError as e:

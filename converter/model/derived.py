@@ -1,0 +1,23 @@
+"""The rows cgtrace derives, kept apart from the measured ones: this module is their one home.
+
+Every slice of the input is measured and stays as it was; a few rows are cgtrace's own
+answers, drawn beside them in the UI: spans naming a run of CUDA-graph kernels, zero-length
+markers where a transfer's data arrived, and a merge's critical path. A sum over `slice`
+must not count them as work, so each has a category of its own, named here, which the
+writers give them and every reader (trace_processor's views, the report, the self-checks)
+tells them apart by. Counters (a GPU's or rank's activity) are derived too, but live in
+trace_processor's counter table, never among slices.
+"""
+
+from __future__ import annotations
+
+KERNEL_LABEL = "cuda_graph_label"  # a run of kernels on one lane sharing a CUDA-graph label
+ARRIVAL = "pp_p2p"                 # where a transfer's data reached its receiver (an arrow's end)
+CRITICAL_PATH = "critical_path"    # a segment of a step's critical path across ranks
+
+# What each derived category stands for, as the docs and the `cgtrace_derived_slice` view name it.
+CATEGORIES = {
+    KERNEL_LABEL: "kernel label span",
+    ARRIVAL: "arrival marker",
+    CRITICAL_PATH: "critical path segment",
+}
