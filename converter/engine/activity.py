@@ -117,15 +117,18 @@ def add_cpu_work(trace: Trace, processes: list[Process]) -> None:
     on_rows = np.flatnonzero(process_of_track[table.track] >= 0)
     if not len(on_rows):
         return
-    shown = processes[min(processes.index(owners[key]) for key in np.unique(process_of_track[table.track[on_rows]]))]
+    holding = {id(owners[key]) for key in np.unique(process_of_track[table.track[on_rows]]).tolist()}
+    shown = next(process for process in processes if id(process) in holding)
     shown.activity = Track(name=shown.display_name, is_counter=True, scale=CPU_SCALE)
+    # What each distinct (name, category) is, asked of the vocabulary once per pair.
     texts = table.texts
-    communicates = np.fromiter(map(is_communication_op, texts), bool, len(texts))
-    is_op = np.array([text == CPU_OP_CATEGORY for text in texts], bool)
-    computes = np.fromiter((is_cpu_compute(text, CPU_OP_CATEGORY) for text in texts), bool, len(texts))
-    names, categories = table.name[on_rows], table.cat[on_rows]
-    computes, blocks, communicates = computes[names] & is_op[categories], communicates[names] & is_op[categories], \
-        communicates[names]
+    pairs, kind_of = np.unique(table.name[on_rows] * len(texts) + table.cat[on_rows], return_inverse=True)
+    pair_names, pair_categories = np.divmod(pairs, len(texts))
+    kinds = np.array([(is_cpu_compute(texts[name], texts[category]),
+                       is_communication_op(texts[name]) and texts[category] == CPU_OP_CATEGORY,
+                       is_communication_op(texts[name]))
+                      for name, category in zip(pair_names.tolist(), pair_categories.tolist())], np.bool_)
+    computes, blocks, communicates = kinds.reshape(-1, 3)[kind_of].T
     starts, ends = table.spans(on_rows)
     counted = (ends > starts) & (computes | communicates)
     if not counted.any():
@@ -154,8 +157,8 @@ def _levels(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, computes: n
     order = np.lexsort((changes, times, owner))
     owner, times, changes = owner[order], times[order], changes[order]
     # Each owner's edges sum to 0: no reset needed between them.
-    running = [np.cumsum(np.where(np.tile(mask, 2)[order], changes, 0)) > 0 for mask in (computes, blocks, works)]
-    computing, blocked, working = running
+    computing, blocked, working = (np.cumsum(np.where(np.tile(mask, 2)[order], changes, 0)) > 0
+                                   for mask in (computes, blocks, works))
     levels = np.where(computing & ~blocked, COMPUTING, np.where(working, OTHER_WORK, 0.0))
     last = np.ones(len(times), bool)  # the last edge of each (owner, time) holds its level
     last[:-1] = (owner[1:] != owner[:-1]) | (times[1:] != times[:-1])
