@@ -51,7 +51,7 @@ def rows(trace_path, sql: str) -> list[dict]:
 
 # Each GPU's lanes hang under one row of their own: a counter (its busy lanes) whose children
 # hold slices (a merged pipeline's root, a counter of busy GPUs, holds rows of rows).
-# A merged rank's CPU row is a counter with children too (its busy threads): not a GPU's.
+# A merged rank's CPU row is a counter with children too (its CPU work): not a GPU's.
 # The critical path's group is a counter of rows of its own (engine/critical_path.py): not a GPU's.
 LANE_CONTAINERS_SQL = f"""select p.id from track p where p.type glob '*counter*' and p.name not glob '* · CPU*'
                            and p.name != '{CRITICAL_PATH_GROUP}' and exists (

@@ -1,33 +1,36 @@
-"""Summary rows: what a GPU does (computing, other work, idle), and what share of a pipeline's
-GPUs compute.
+"""Summary rows: what a GPU or a CPU-only rank does (computing, other work, idle), and what
+share of a pipeline's GPUs (or CPU-only ranks) compute.
 
 Perfetto v52 shows on a collapsed plain row only what that row holds itself, not the slices
 of the rows under it. Each GPU's lanes hang under a plain row of their own (compaction.py says
 why they are not threads of its process), so that row gets a counter of its work to show the
-GPU's activity collapsed, and a merged pipeline's root row the share of its GPUs computing,
-dipping in every bubble. Values are on one scale for every rank (a count of busy lanes was
-not: 2 lanes filled one rank's row, 3 the next), and compute apart from communication: a rank
-waiting in a blocked NCCL kernel must not look busy. All are derived series: every slice stays
-where it is, counted once.
+GPU's activity collapsed, a merged rank's CPU row one of its CPU work, and a merged
+pipeline's root row the share of its GPUs computing, dipping in every bubble. Values are on
+one scale for every rank (a count of busy lanes or threads was not: 2 lanes filled one rank's
+row, 3 the next, and a CPU rank waiting in a receive counted as a busy thread), and compute
+apart from communication: a rank waiting in a blocked NCCL kernel or a gloo receive must not
+look busy. A CPU row computes exactly where the report's stage compute says it does
+(kineto.is_cpu_compute), so the UI's dips are the report's bubbles and waits. All are
+derived series: every slice stays where it is, counted once.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from itertools import repeat
-from typing import Iterable, Iterator, Optional
+from typing import Iterable, Optional
 
 import numpy as np
 
+from ..kineto import CPU_OP_CATEGORY, is_communication_op, is_cpu_compute
 from ..model import CounterSample, CounterScale, LaneKind, Process, Trace, Track, TrackRole
-from ..model.columns import grouped_in_order
 
-_RANK = Track(name="rank")  # a CPU-only rank's busy threads, all its rows together
-COMPUTING = 1.0   # a GPU row's level while a compute kernel runs
-OTHER_WORK = 0.5  # ... while only communication, memory or other work runs
+COMPUTING = 1.0   # a GPU row's level while a compute kernel runs (a CPU row's while a compute op runs)
+OTHER_WORK = 0.5  # ... while only communication, memory or other work runs (a CPU row's: communication)
 # The UI writes a counter's largest value, then its unit: "1 = computing (½: other work)".
 GPU_SCALE = CounterScale(unit="= computing (½: other work)", shared_by="gpu")
-CPU_SCALE = CounterScale(unit="threads busy", shared_by="cpu")
+# A CPU-only rank's row, on the GPU rows' scale: its ½ is communication alone.
+CPU_SCALE = CounterScale(unit="= computing (½: communicating)", shared_by="gpu")
 ROOT_SCALE = CounterScale(unit="% computing", shared_by="root")
 # A merge's critical path row: what the path does (a wait on it is 0), on the GPU rows' scale.
 PATH_SCALE = CounterScale(unit="= computing (½: transfer, launch)", shared_by="gpu")
@@ -87,23 +90,9 @@ def add_busy_lanes(trace: Trace) -> None:
     codes = {containers[key]: code for code, key in sorted(zip(first.tolist(), keys.tolist()))}
     starts, ends = table.spans(on_lanes)
     lasting = ends > starts
-    computes = np.tile(computes_track[table.track[on_lanes]][lasting], 2)
-    # Edges (container, ts, +1 at a start, -1 at an end), ends first at one time.
-    owner = np.concatenate((slice_owner[lasting], slice_owner[lasting]))
-    times = np.concatenate((starts[lasting], ends[lasting]))
-    changes = np.repeat(np.array([1, -1], np.int64), np.count_nonzero(lasting))
-    order = np.lexsort((changes, times, owner))
-    owner, times, changes, computes = owner[order], times[order], changes[order], computes[order]
-    # Each container's edges sum to 0: no reset needed between them.
-    computing = np.cumsum(np.where(computes, changes, 0)) > 0
-    working = np.cumsum(changes) > 0
-    levels = np.where(computing, COMPUTING, np.where(working, OTHER_WORK, 0.0))
-    last = np.ones(len(times), bool)  # the last edge of each (container, time) holds its level
-    last[:-1] = (owner[1:] != owner[:-1]) | (times[1:] != times[:-1])
-    owner, times, levels = owner[last], times[last], levels[last]
-    changed = np.ones(len(times), bool)  # a sample only where a container's level changes
-    changed[1:] = (owner[1:] != owner[:-1]) | (levels[1:] != levels[:-1])
-    owner, times, levels = owner[changed], times[changed], levels[changed]
+    computes = computes_track[table.track[on_lanes]][lasting]
+    owner, times, levels = _levels(slice_owner[lasting], starts[lasting], ends[lasting], computes,
+                                   np.zeros(len(computes), bool), np.ones(len(computes), bool))
     bounds = np.searchsorted(owner, list(codes.values()) + [len(on_lanes)]).tolist()
     for (container, code), first, end in zip(codes.items(), bounds, bounds[1:]):
         container.is_counter, container.scale = True, GPU_SCALE
@@ -114,57 +103,85 @@ def add_busy_lanes(trace: Trace) -> None:
                                   repeat(container)))
 
 
-def add_busy_threads(trace: Trace, process: Process) -> None:
-    """Make a row group's own row a counter of how many of its threads run a slice (a step's
-    ProfilerStep#N aside, which spans all of it): collapsed, a CPU rank's row shows its work
-    where it would show nothing. Each thread's slices count as their union: nesting counts once."""
+def add_cpu_work(trace: Trace, processes: list[Process]) -> None:
+    """Make the first of a rank's CPU row groups that holds a slice a counter of what the rank's
+    CPUs do, all its threads together, by the report's stage compute for a CPU-only rank:
+    COMPUTING (1) while a compute op runs (kineto.is_cpu_compute) and no communication op
+    (a cpu_op whose time is a transfer or a wait for one, even inside a compute op), OTHER_WORK
+    (1/2) while otherwise only communication runs (its ops, and transport spans such as gloo's
+    open on any thread), 0 otherwise: a receive waiting, annotations, transfer buffers. A 0 at
+    the first slice where nothing counts, so no row claims work it cannot show."""
     table = trace.slices
-    thread_of_track, threads = table.track_keys(lambda track: track.thread if track.thread is not None
-                                                and track.thread.process is process else None)
-    steps = np.zeros(len(table), bool)
-    steps[table.named(lambda name: name.startswith("ProfilerStep#"))] = True
-    changes: list[tuple[int, int]] = []
-    for thread, at in grouped_in_order(thread_of_track[table.track]):
-        if thread < 0:  # not on one of its threads
-            continue
-        rows = at[~steps[at]]
-        starts, ends = table.spans(rows[np.argsort(table.ts[rows], kind="stable")])
-        if not len(starts):
-            continue
-        reach = np.maximum.accumulate(ends)  # the furthest end so far: a new run starts past it
-        opens = np.flatnonzero(np.r_[True, starts[1:] > reach[:-1]])
-        closes = np.r_[reach[opens[1:] - 1], reach[-1]]
-        changes += zip(starts[opens].tolist(), repeat(1))
-        changes += zip(closes.tolist(), repeat(-1))
-    if changes:
-        process.activity = Track(name=process.display_name, is_counter=True, scale=CPU_SCALE)
-        trace.counters.extend(CounterSample(ts, total, process.activity) for ts, total in running_totals(changes))
+    mine = set(map(id, processes))
+    process_of_track, owners = table.track_keys(lambda track: _process_of(track, mine))
+    on_rows = np.flatnonzero(process_of_track[table.track] >= 0)
+    if not len(on_rows):
+        return
+    holding = {id(owners[key]) for key in np.unique(process_of_track[table.track[on_rows]]).tolist()}
+    shown = next(process for process in processes if id(process) in holding)
+    shown.activity = Track(name=shown.display_name, is_counter=True, scale=CPU_SCALE)
+    # What each distinct (name, category) is, asked of the vocabulary once per pair.
+    texts = table.texts
+    pairs, kind_of = np.unique(table.name[on_rows] * len(texts) + table.cat[on_rows], return_inverse=True)
+    pair_names, pair_categories = np.divmod(pairs, len(texts))
+    kinds = np.array([(is_cpu_compute(texts[name], texts[category]),
+                       is_communication_op(texts[name]) and texts[category] == CPU_OP_CATEGORY,
+                       is_communication_op(texts[name]))
+                      for name, category in zip(pair_names.tolist(), pair_categories.tolist())], np.bool_)
+    computes, blocks, communicates = kinds.reshape(-1, 3)[kind_of].T
+    starts, ends = table.spans(on_rows)
+    counted = (ends > starts) & (computes | communicates)
+    if not counted.any():
+        trace.counters.append(CounterSample(int(starts.min()), 0, shown.activity))
+        return
+    _, times, levels = _levels(np.zeros(np.count_nonzero(counted), np.int64), starts[counted], ends[counted],
+                               computes[counted], blocks[counted], communicates[counted])
+    trace.counters.extend(map(CounterSample, times.tolist(), levels.tolist(), repeat(shown.activity)))
+
+
+def _process_of(track: Track, processes: set[int]) -> Optional[Process]:
+    """The process of `processes` (by id) a CPU track belongs to: a thread's, or one scoped to
+    the process, but no GPU lane or annotation row (a GPU process holds those)."""
+    process = track.thread.process if track.thread is not None else track.process
+    return process if process is not None and id(process) in processes and track.role is TrackRole.PLAIN else None
+
+
+def _levels(owner: np.ndarray, starts: np.ndarray, ends: np.ndarray, computes: np.ndarray, blocks: np.ndarray,
+            works: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(owner, ts, level) wherever an owner's level changes, by owner then time, for lasting
+    spans: COMPUTING while a `computes` span runs and no `blocks` span, else OTHER_WORK while a
+    `works` span runs, else 0. Ends count before starts at one time, so no false peak shows."""
+    count = len(starts)
+    owner, times = np.concatenate((owner, owner)), np.concatenate((starts, ends))
+    changes = np.repeat(np.array([1, -1], np.int64), count)
+    order = np.lexsort((changes, times, owner))
+    owner, times, changes = owner[order], times[order], changes[order]
+    # Each owner's edges sum to 0: no reset needed between them.
+    computing, blocked, working = (np.cumsum(np.where(np.tile(mask, 2)[order], changes, 0)) > 0
+                                   for mask in (computes, blocks, works))
+    levels = np.where(computing & ~blocked, COMPUTING, np.where(working, OTHER_WORK, 0.0))
+    last = np.ones(len(times), bool)  # the last edge of each (owner, time) holds its level
+    last[:-1] = (owner[1:] != owner[:-1]) | (times[1:] != times[:-1])
+    owner, times, levels = owner[last], times[last], levels[last]
+    changed = np.ones(len(times), bool)  # a sample only where an owner's level changes
+    changed[1:] = (owner[1:] != owner[:-1]) | (levels[1:] != levels[:-1])
+    return owner[changed], times[changed], levels[changed]
 
 
 def busy_gpu_changes(trace: Trace) -> tuple[list[tuple[int, int]], int]:
     """(ts, 1) where a GPU starts computing, (ts, -1) where it stops, read from the GPU rows'
     counters, and how many GPUs: summed over ranks, the pipeline's computing GPUs out of all.
-    A rank with no GPU counts as one, computing where any of its CPU rows counts a busy
-    thread, so a CPU-only pipeline's root counts its busy ranks."""
+    A rank with no GPU counts as one, computing where its CPU row does (add_cpu_work), so a
+    CPU-only pipeline's root counts its computing ranks by the report's stage compute."""
     gpus = sum(track.role is TrackRole.LANES for track in trace.tracks)
     rank_rows = {process.activity for process in trace.processes if process.activity is not None}
-    samples = [sample for sample in trace.counters if sample.track.role is TrackRole.LANES] if gpus else \
-        [CounterSample(ts, COMPUTING if total > 0 else 0, _RANK) for ts, total in running_totals(
-            (sample.ts, int(sample.value - previous)) for sample, previous in _steps(trace.counters, rank_rows))]
     changes: list[tuple[int, int]] = []
     was_computing: dict[Track, bool] = defaultdict(bool)
-    for sample in samples:  # each container's samples in time order
+    for sample in trace.counters:  # each row's samples in time order
+        if not (sample.track.role is TrackRole.LANES if gpus else sample.track in rank_rows):
+            continue
         computing = sample.value >= COMPUTING
         if computing != was_computing[sample.track]:
             changes.append((sample.ts, 1 if computing else -1))
             was_computing[sample.track] = computing
     return changes, max(gpus, 1)
-
-
-def _steps(samples: list[CounterSample], tracks: set[Track]) -> Iterator[tuple[CounterSample, float]]:
-    """Each sample of `tracks` with the value before it on its track (0 at first)."""
-    previous: dict[Track, float] = defaultdict(float)
-    for sample in samples:
-        if sample.track in tracks:
-            yield sample, previous[sample.track]
-            previous[sample.track] = sample.value

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Container
 
 from ..model import CounterSample, Process, RankIdentity, Trace, Track, TrackRole
-from .activity import ROOT_SCALE, add_busy_threads
+from .activity import ROOT_SCALE, add_cpu_work
 
 PIPELINE_ROOT_NAME = "Pipeline (PP rank order)"
 RANKS_ROOT_NAME = "Ranks (global rank order)"  # the root where no PP group orders the ranks
@@ -33,10 +33,10 @@ def root_name(in_pp_group: bool) -> str:
 
 def place_rank(trace: Trace, position: int, rank: RankIdentity) -> None:
     """Hang the rank's rows, at `position` in the pipeline, under the pipeline root: first its GPU
-    lanes, then each process as a group of rows titled after the rank whose own row counts its
-    busy threads (its threads' rows keep their input names and tids). The profiler's bookkeeping
-    (global instants, the profiler's span) goes last inside the rank's first CPU row: on its own
-    it would be a row that draws nothing on the first screen."""
+    lanes, then each process as a group of rows titled after the rank (its threads' rows keep
+    their input names and tids), the first that holds a slice a counter of the rank's CPU work.
+    The profiler's bookkeeping (global instants, the profiler's span) goes last inside the
+    rank's first CPU row: on its own it would be a row that draws nothing on the first screen."""
     trace.rank = rank
     first_row = position * _ROWS_PER_RANK + 1
     bookkeeping = [process for process in trace.processes if process.row_group]
@@ -46,10 +46,10 @@ def place_rank(trace: Trace, position: int, rank: RankIdentity) -> None:
         process.name, process.labels = f"{rank.title} · {process.short_name}", []
         process.row_group, process.parent = True, _ROOT_PLACE
         process.sort_index = first_row + _ROWS_PER_RANK // 2 + index
-        add_busy_threads(trace, process)
         for thread in trace.threads:
             if thread.process is process:  # its tid in its name, so its overlap rows' titles hold it too
                 thread.name = thread.row_title
+    add_cpu_work(trace, rows)
     home = next((process.activity for process in rows if process.activity is not None), _ROOT_PLACE)
     for track in trace.tracks:
         if track.role is TrackRole.GLOBAL:
@@ -87,7 +87,7 @@ def _tucked(track: Track) -> bool:
 
 def root_trace(name: str, busy_gpus: list[tuple[int, int]], gpus: int) -> Trace:
     """The root as a trace of its own: a counter of the percentage of the pipeline's `gpus` GPUs
-    computing (of its ranks busy, CPU-only; 100 is all, whatever the pipeline's size), so the
+    computing (of its ranks computing, CPU-only; 100 is all, whatever the pipeline's size), so the
     first screen, every group collapsed, shows the pipeline's work and its bubbles."""
     root = Track(name=name, orders_children=True, uuid=_ROOT_UUID, is_counter=bool(busy_gpus), scale=ROOT_SCALE)
     return Trace(tracks=[root],

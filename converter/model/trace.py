@@ -33,7 +33,7 @@ class Process(msgspec.Struct, eq=False):
     # why the UI needs that).
     row_group: bool = False
     parent: Optional["Track"] = None
-    # A row group's own row as a counter (its busy threads, engine/activity.py): the track its
+    # A row group's own row as a counter (its rank's CPU work, engine/activity.py): the track its
     # counter samples name; the writer gives it the group's uuid, as it is that row.
     activity: Optional["Track"] = None
 
