@@ -5,13 +5,20 @@ An answer over the ranks that happen to be there would pass for the whole run's.
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
+import statistics
+from collections import defaultdict
+from contextlib import redirect_stdout
 from pathlib import Path
 
 import pytest
 
+from converter.cli import main
 from converter.generator import write_pp_run
+from tests.helpers import real_pipeline_copy
+from tests.oracle import load_events, to_ns
 from tests.test_bad_input import assert_clean_error, run_cli, snapshot
 
 COUNT = "select count(*) as n from slice"
@@ -128,3 +135,46 @@ def test_rows_from_profiler_output_carry_the_rank_its_header_names(run_dir, tmp_
 
     assert run.returncode == 0, run.stderr[-1500:]
     assert {row["file"]: row["rank"] for row in json.loads(run.stdout)} == headers
+
+
+CPU_PIPELINES = ["dp2_pp2", "interleaved1f1b_pp2v2", "torch215_1f1b_pp4", "torch215_gpipe_pp4",
+                 "torch215_interleaved1f1b_pp2v2", "torch215_zb_pp2v2"]
+
+
+def _answer(*argv: str) -> dict:
+    out = io.StringIO()
+    with redirect_stdout(out):
+        assert main([*argv, "--format", "json"]) == 0
+    return json.loads(out.getvalue())
+
+
+@pytest.mark.parametrize("name", CPU_PIPELINES)
+def test_report_dir_on_a_cpu_pipeline_gives_each_ranks_stages_as_the_merged_report_does(name, tmp_path):
+    """Real gloo pipelines (DDP too) have no GPU rows: `report DIR` gives each rank's pipeline
+    stage rows, whose step and compute lengths equal the merged directory's report (its times
+    move with clock alignment, lengths do not), a median step from them, their findings, and
+    says it could not tell stragglers: no NCCL kernels."""
+    folder = real_pipeline_copy(name, tmp_path)
+    across = _answer("report", str(folder), "--jobs", "1")
+    assert main(["merge", str(folder), "-q"]) == 0  # one merged trace per pipeline, beside the ranks
+    merged = [_answer("report", str(path)) for path in sorted(folder.glob("pp_*merged.perfetto-trace"))]
+    assert merged and across["ranks"] == []
+    expected = {(stage["global_rank"], stage["step"]): (stage["step_ns"], stage["compute_ns"])
+                for report in merged for stage in report["pipeline"]["stages"]}
+    assert {(stage["global_rank"], stage["step"]): (stage["step_ns"], stage["compute_ns"])
+            for stage in across["stages"]} == expected
+    steps: dict = defaultdict(list)  # per rank file: its ProfilerStep lengths, from the JSON
+    for path in sorted(folder.glob("rank*_trace.json.gz")):
+        _, events = load_events(path)
+        steps[path.name] = [to_ns(e["dur"]) for e in events if e.get("ph") == "X"
+                            and str(e.get("name", "")).startswith("ProfilerStep#")]
+    assert sorted((stage["file"], stage["step_ns"]) for stage in across["stages"]) == \
+        sorted((file, length) for file, lengths in steps.items() for length in lengths)
+    assert across["median_step_ns"] == statistics.median(sum(lengths) / len(lengths) for lengths in steps.values())
+    shares: dict = defaultdict(list)  # the receive-wait rule of one trace's findings, per rank of the directory
+    for stage in across["stages"]:
+        shares[stage["global_rank"]].append(stage["recv_wait_ns"] / stage["step_ns"])
+    waits = {f["where"]["global_rank"] for f in across["findings"] if f["key"] == "recv_wait"}
+    assert waits == {rank for rank, mine in shares.items() if statistics.mean(mine) >= 0.10} and waits
+    assert across["stragglers"] == [] and \
+        across["straggler_check"]["could_not_tell"] == "no rank runs NCCL collective kernels"

@@ -64,14 +64,22 @@ def report_findings(figures: dict[str, Any]) -> list[Finding]:
     return ranked(found + straggler_findings(figures.get("stragglers", [])))
 
 
+def across_findings(stages: list[dict[str, Any]], stragglers: list[dict[str, Any]]) -> list[Finding]:
+    """Findings of `report DIR`: its traces' pipeline stage rows (each trace's report's, tagged
+    with its `file`) and its stragglers."""
+    return ranked(list(_pipeline(stages)) + straggler_findings(stragglers))
+
+
 def _pipeline(rows: list[dict[str, Any]]) -> Iterable[Finding]:
-    """Receive waits, the schedule's bubble and exposed communication outside receives, per stage."""
-    by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
+    """Receive waits, the schedule's bubble and exposed communication outside receives, per
+    stage: a rank of a pipeline (PP ranks of several pipelines, as `report DIR` lists them,
+    are told apart by their global ranks)."""
+    by_rank: dict[tuple[int, Optional[int]], list[dict[str, Any]]] = defaultdict(list)
     for row in rows:
-        by_rank[row["pp_rank"]].append(row)
-    for pp_rank, steps in sorted(by_rank.items()):
+        by_rank[(row["pp_rank"], row["global_rank"])].append(row)
+    for _, steps in sorted(by_rank.items(), key=lambda item: (item[0][0], -1 if item[0][1] is None else item[0][1])):
         title = steps[0]["rank"]
-        where = {"pp_rank": pp_rank, "global_rank": steps[0]["global_rank"]}
+        where: dict[str, Any] = {key: steps[0][key] for key in ("pp_rank", "global_rank", "file") if key in steps[0]}
         share = mean(row["recv_wait_ns"] / row["step_ns"] for row in steps if row["step_ns"])
         if share >= NOTABLE_SHARE:
             most = _most_waited_for(steps)
@@ -128,7 +136,7 @@ def _exposed(gpu: dict[str, Any], more: int) -> Finding:
 
 
 def straggler_findings(stragglers: list[dict[str, Any]]) -> list[Finding]:
-    """One finding per straggler `report DIR` names (jobs/across.py's rows)."""
+    """One finding per straggler a merge's report or `report DIR` names (stragglers.py's rows)."""
     return ranked(Finding("straggler", f"{s['title']} arrives last at {s['late_collectives']} collectives, holding "
                           f"them up {s['held_up_ns_per_step'] / 1e6:.3f} ms per step (the others waited "
                           f"{s['caused_wait_ns'] / 1e6:.3f} ms for it in all)", s["held_up_share"],

@@ -27,7 +27,7 @@ from .findings import FINDINGS_DEFINITION, report_findings
 from .intervals import Intervals, covered, intersect, subtract, union
 from .critical_path import read_critical_path
 from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
-from .stragglers import STRAGGLER_DEFINITIONS, Arrival, late_arrivals, read_arrivals, stragglers
+from .stragglers import STRAGGLER_DEFINITIONS, Arrival, hold_ups, late_arrivals, read_arrivals, straggler_answer
 from .query import open_checked, run_sql
 
 # The figures, each defined once: keys as in the JSON's "definitions".
@@ -321,22 +321,29 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
     if trace.clocks:  # a merge that moved its ranks' clocks
         figures["clocks"] = trace.clocks
     if len(arrivals) > 1:  # a merge: its ranks' collectives on its one clock
-        figures["stragglers"] = _stragglers(arrivals, per_gpu)
+        figures.update(_stragglers(arrivals, per_gpu))
     figures = {"input": figures["input"], "findings": [f.as_json() for f in report_findings(figures)], **figures}
     return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks],
                   arrivals)
 
 
-def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The merged ranks that hold collectives up (stragglers.py), named as the GPUs are."""
+def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]]) -> dict[str, Any]:
+    """The merged ranks that hold collectives up (stragglers.py), named as the GPUs are, and
+    what backs the answer."""
     gpu_of = {(gpu["pp_rank"], gpu["global_rank"]): gpu for gpu in gpus}
     ranked: dict[Rank, dict[str, Any]] = {rank: gpu_of[rank[:2]] for rank in arrivals if rank and rank[:2] in gpu_of}
     steps = [step["step_ns"] for gpu in gpus for step in gpu["steps"]]
-    return [{"file": None, "global_rank": rank[1] if rank else None, "gpu": ranked[rank]["gpu"] if rank in ranked
-             else None, "title": gpu_label(ranked[rank]) if rank in ranked else "a rank", **figures}
-            for rank, figures in stragglers(late_arrivals(arrivals),
-                                            {rank: len(gpu["steps"]) for rank, gpu in ranked.items()},
-                                            statistics.median(steps) if steps else 0)]
+    median = statistics.median(steps) if steps else 0
+
+    def title(rank: Rank) -> str:
+        return gpu_label(ranked[rank]) if rank in ranked else rank_title(*rank) if rank else "a rank"
+
+    found = late_arrivals(arrivals, title)
+    rows = [{"file": None, "global_rank": rank[1] if rank else None, "gpu": ranked[rank]["gpu"] if rank in ranked
+             else None, "title": title(rank), **figures}
+            for rank, figures in hold_ups(found.late, {rank: len(gpu["steps"]) for rank, gpu in ranked.items()},
+                                          median)]
+    return straggler_answer(found, rows, median)
 
 
 def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:

@@ -4,15 +4,20 @@ Every rank's NCCL collective kernel of one collective starts when that rank gets
 cannot finish before the last one has; so the last to arrive holds the whole collective up.
 The k-th collective of a kind on a process group (its name and ranks, as Kineto records them
 on the kernel) is one collective on every rank that has it; the arrivals are the kernels'
-starts on the clock the traces share. Kernels that name no process group (those replayed
-inside CUDA graphs, older traces) are left out: nothing says which ranks share them.
+starts on the clock the traces share. Traces from before torch recorded groups name none on
+any kernel: there every rank that runs a kernel name runs it in the same order, so the k-th
+of a name is one collective. Where some kernels name a group and others do not (NCCL kernels
+replayed inside CUDA graphs), the nameless ones could belong to any group and are left out.
+Order only matches collectives where every rank has as many of a kind; where that fails, or
+nothing is left to match, the answer says it could not tell, and why.
 """
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Any, Callable, Hashable, TypeVar
+from dataclasses import dataclass, field
+from typing import Any, Callable, Generic, Hashable, Optional, TypeVar
 
 from ..kineto import KERNEL_CATEGORIES
 
@@ -22,18 +27,26 @@ STRAGGLER_SHARE = 0.10
 
 STRAGGLER_DEFINITIONS = {
     "stragglers": "ranks whose late arrival into collectives makes the others wait: per collective (the k-th "
-                  "NCCL collective kernel of a kind on one process group, named with its ranks on the kernel, on "
-                  "every rank that has it) the rank whose kernel starts last holds it up by how much later it starts than the next "
-                  "latest (held up), and the others wait from their own starts to its start (caused wait); a "
-                  f"straggler holds collectives up at least {STRAGGLER_SHARE:.0%} of the median step time per step",
+                  "NCCL collective kernel of a kind, on every rank that has it: of a collective and size on one "
+                  "process group where Kineto names them on the kernel, else of one kernel name where no kernel "
+                  "of the traces names a group; matched only where each of those ranks has as many) the rank "
+                  "whose kernel starts last holds it up by how much later it starts than the next latest (held "
+                  "up), and the others wait from their own starts to its start (caused wait); a straggler holds "
+                  f"collectives up at least {STRAGGLER_SHARE:.0%} of the median step time per step; the largest "
+                  "hold-up is shown below that too, and where no collective can be matched the answer is could "
+                  "not tell, with the reason",
 }
 
 _ARRIVALS_SQL = """
 select s.track_id, s.ts, s.name,
        extract_arg(s.arg_set_id, 'debug.args.Collective name') as collective,
        extract_arg(s.arg_set_id, 'debug.args.Process Group Name') as pg,
+       extract_arg(s.arg_set_id, 'debug.args.Process Group Ranks') as ranks_text,
        (select group_concat(a.int_value, ',') from args a
-        where a.arg_set_id = s.arg_set_id and a.key glob 'debug.args.Process Group Ranks*') as ranks
+        where a.arg_set_id = s.arg_set_id and a.key glob 'debug.args.Process Group Ranks[[]*') as ranks_list,
+       extract_arg(s.arg_set_id, 'debug.args.dtype') as dtype,
+       extract_arg(s.arg_set_id, 'debug.args.In msg nelems') as in_nelems,
+       extract_arg(s.arg_set_id, 'debug.args.Out msg nelems') as out_nelems
 from slice s where s.dur > 0 and s.category in ({categories})
   and (s.name glob 'ncclKernel_*' or s.name glob 'ncclDevKernel_*')
 order by s.ts""".format(categories=", ".join(f"'{c}'" for c in KERNEL_CATEGORIES))
@@ -43,12 +56,34 @@ Who = TypeVar("Who", bound=Hashable)  # how the caller names a rank: a rank of a
 
 @dataclass(frozen=True)
 class Arrival:
-    """One rank's kernel of one collective: which collective (channel, kind, k-th), when it began."""
+    """One rank's kernel of one collective: which collective (its process group where the
+    kernel names one, its kind, the k-th of those on the rank), when it began."""
 
-    channel: str
+    channel: Optional[str]
     kind: str
     index: int
     start: int
+
+
+def _group_ranks(text: Optional[str], listed: Optional[str]) -> str:
+    """A group's ranks as "0,1": Kineto writes them as a string ("[0, 1]"), the generator as a list."""
+    if listed is not None:
+        return listed
+    try:
+        ranks = json.loads(text) if text is not None else None
+    except ValueError:
+        return text or ""
+    return ",".join(map(str, ranks)) if isinstance(ranks, list) else str(text)
+
+
+def _kind(name: str, collective: Optional[str], dtype: Any, in_nelems: Any, out_nelems: Any) -> str:
+    """The collective and its size where the kernel records them, else the kernel's name
+    (which names the collective, algorithm, protocol and type, the same on every rank)."""
+    if collective is None:
+        return name.split("(", 1)[0]
+    sizes = [f"{label} {value}" for label, value in (("dtype", dtype), ("in", in_nelems), ("out", out_nelems))
+             if value is not None]
+    return collective + (f" ({', '.join(sizes)})" if sizes else "")
 
 
 def read_arrivals(rows: Callable[[str], list[tuple[Any, ...]]], whose: Callable[[int], Who]
@@ -56,48 +91,120 @@ def read_arrivals(rows: Callable[[str], list[tuple[Any, ...]]], whose: Callable[
     """Each rank's collective kernels (pairwise sends and receives left out), numbered per
     channel and kind in start order. `whose`: a kernel's track id -> its rank."""
     found: dict[Who, list[Arrival]] = defaultdict(list)
-    counts: dict[tuple[Who, str, str], int] = defaultdict(int)
-    for track, start, name, collective, pg, ranks in rows(_ARRIVALS_SQL):
-        if pg is None or collective is None or collective in _POINT_TO_POINT:
+    counts: dict[tuple[Who, Optional[str], str], int] = defaultdict(int)
+    for track, start, name, collective, pg, ranks_text, ranks_list, dtype, in_nelems, out_nelems in rows(_ARRIVALS_SQL):
+        if collective in _POINT_TO_POINT:
             continue
         rank = whose(track)
-        channel = f"group {pg} [{ranks}]"
-        kind = collective
+        channel = None if pg is None else f"group {pg} [{_group_ranks(ranks_text, ranks_list)}]"
+        kind = _kind(name, collective, dtype, in_nelems, out_nelems)
         index = counts[(rank, channel, kind)]
         counts[(rank, channel, kind)] += 1
         found[rank].append(Arrival(channel, kind, index, start))
     return dict(found)
 
 
-def late_arrivals(arrivals: dict[Who, list[Arrival]]) -> dict[Who, dict[str, int]]:
-    """Per rank that arrived last anywhere: how many collectives it reached last
-    (`late_collectives`), by how much later than the next latest in all (`held_up_ns`), and the
-    waiting it caused the others in all (`caused_wait_ns`)."""
-    by_collective: dict[tuple[str, str, int], list[tuple[int, Who]]] = defaultdict(list)
-    for rank, mine in arrivals.items():
-        for arrival in mine:
+@dataclass
+class Lateness(Generic[Who]):
+    """What matching the ranks' collectives found: per rank that arrived last somewhere, how many
+    collectives it reached last (`late_collectives`), by how much later than the next latest in
+    all (`held_up_ns`), the waiting it caused the others in all (`caused_wait_ns`); how many
+    collectives and ranks were matched; why kernels were left out, and where nothing could be
+    matched, why not (`could_not_tell`)."""
+
+    late: dict[Who, dict[str, int]] = field(default_factory=dict)
+    collectives: int = 0
+    ranks: int = 0
+    left_out: list[str] = field(default_factory=list)
+    could_not_tell: Optional[str] = None
+
+
+def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str]) -> Lateness[Who]:
+    """Match every rank's collectives by channel, kind and order, and find who arrived last.
+    `title`: a rank as the answer names it."""
+    found: Lateness[Who] = Lateness()
+    present = sorted((rank for rank, mine in arrivals.items() if mine), key=title)
+    if len(present) < 2:
+        found.could_not_tell = ("no rank runs NCCL collective kernels" if not present else
+                                f"only {title(present[0])} runs NCCL collective kernels: nobody to wait for it")
+        return found
+    named = any(arrival.channel is not None for rank in present for arrival in arrivals[rank])
+    by_collective: dict[tuple[Optional[str], str, int], list[tuple[int, Who]]] = defaultdict(list)
+    counts: dict[tuple[Optional[str], str], dict[Who, int]] = defaultdict(dict)
+    nameless = 0
+    for rank in present:
+        for arrival in arrivals[rank]:
+            if named and arrival.channel is None:
+                nameless += 1
+                continue
             by_collective[(arrival.channel, arrival.kind, arrival.index)].append((arrival.start, rank))
-    late: dict[Who, dict[str, int]] = {}
-    for starts in by_collective.values():
-        if len(starts) < 2:
+            counts[(arrival.channel, arrival.kind)][rank] = arrival.index + 1
+    if nameless:
+        found.left_out.append(f"{nameless} collective kernels that name no process group (replayed in CUDA graphs, "
+                              "say) while others name theirs: which ranks share them nothing says")
+    unmatched = set()
+    for (channel, kind), per_rank in sorted(counts.items(), key=lambda item: (item[0][0] or "", item[0][1])):
+        fewest, most = min(per_rank.items(), key=lambda item: item[1]), max(per_rank.items(), key=lambda item: item[1])
+        where = f"{kind} on {channel}" if channel else kind
+        if len(per_rank) < 2:
+            found.left_out.append(f"{where}: only {title(fewest[0])} runs it")
+        elif fewest[1] != most[1]:
+            found.left_out.append(f"{where}: {title(most[0])} runs {most[1]}, {title(fewest[0])} {fewest[1]}, "
+                                  "so order cannot match them")
+        else:
             continue
+        unmatched.add((channel, kind))
+    ranked: set[Who] = set()
+    for (channel, kind, _), starts in by_collective.items():
+        if (channel, kind) in unmatched:
+            continue
+        found.collectives += 1
         starts.sort(key=lambda item: item[0])
+        ranked.update(rank for _, rank in starts)
         (second, _), (last, rank) = starts[-2], starts[-1]
-        figures = late.setdefault(rank, {"late_collectives": 0, "held_up_ns": 0, "caused_wait_ns": 0})
+        figures = found.late.setdefault(rank, {"late_collectives": 0, "held_up_ns": 0, "caused_wait_ns": 0})
         figures["late_collectives"] += 1
         figures["held_up_ns"] += last - second
         figures["caused_wait_ns"] += sum(last - start for start, _ in starts[:-1])
-    return late
+    found.ranks = len(ranked)
+    if not found.collectives:
+        found.could_not_tell = "; ".join(found.left_out)
+    return found
 
 
-def stragglers(late: dict[Who, dict[str, int]], steps: dict[Who, int], median_step_ns: float
-               ) -> list[tuple[Who, dict[str, Any]]]:
-    """The ranks whose holding up per step (over `steps[rank]` steps, at least one) reaches
-    STRAGGLER_SHARE of the median step, most first."""
+def hold_ups(late: dict[Who, dict[str, int]], steps: dict[Who, int], median_step_ns: float
+             ) -> list[tuple[Who, dict[str, Any]]]:
+    """Every rank that held collectives up, most per step first (over `steps[rank]` steps, at
+    least one), with its share of the median step and whether that makes it a straggler (none
+    without a median step to weigh it against)."""
     rows = []
     for rank, figures in late.items():
         per_step = figures["held_up_ns"] / max(steps.get(rank, 1), 1)
-        if per_step >= STRAGGLER_SHARE * median_step_ns and per_step > 0:
+        if per_step > 0:
             rows.append((rank, {**figures, "held_up_ns_per_step": round(per_step),
-                                "held_up_share": round(per_step / median_step_ns, 4)}))
+                                "held_up_share": round(per_step / median_step_ns, 4) if median_step_ns > 0 else None,
+                                "straggler": median_step_ns > 0 and per_step >= STRAGGLER_SHARE * median_step_ns}))
     return sorted(rows, key=lambda row: -row[1]["held_up_ns_per_step"])
+
+
+def straggler_answer(found: Lateness, rows: list[dict[str, Any]], median_step_ns: float) -> dict[str, Any]:
+    """The stragglers and what backs the answer, as report and report DIR give them: `rows` are
+    hold_ups' rows as the caller names their ranks (`title`), most first."""
+    could_not_tell = found.could_not_tell
+    if could_not_tell is None and median_step_ns <= 0:
+        could_not_tell = "no step time to weigh the hold-ups against"
+    named = [row for row in rows if row["straggler"]] if could_not_tell is None else []
+    largest = rows[0] if rows and could_not_tell is None else None
+    if could_not_tell is not None:
+        summary = f"could not tell, because {could_not_tell}"
+    elif largest is None:
+        summary = f"none named ({found.collectives} collectives matched on {found.ranks} ranks, none held up)"
+    else:
+        summary = (f"{len(named) or 'none'} named ({found.collectives} collectives matched on {found.ranks} ranks); "
+                   f"largest hold-up: {largest['title']}, {largest['held_up_ns_per_step'] / 1e6:.3f} ms per step, "
+                   f"{largest['held_up_share']:.1%} of the median step, "
+                   + ("at or above" if largest["straggler"] else "below") + f" the {STRAGGLER_SHARE:.0%} threshold")
+    return {"stragglers": named,
+            "straggler_check": {"summary": summary, "could_not_tell": could_not_tell, "collectives": found.collectives,
+                                "ranks": found.ranks, "threshold_share": STRAGGLER_SHARE, "largest_hold_up": largest,
+                                "left_out": found.left_out}}

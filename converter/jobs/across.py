@@ -10,15 +10,17 @@ records in its track roles (from profiler output, `distributedInfo`'s), else non
 from __future__ import annotations
 
 import statistics
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import orjson
 
 from ..analysis.query import Result, format_table, open_checked, run_sql, terminal_safe
-from ..analysis.findings import as_text, straggler_findings
+from ..analysis.findings import across_findings, as_text
+from ..analysis.pipeline_anatomy import ANATOMY_DEFINITIONS
 from ..analysis.report import DEFINITIONS, build_report
-from ..analysis.stragglers import Arrival, late_arrivals, stragglers
+from ..analysis.stragglers import Arrival, hold_ups, late_arrivals, straggler_answer
 from ..errors import CgtraceError
 from ..fileio.atomic import GZIP_SUFFIX
 from ..lane_rules import LaneRules, load_lane_rules
@@ -30,12 +32,17 @@ from .runner import COMPACTED_TAG, PERFETTO_NAMES, default_output_path
 
 ACROSS_DEFINITIONS = {
     "step time": "a GPU's mean ProfilerStep length over the steps of its window (the window's length where it "
-                 "has no steps)",
-    "vs median": "its step time minus the median step time of all GPUs listed",
+                 "has no steps); where no trace has GPU slices (CPU-only pipelines), a PP rank's mean step length "
+                 "in its pipeline stage rows",
+    "vs median": "its step time minus the median step time of all GPUs listed (of all PP ranks where no GPU is)",
     "bubble share": "its bubbles' total over its steps' total",
     "clock": "each trace's own: Kineto's baseTimeNanoseconds plus each event's ts, so ranks on one host share it "
              "and ranks on several hosts are as far apart as their clocks (merge aligns them: report the merge)",
 }
+
+# A pipeline stage's parts (pipeline_anatomy.py's figures), in the order its table shows them.
+_STAGE_PARTS = {"compute_ns": "compute", "warmup_ns": "warm-up", "drain_ns": "drain", "recv_wait_ns": "recv wait",
+                "exposed_comm_ns": "exposed comm", "other_ns": "other"}
 
 
 def traces_in(directory: Path) -> list[Path]:
@@ -113,29 +120,51 @@ def recorded_rank(tp: Any, path: Path) -> Optional[int]:
 
 def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = None,
                   lanes: Optional[LaneRules] = None) -> dict[str, Any]:
-    """Per GPU of every trace: step time, busy, exposed communication and bubble, and the
-    stragglers: the traces whose late arrival into collectives holds the others up."""
+    """Per GPU of every trace: step time, busy, exposed communication and bubble; per PP rank
+    (a rank trace with PP annotations or c10d transfers, GPU or CPU-only): its pipeline stage
+    rows; the findings they give, and the stragglers: the traces whose late arrival into
+    collectives holds the others up."""
     files = traces_in(directory)
     lanes = lanes or load_lane_rules()
     outcomes = run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes) for path in files],
                          list(map(str, files)), "reporting", stop_at_failure=True)
     rows = [_rank_row(path, gpu) for path, outcome in zip(files, outcomes) for gpu in outcome.value[0]["gpus"]]
-    _refuse_duplicate_ranks(directory, ((row["file"], row["global_rank"]) for row in rows))
-    median = statistics.median(row["step_ns"] for row in rows) if rows else 0
+    stages = [{"file": path.name, **stage} for path, outcome in zip(files, outcomes)
+              for stage in outcome.value[0].get("pipeline", {}).get("stages", [])]
+    _refuse_duplicate_ranks(directory, ((row["file"], row["global_rank"]) for row in rows + stages))
+    step_times = _step_times(rows, stages)
+    median = statistics.median([row["step_ns"] for row in rows] or [step for step, _ in step_times.values()] or [0])
     for row in rows:
         row["vs_median_ns"] = row["step_ns"] - median
-    first_row = {row["file"]: row for row in reversed(rows)}
-    late = late_arrivals({path.name: outcome.value[1] for path, outcome in zip(files, outcomes)})
-    named = [{"file": file, "global_rank": first_row[file]["global_rank"] if file in first_row else None,
-              "gpu": first_row[file]["gpu"] if file in first_row else None,
-              "title": _title(file, first_row.get(file)), **figures}
-             for file, figures in stragglers(late, {file: max(row["steps"], 1) for file, row in first_row.items()},
-                                             median)]
-    definitions = {**{k: DEFINITIONS[k] for k in ("window", "busy", "exposed communication", "bubble", "stragglers")},
-                   **ACROSS_DEFINITIONS}
+    identity = {row["file"]: row for row in reversed(stages + rows)}  # a file's first GPU, else its first stage
+
+    def title(file: str) -> str:
+        row = identity.get(file)
+        return f"rank {row['global_rank']} ({file})" if row and row["global_rank"] is not None else file
+
+    found = late_arrivals({path.name: outcome.value[1] for path, outcome in zip(files, outcomes)}, title)
+    held = [{"file": file, "global_rank": identity[file]["global_rank"] if file in identity else None,
+             "gpu": identity[file].get("gpu") if file in identity else None, "title": title(file), **figures}
+            for file, figures in hold_ups(found.late, {file: steps for file, (_, steps) in step_times.items()},
+                                          median)]
+    answer = straggler_answer(found, held, median)
+    definitions = {**{k: DEFINITIONS[k] for k in ("window", "busy", "exposed communication", "bubble")},
+                   **(ANATOMY_DEFINITIONS if stages else {}), "stragglers": DEFINITIONS["stragglers"],
+                   "findings": DEFINITIONS["findings"], **ACROSS_DEFINITIONS}
     return {"directory": str(directory), "traces": len(files),
-            "findings": [finding.as_json() for finding in straggler_findings(named)], "definitions": definitions,
-            "median_step_ns": median, "ranks": rows, "stragglers": named}
+            "findings": [finding.as_json() for finding in across_findings(stages, answer["stragglers"])],
+            "definitions": definitions, "median_step_ns": median, "ranks": rows, "stages": stages, **answer}
+
+
+def _step_times(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> dict[str, tuple[float, int]]:
+    """Per file: (its step time, its steps), from its GPUs' rows, or where the directory has no
+    GPU rows (CPU-only pipelines), from its pipeline stage rows."""
+    if rows:
+        return {row["file"]: (row["step_ns"], max(row["steps"], 1)) for row in reversed(rows)}
+    lengths: dict[str, list[int]] = defaultdict(list)
+    for stage in stages:
+        lengths[stage["file"]].append(stage["step_ns"])
+    return {file: (sum(steps) / len(steps), len(steps)) for file, steps in lengths.items()}
 
 
 def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> tuple[dict[str, Any], list[Arrival]]:
@@ -144,10 +173,6 @@ def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> tuple[dic
     with as_perfetto(path, compact=True, lanes=lanes) as trace:
         report = build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path)
     return report.figures, [arrival for arrivals in report.arrivals.values() for arrival in arrivals]
-
-
-def _title(file: str, row: Optional[dict[str, Any]]) -> str:
-    return f"rank {row['global_rank']} ({file})" if row and row["global_rank"] is not None else file
 
 
 def _rank_row(path: Path, gpu: dict[str, Any]) -> dict[str, Any]:
@@ -161,18 +186,34 @@ def _rank_row(path: Path, gpu: dict[str, Any]) -> dict[str, Any]:
 
 
 def render_across(report: dict[str, Any], fmt: str) -> str:
-    """JSON, or text: a table of GPUs, the stragglers, and the definitions."""
+    """JSON, or text: the findings, a table of GPUs, one of pipeline stages, the stragglers,
+    and the definitions."""
     if fmt == "json":
         return orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n"
-    table = format_table(
+    gpus = format_table(
         ["file", "rank", "gpu", "steps", "step ms", "vs median ms", "busy", "exposed comm", "bubble"],
-        [[row["file"], "" if row["global_rank"] is None else str(row["global_rank"]), row["gpu"], str(row["steps"]),
-          f"{row['step_ns'] / 1e6:.3f}", f"{row['vs_median_ns'] / 1e6:+.3f}", f"{row['busy_share'] * 100:.1f}%",
+        [[row["file"], _rank(row), row["gpu"], str(row["steps"]), f"{row['step_ns'] / 1e6:.3f}",
+          f"{row['vs_median_ns'] / 1e6:+.3f}", f"{row['busy_share'] * 100:.1f}%",
           f"{row['exposed_comm_share'] * 100:.1f}%", f"{row['bubble_share'] * 100:.1f}%"] for row in report["ranks"]],
         numeric_columns=[1, 3, 4, 5, 6, 7, 8])
-    return (f"cgtrace report: {terminal_safe(report['directory'])}, {report['traces']} traces\n\n"
-            + "\n".join(map(terminal_safe, as_text(report["findings"]).split("\n"))) + "\n"
-            f"GPUs: step time, busy, exposed communication and bubble, over each GPU's window\n{table}\n"
-            f"Median step time {report['median_step_ns'] / 1e6:.3f} ms; stragglers: "
-            f"{len(report['stragglers']) or 'none'} (findings above)\n"
-            "\nDefinitions\n" + "".join(f"  {term}: {text}\n" for term, text in report["definitions"].items()))
+    stages = format_table(
+        ["file", "rank", "pp rank", "step", "step ms", *(f"{label} ms" for label in _STAGE_PARTS.values())],
+        [[row["file"], _rank(row), str(row["pp_rank"]), row["step"], f"{row['step_ns'] / 1e6:.3f}",
+          *(f"{row[key] / 1e6:.3f}" for key in _STAGE_PARTS)] for row in report["stages"]],
+        numeric_columns=[1, 2, *range(4, 5 + len(_STAGE_PARTS))])
+    sections = [(title, table) for title, table, rows in (
+        ("GPUs: step time, busy, exposed communication and bubble, over each GPU's window", gpus, report["ranks"]),
+        ("Pipeline stages: each PP rank's steps cut into parts that add up to the step", stages, report["stages"]))
+        if rows]
+    check = report["straggler_check"]
+    left_out = "" if check["could_not_tell"] else "".join(f"  left out: {why}\n" for why in check["left_out"])
+    page = (f"cgtrace report: {report['directory']}, {report['traces']} traces\n\n" + as_text(report["findings"])
+            + "".join(f"\n{title}\n{table.rstrip()}\n" for title, table in sections)
+            + f"\nMedian step time {report['median_step_ns'] / 1e6:.3f} ms; stragglers: {check['summary']}\n"
+            + left_out + "\nDefinitions\n"
+            + "".join(f"  {term}: {meaning}\n" for term, meaning in report["definitions"].items()))
+    return "\n".join(map(terminal_safe, page.split("\n")))  # names from the traces reach the terminal escaped
+
+
+def _rank(row: dict[str, Any]) -> str:
+    return "" if row["global_rank"] is None else str(row["global_rank"])
