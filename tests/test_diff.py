@@ -17,6 +17,7 @@ from converter.analysis.diff import DIFF_DEFINITIONS, beyond, diff_reports
 from converter.cli import main
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
+from converter.model.trace import rank_title
 
 from .helpers import SHARED_TRACES
 from .oracle import load_events, to_ns
@@ -253,7 +254,8 @@ def stage_figures(name: str, stages: list[dict]) -> dict:
 
 def stage(pp_rank: int, step: str, **parts: int) -> dict:
     """A `pipeline.stages[]` row: where it starts, its parts (`<part>_ns`) and `step_ns`, their sum."""
-    return {"pp_rank": pp_rank, "step": step, "start_ns": 10**18 + pp_rank, "step_ns": sum(parts.values()),
+    return {"pp_rank": pp_rank, "rank": rank_title(pp_rank, 4 + pp_rank), "step": step, "start_ns": 10**18 + pp_rank,
+            "step_ns": sum(parts.values()),
             **{f"{k}_ns": v for k, v in parts.items()}, "recv_waits": []}
 
 
@@ -274,18 +276,18 @@ def test_stage_parts_compare_per_pp_rank_as_means_per_step():
                     (1, "drain"): (0, 100, 100)}
     assert [(row["a_steps"], row["b_steps"]) for row in diff["stages"] if row["part"] == "step"] == [(2, 1), (1, 1)]
     found = findings(diff)
-    assert found["stage.recv_wait"]["text"] == "Stage recv wait down 18.8% (-150.000 ms per step); most on PP rank 0"
+    assert found["stage.recv_wait"]["text"] == "Stage recv wait down 18.8% (-150.000 ms per step); most on PP rank 0 (global 4)"
     assert found["stage.drain"]["text"] == "Stage drain up from 0 to 100.000 ms per step"  # PP rank 1 alone has it
     assert "stage.step" not in found   # a stage's step is no part; without GPUs it is the step time
     # (750 + 1100) / 2 against (900 + 1000) / 2
-    assert found["step_time"]["text"] == "Step time down 2.6% (-25.000 ms); most on PP rank 0"
+    assert found["step_time"]["text"] == "Step time down 2.6% (-25.000 ms); most on PP rank 0 (global 4)"
     assert [line.split(" ", 1)[0] for line in beyond(diff, 10)] == ["PP", "PP", "PP"]
 
 
 def test_stage_parts_of_pp_ranks_one_side_lacks_are_refused():
     a = stage_figures("a.json", [stage(0, "ProfilerStep#1", compute=1), stage(1, "ProfilerStep#1", compute=1)])
     b = stage_figures("b.json", [stage(0, "ProfilerStep#1", compute=1)])
-    with pytest.raises(CgtraceError, match=r"^b\.json: has no pipeline stage of PP rank 1, which a\.json has"):
+    with pytest.raises(CgtraceError, match=r"^b\.json: has no pipeline stage of PP rank 1 \(global 5\), which a\.json has"):
         diff_reports(a, b)
 
 

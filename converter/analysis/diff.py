@@ -172,10 +172,12 @@ def _stage_means(figures: dict[str, Any]) -> dict[int, tuple[int, dict[str, floa
 
 def _stage_rows(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) -> list[dict[str, Any]]:
     stages_a, stages_b = _stage_means(a), _stage_means(b)
+    # Each rank as its report names it (A's where both have it), never a name of the diff's own.
+    titles = {row["pp_rank"]: row["rank"] for side in (b, a) for row in side.get("pipeline", {}).get("stages", [])}
     rows = []
     for pp_rank, (steps_a, parts_a), (steps_b, parts_b) in _pairs(
-            stages_a, stages_b, lambda rank: f"pipeline stage of PP rank {rank}", names):
-        rows += [{"pp_rank": pp_rank, "part": part, "a_steps": steps_a, "b_steps": steps_b,
+            stages_a, stages_b, lambda rank: f"pipeline stage of {titles[rank]}", names):
+        rows += [{"pp_rank": pp_rank, "rank": titles[pp_rank], "part": part, "a_steps": steps_a, "b_steps": steps_b,
                   **_compared(parts_a.get(part, 0), parts_b.get(part, 0))} for part in {**parts_a, **parts_b}]
     return rows
 
@@ -220,7 +222,7 @@ def _findings(gpu_rows: list[dict], lane_rows: list[dict], kernel_rows: list[dic
     # The step time of GPUs, or of the PP ranks of a pipeline without GPUs (CPU-only).
     steps, place = [row for row in gpu_rows if row["figure"] == "step"], _on_gpu
     if not steps:
-        steps, place = [row for row in stage_rows if row["part"] == "step"], _on_pp_rank
+        steps, place = [row for row in stage_rows if row["part"] == "step"], _on_rank
     if steps:
         total = _summed(steps)
         mean = _compared(total["a_ns"] / len(steps), total["b_ns"] / len(steps))
@@ -240,7 +242,7 @@ def _findings(gpu_rows: list[dict], lane_rows: list[dict], kernel_rows: list[dic
     for part in dict.fromkeys(row["part"] for row in stage_rows if row["part"] != "step"):
         rows = [row for row in stage_rows if row["part"] == part]
         found.append(_finding(f"stage.{part}", f"stage {part.replace('_', ' ')}", _summed(rows),
-                              detail=_most(rows, _on_pp_rank, "on")))
+                              detail=_most(rows, _on_rank, "on")))
     return found
 
 
@@ -248,15 +250,15 @@ def _on_gpu(row: dict[str, Any]) -> str:
     return row["gpu"]
 
 
-def _on_pp_rank(row: dict[str, Any]) -> str:
-    return f"PP rank {row['pp_rank']}"
+def _on_rank(row: dict[str, Any]) -> str:
+    return str(row["rank"])
 
 
 # What --fail-above looks at: each section's rows, and how a row is named on its line.
 _GATED: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
     ("gpus", lambda row: f"{row['gpu']}: {row['figure']}"),
     ("lane_groups", lambda row: f"{row['gpu']}: {row['group']} busy"),
-    ("stages", lambda row: f"PP rank {row['pp_rank']}: stage {row['part'].replace('_', ' ')}"),
+    ("stages", lambda row: f"{row['rank']}: stage {row['part'].replace('_', ' ')}"),
 )
 
 

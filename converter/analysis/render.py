@@ -91,7 +91,7 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
     tables.append(Table(
         "Clocks: how the merge moved each rank's times onto one clock",
         ["rank", "moved by us", "known to within us", "evidence"],
-        [[f"PP rank {c['pp_rank']} (global rank {c['global_rank']})", f"{c['offset_ns'] / 1e3:.1f}",
+        [[c["rank"], f"{c['offset_ns'] / 1e3:.1f}",
           "-" if c["uncertainty_ns"] is None else f"{c['uncertainty_ns'] / 1e3:.1f}",
           ", ".join(f"{kind} {count}" for kind, count in sorted(c["evidence"].items())) or "none"] for c in clocks],
         [1, 2]))

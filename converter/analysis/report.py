@@ -114,6 +114,7 @@ class _Roles:
                 roles.rank_of_uuid[uuid] = identity
             if rank is not None and rank.clock is not None:
                 roles.clocks.append({"pp_rank": rank.pp_rank, "global_rank": rank.global_rank,
+                                     "rank": rank_title(rank.pp_rank, rank.global_rank, rank.pipeline),
                                      "offset_ns": rank.clock.offset_ns, "uncertainty_ns": rank.clock.uncertainty_ns,
                                      "evidence": rank.clock.evidence})
         roles.group_order = {group: index for index, group in enumerate(order)}

@@ -148,7 +148,8 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     if header.rank is not None:
         # Written with the track roles, converted or compacted, so answers across many ranks'
         # traces name each rank, and two files of one rank are caught.
-        trace.rank = RankIdentity(header.pp_rank if header.pp_group else header.rank, header.rank)
+        trace.rank = RankIdentity(header.pp_rank if header.pp_group else header.rank, header.rank,
+                                  in_pipeline=bool(header.pp_group))
     if rules is None:
         return Prepared(trace, summary, header)
     progress.stage(f"compacting {len(trace.slices)} slices")
