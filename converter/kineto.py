@@ -95,6 +95,19 @@ def base_time_ns(metadata: dict) -> Optional[int]:
     return base
 
 
+def group_ranks(value: Any) -> Optional[tuple[int, ...]]:
+    """A collective's "Process Group Ranks" arg as ranks: real Kineto writes the list as text
+    ("[0, 1]"), other writers as a JSON list; None where it is neither."""
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value)
+        except msgspec.DecodeError:
+            return None
+    if isinstance(value, list) and all(is_rank(rank) for rank in value):
+        return tuple(value)
+    return None
+
+
 def is_rank(value: Any) -> bool:
     """A torch.distributed rank: a non-negative int (JSON's `true` is no rank, though Python's bool is an int)."""
     return type(value) is int and value >= 0

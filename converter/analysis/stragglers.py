@@ -14,12 +14,11 @@ nothing is left to match, the answer says it could not tell, and why.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Hashable, Optional, TypeVar
 
-from ..kineto import KERNEL_CATEGORIES
+from ..kineto import KERNEL_CATEGORIES, group_ranks
 
 # A rank is a straggler where the collectives it reached last were held up this much, per
 # step, as a share of the median step.
@@ -69,11 +68,8 @@ def _group_ranks(text: Optional[str], listed: Optional[str]) -> str:
     """A group's ranks as "0,1": Kineto writes them as a string ("[0, 1]"), the generator as a list."""
     if listed is not None:
         return listed
-    try:
-        ranks = json.loads(text) if text is not None else None
-    except ValueError:
-        return text or ""
-    return ",".join(map(str, ranks)) if isinstance(ranks, list) else str(text)
+    ranks = group_ranks(text)
+    return ",".join(map(str, ranks)) if ranks is not None else text or ""
 
 
 def _kind(name: str, collective: Optional[str], dtype: Any, in_nelems: Any, out_nelems: Any) -> str:

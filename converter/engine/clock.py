@@ -22,7 +22,7 @@ from typing import Optional
 import msgspec
 import numpy as np
 
-from ..kineto import KERNEL_CATEGORIES
+from ..kineto import KERNEL_CATEGORIES, group_ranks
 from ..model import Trace
 
 COLLECTIVE, BOUND = "collectives", "transfer bounds"
@@ -40,7 +40,7 @@ _MAD_TO_SIGMA = 1.4826
 
 class _CommArgs(msgspec.Struct):
     group: Optional[str] = msgspec.field(default=None, name="Process Group Name")
-    ranks: Optional[list] = msgspec.field(default=None, name="Process Group Ranks")
+    ranks: object = msgspec.field(default=None, name="Process Group Ranks")  # text or a list: kineto.group_ranks
     collective: Optional[str] = msgspec.field(default=None, name="Collective name")
     stream: object = None
 
@@ -74,7 +74,7 @@ def find_collectives(trace: Trace) -> Collectives:
             comm = _CommArgs()
         if comm.collective in _POINT_TO_POINT:
             continue
-        channel = f"group {comm.group} {comm.ranks}" if comm.group is not None else f"stream {comm.stream}"
+        channel = f"group {comm.group} {group_ranks(comm.ranks)}" if comm.group is not None else f"stream {comm.stream}"
         kinds, ends = found.setdefault(channel, ([], []))
         match = _KIND.match(table.texts[int(table.name[row])])
         kinds.append(match.group(1) if match else "")

@@ -607,7 +607,7 @@ class TraceGenerator:
         meta = {"Collective name": coll, "dtype": "Float" if coll == "allreduce" else "BFloat16",
                 "In msg nelems": n_in, "Out msg nelems": n_out, "Group size": len(ranks),
                 "Process Group Name": pg[0], "Process Group Description": pg[1],
-                "Process Group Ranks": list(ranks)}
+                "Process Group Ranks": "[" + ", ".join(map(str, ranks)) + "]"}  # as text, as Kineto writes it
         rext = self._cpu(out, "cpu_op", "record_param_comms", main, r0, r1,
                          {**meta, "Rank": me, **extra_peer})
         self._runtime(out, "cudaStreamWaitEvent", N.CBID_STREAM_WAIT_EVENT, main, r0 + 2 * US, r0 + 4 * US,
