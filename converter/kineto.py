@@ -49,7 +49,8 @@ def is_cpu_compute(name: str, category: str) -> bool:
 
 
 MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 ns: beyond, trace_processor drops or wraps them
-_PROFILER_STEP = re.compile(r"^ProfilerStep#(\d{1,18})$")  # more digits are no step number int() takes
+PROFILER_STEP_PREFIX = "ProfilerStep#"  # a profiler step's slice: the prefix, then its number
+_PROFILER_STEP = re.compile(rf"^{PROFILER_STEP_PREFIX}(\d{{1,18}})$")  # more digits are no step number int() takes
 
 
 _THREAD_NAME = re.compile(r"thread (-?\d+) \((.+)\)")  # Kineto's thread names hold the tid

@@ -31,7 +31,7 @@ ALLOWED = {
     "inputs": {"kineto", "model", "fileio"},  # never the engine, a writer or trace_processor
     "engine": {"kineto", "lane_rules", "model"},
     "outputs": {"heap", "kineto", "model", "fileio"},  # heap: the args helper trims its heap before writing
-    "tp": {"fileio", "model"},  # model: which rows cgtrace derived, and which traces are its own
+    "tp": {"kineto", "fileio", "model"},  # the cgtrace_* SQL tables: which rows are derived, steps, roles
     "analysis": {"kineto", "lane_rules", "model", "fileio", "tp"},  # no engine internals
     "generator": set(),
     "jobs": {"heap", "kineto", "lane_rules", "model", "fileio", "inputs", "engine", "outputs", "tp", "analysis",

@@ -1,4 +1,4 @@
-"""Derived rows are kept apart from measured ones (model/derived.py, tp/derived_views.py).
+"""Derived rows are kept apart from measured ones (model/derived.py, tp/tables.py).
 
 A merged pipeline holds cgtrace's own rows beside the input's slices: arrival markers, the
 critical path's copies of the work it passes through, kernel label spans. A query over

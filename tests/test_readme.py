@@ -64,7 +64,7 @@ def workdir(tmp_path_factory) -> Path:
     config = GeneratorConfig(seed=1, steps=3, **SMALL)
     write_trace(config, work / "trace.json.gz")
     write_trace(config, work / "trace.json")
-    (work / "busy.sql").write_text("select count(*) n, sum(dur) busy from slice\n")
+    (work / "busy.sql").write_text("select rank, count(*) n, sum(dur) busy from cgtrace_slice group by 1\n")
     pair = write_pp_run(work / "pair", pp_size=2, seed=3, gzip=True, **SMALL)
     for rank in pair:
         rank.rename(work / rank.name.replace("_trace", ""))  # rank0_trace.json.gz -> rank0.json.gz

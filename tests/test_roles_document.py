@@ -48,7 +48,7 @@ def test_the_document_is_written_as_documented():
         '{"version":1,"tracks":[{"uuid":13,"role":"lanes"},'
         '{"uuid":14,"role":"lane","group":"compute","label":"Compute","kind":"compute"},'
         '{"uuid":15,"role":"annotations","home":14,"layer":1},{"uuid":16,"role":"overlap","home":14,"layer":2},'
-        '{"uuid":900,"role":"global"}],"rank":{"pp_rank":1,"global_rank":5,"groups":[11]}}')
+        '{"uuid":900,"role":"global"}],"rank":{"pp_rank":1,"global_rank":5,"groups":[11],"title":"PP rank 1 (global 5)"}}')
 
 
 def test_decoding_an_encoded_document_gives_the_same_roles():
@@ -59,7 +59,7 @@ def test_decoding_an_encoded_document_gives_the_same_roles():
     roled = [track for track in trace.tracks if track.role is not TrackRole.PLAIN]
     assert [(entry.role, entry.lane_group, entry.layer) for entry in decoded.tracks] == \
            [(track.role, track.group, track.layer) for track in roled]
-    assert decoded.rank == RankEntry(1, 5, (11,))
+    assert decoded.rank == RankEntry(1, 5, (11,), title="PP rank 1 (global 5)")
 
 
 def test_a_trace_with_no_roles_and_no_rank_has_no_document():
@@ -67,7 +67,7 @@ def test_a_trace_with_no_roles_and_no_rank_has_no_document():
     plain = Trace(processes=trace.processes, threads=trace.threads, tracks=trace.tracks[:1])
     assert document_of(plain, lambda track: uuids[id(track)], lambda process: uuids[id(process)]) is None
     plain.rank = RankIdentity(0, 0)
-    assert _document(plain, uuids) == RolesDocument((), RankEntry(0, 0, (11,)))
+    assert _document(plain, uuids) == RolesDocument((), RankEntry(0, 0, (11,), title="PP rank 0 (global 0)"))
 
 
 def test_an_unknown_version_is_refused_with_what_to_do():

@@ -115,7 +115,7 @@ def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: 
     for name, start, end, owner, on_gpu_side in rows(f"""
             select s.name, s.ts, s.ts + s.dur, t.owner,
                    (s.category in ({annotation}) or t.annotation) as gpu_side
-            from slice s join cgtrace_track t on t.id = s.track_id
+            from slice s join report_track t on t.id = s.track_id
             where s.dur > 0 and (s.name glob 'PP:*' or s.name glob 'Forward *' or s.name glob 'Backward *'
                                  or {receives})"""):
         rank = rank_of(owner)
@@ -154,7 +154,7 @@ def _cpu_ops(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], ranks: set
     buffers = " or ".join(f"s.name glob '{prefix}*'" for prefix in TRANSFER_BUFFERS)
     for start, end, owner, communicates, is_op in rows(f"""
             select s.ts, s.ts + s.dur, t.owner, ({prefixes}), s.category = '{CPU_OP_CATEGORY}'
-            from slice s join cgtrace_track t on t.id = s.track_id
+            from slice s join report_track t on t.id = s.track_id
             where s.dur > 0 and (s.category = '{CPU_OP_CATEGORY}' or ({prefixes}))
               and not ({buffers})"""):
         rank = rank_of(owner)

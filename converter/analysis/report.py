@@ -76,7 +76,7 @@ select owner, grp, min(ts) as start, max(end_ts) as end from (
            case when ts <= max(ts + dur) over (partition by owner, grp order by ts, ts + dur
                                                rows between unbounded preceding and 1 preceding)
                 then 0 else 1 end as opens
-    from cgtrace_gpu))
+    from report_gpu))
 group by owner, grp, island order by owner, grp, start"""
 
 
@@ -152,7 +152,7 @@ class _Trace:
                       + ", ".join("(" + _quoted(row) + ")" for row in rows[i:i + 500]))
 
     def prepare(self) -> bool:
-        """Creates cgtrace_track (owner, lane group, annotation flag per track) and cgtrace_gpu
+        """Creates report_track (owner, lane group, annotation flag per track) and report_gpu
         (GPU slices with owner and lane group); True when lanes come from track roles.
 
         An owner is a process (its upid) or, for tracks outside every process, the parent track
@@ -209,23 +209,23 @@ class _Trace:
                     self.owner_ranks[track_owner] = roles.rank_of_uuid[known]
         self.groups = dict(sorted(self.groups.items(), key=lambda item: roles.group_order[item[0]]))
         self.track_owners = {o: names[-1 - o] for _, o, _, _ in owned if o < 0}
-        self.create("cgtrace_track", "id integer primary key, owner int, lane text, annotation int", owned)
+        self.create("report_track", "id integer primary key, owner int, lane text, annotation int", owned)
         if self.groups:
-            self.rows("""create table cgtrace_gpu as
+            self.rows("""create table report_gpu as
                 select s.id, s.arg_set_id, t.owner, t.lane as grp, s.ts, s.dur, s.name, s.category
-                from slice s join cgtrace_track t on t.id = s.track_id where s.dur > 0 and t.lane is not null""")
+                from slice s join report_track t on t.id = s.track_id where s.dur > 0 and t.lane is not null""")
             return True
         # Not compacted by cgtrace: group each distinct (name, category) by the lane rules.
         rules = self.rules
         self.groups = {group.id: group for group in rules.groups}
         kinds = self.rows(f"""select distinct coalesce(name, ''), category from slice
                               where dur > 0 and category in ({_quoted(sorted(rules.gpu_categories))})""")
-        self.create("cgtrace_group", "name text, category text, grp text, primary key (name, category)",
+        self.create("report_group", "name text, category text, grp text, primary key (name, category)",
                     [(name, category, rules.group_of(name, category)) for name, category in kinds])
-        self.rows("""create table cgtrace_gpu as
+        self.rows("""create table report_gpu as
             select s.id, s.arg_set_id, t.owner, g.grp, s.ts, s.dur, s.name, s.category
-            from slice s join cgtrace_track t on t.id = s.track_id
-            join cgtrace_group g on g.name = coalesce(s.name, '') and g.category = s.category
+            from slice s join report_track t on t.id = s.track_id
+            join report_group g on g.name = coalesce(s.name, '') and g.category = s.category
             where s.dur > 0""")
         return False
 
@@ -235,7 +235,7 @@ class _Trace:
         its name."""
         devices = {owner: device for owner, device in self.rows("""
             select owner, min(device) from (
-              select owner, extract_arg(arg_set_id, 'debug.args.device') as device from cgtrace_gpu)
+              select owner, extract_arg(arg_set_id, 'debug.args.device') as device from report_gpu)
             group by owner having count(distinct device) = 1 and min(device) is not null""")}
         names = {upid: (labels or "", name or f"process {pid}") for upid, pid, name, labels in self.rows("""
             select p.upid, p.pid, p.name, (select group_concat(a.display_value, '|') from args a
@@ -290,18 +290,18 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
         blocks = _blocks(trace)
         gpus = sorted((_Gpu(trace, owner, groups, names[owner], steps, blocks.get(owner, {}))
                        for owner, groups in islands.items()), key=_Gpu.order)
-        trace.create("cgtrace_window", "owner int, start int, end int",
+        trace.create("report_window", "owner int, start int, end int",
                      [(gpu.owner, start, end) for gpu in gpus for start, end in gpu.window])
         counts = {(owner, group): slices for owner, group, slices in trace.rows("""
-            select g.owner, g.grp, count(distinct g.id) from cgtrace_gpu g
-            join cgtrace_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
+            select g.owner, g.grp, count(distinct g.id) from report_gpu g
+            join report_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
             group by 1, 2""")}
         kernels = trace.rows(f"""
             select g.name, count(distinct g.id), sum(min(g.ts + g.dur, w.end) - max(g.ts, w.start)) as total
-            from cgtrace_gpu g join cgtrace_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
+            from report_gpu g join report_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
             where g.category in ({_quoted(KERNEL_CATEGORIES)})
             group by g.name order by total desc, g.name limit {max(int(top), 0)}""")
-        owners = dict(trace.rows("select id, owner from cgtrace_track"))
+        owners = dict(trace.rows("select id, owner from report_track"))
         arrivals = read_arrivals(trace.rows, lambda track: trace.rank(owners.get(track)))
         critical = read_critical_path(trace.rows, trace.path_tracks)
         pipeline = anatomy(read_stages(trace.rows, trace.rank, rules, steps,
@@ -351,11 +351,11 @@ def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:
     """ProfilerStep#N spans on the CPU side, per rank: {rank: [(name, start, end)] by start}."""
     spans: dict[tuple[Rank, str], tuple[int, int]] = {}
     for name, start, end, owner in trace.rows(f"""
-            select s.name, s.ts, s.ts + s.dur, t.owner from slice s left join cgtrace_track t on t.id = s.track_id
+            select s.name, s.ts, s.ts + s.dur, t.owner from slice s left join report_track t on t.id = s.track_id
             where s.name glob 'ProfilerStep#*' and s.dur > 0
               and coalesce(s.category, '') not in ({_quoted(sorted(trace.rules.annotation_categories))})
               and coalesce(t.annotation, 0) = 0
-              and (t.owner is null or t.owner not in (select distinct owner from cgtrace_gpu))"""):
+              and (t.owner is null or t.owner not in (select distinct owner from report_gpu))"""):
         key = (trace.rank(owner), name)
         known = spans.get(key)
         spans[key] = (min(start, known[0]), max(end, known[1])) if known else (start, end)
@@ -377,7 +377,7 @@ def _blocks(trace: _Trace) -> dict[int, dict[str, Intervals]]:
     """The GPU side of PP blocks (`PP:` annotations), per owner and kind, as busy intervals."""
     found: dict[int, dict[str, Intervals]] = defaultdict(lambda: defaultdict(list))
     for name, start, end, owner in trace.rows(f"""
-            select s.name, s.ts, s.ts + s.dur, t.owner from slice s join cgtrace_track t on t.id = s.track_id
+            select s.name, s.ts, s.ts + s.dur, t.owner from slice s join report_track t on t.id = s.track_id
             where s.name glob 'PP:*' and s.dur > 0
               and (s.category in ({_quoted(sorted(trace.rules.annotation_categories))}) or t.annotation)"""):
         found[owner][_pp_kind(name, trace.rules)].append((start, end))

@@ -32,6 +32,14 @@ def _add_query(commands: Any) -> None:
     query.set_defaults(run=_run_query)
 
 
+def _add_sql(commands: Any) -> None:
+    sql = commands.add_parser(
+        "sql", help="print the cgtrace_* SQL tables, to paste into the Perfetto UI or any trace_processor",
+        description="Print the statements that define cgtrace's SQL tables (cgtrace_slice, cgtrace_track, "
+                    "cgtrace_step, ...: docs/cli.md#sql-tables), as `cgtrace query` defines them before a query.")
+    sql.set_defaults(run=_run_sql)
+
+
 def _add_report(commands: Any) -> None:
     report = commands.add_parser(
         "report", help="GPU busy time per lane group, exposed communication, PP bubbles, top kernels",
@@ -87,8 +95,8 @@ def _add_share(commands: Any) -> None:
 
 # Each command's parser, in the order `cgtrace --help` lists them; the command line builds
 # only the one it runs (cli/__init__.py).
-COMMANDS: dict[str, Callable[[Any], None]] = {"query": _add_query, "report": _add_report, "diff": _add_diff,
-                                              "view": _add_view, "share": _add_share}
+COMMANDS: dict[str, Callable[[Any], None]] = {"query": _add_query, "sql": _add_sql, "report": _add_report,
+                                              "diff": _add_diff, "view": _add_view, "share": _add_share}
 
 
 def _add_answer_options(command: Any, top_help: str) -> None:
@@ -123,6 +131,13 @@ def _run_query(args) -> int:
     progress.finish()
     width = None if args.wide else shutil.get_terminal_size().columns
     sys.stdout.write(format_result(result, args.format, width))
+    return 0
+
+
+def _run_sql(args) -> int:
+    from ..tp.tables import printed
+
+    sys.stdout.write(printed())
     return 0
 
 

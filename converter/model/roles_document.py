@@ -9,7 +9,8 @@ and SQL finds them all in the order written. The value is JSON:
 
     {"version": 1,
      "tracks": [{"uuid", "role", "group", "label", "kind", "home", "layer"}],
-     "rank": {"pp_rank", "global_rank", "groups", "pipeline", "clock": {"offset_ns", "uncertainty_ns", "evidence"}}}
+     "rank": {"pp_rank", "global_rank", "groups", "pipeline", "clock": {"offset_ns", "uncertainty_ns", "evidence"},
+              "title"}}
 
 A track's uuid is its `trace_id` arg in trace_processor (`track.source_arg_set_id`). Only
 tracks with a role other than plain are listed; "group", "label" and "kind" are a lane's
@@ -19,7 +20,8 @@ its depth there, each left out where it does not apply. A merge's pipeline root 
 a converted or compacted trace that names its rank; "groups" are the uuids of the rows that
 stand for a merged rank's processes (their children are its threads' rows); "clock" (a merge that
 moved its ranks' clocks) how far the rank's times were moved, known to within how much
-(null: a one-sided bound, or nothing), from which evidence (counts by kind).
+(null: a one-sided bound, or nothing), from which evidence (counts by kind); "title" the rank's
+one name, as the UI, the report and SQL (tp/tables.py) name it.
 """
 
 from __future__ import annotations
@@ -79,6 +81,7 @@ class RankEntry(msgspec.Struct, frozen=True, omit_defaults=True):
     groups: tuple[int, ...]
     pipeline: bool = True  # whether a PP group orders the ranks: how the rank is named
     clock: Optional[ClockEntry] = None
+    title: Optional[str] = None  # the rank's one name (RankIdentity.title), for SQL that names ranks
 
 
 class RolesDocument(msgspec.Struct, frozen=True, omit_defaults=True, tag_field="version", tag=VERSION):
@@ -110,7 +113,7 @@ def document_of(trace: Trace, track_uuid: Callable[[Track], int],
     placed = trace.rank.clock
     clock = None if placed is None else ClockEntry(placed.offset_ns, placed.uncertainty_ns, dict(placed.evidence))
     return RolesDocument(tracks, RankEntry(trace.rank.pp_rank, trace.rank.global_rank, groups,
-                                             trace.rank.in_pipeline, clock))
+                                             trace.rank.in_pipeline, clock, trace.rank.title))
 
 
 def _entry(track: Track, track_uuid: Callable[[Track], int]) -> TrackEntry:

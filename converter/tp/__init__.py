@@ -15,7 +15,7 @@ from perfetto.trace_processor.api import TraceProcessor, TraceProcessorConfig, T
 
 from converter.errors import CgtraceError
 from converter.fileio.gzip_size import uncompressed_size
-from converter.tp.derived_views import keep_derived_apart
+from converter.tp.tables import define as define_tables
 from converter.tp.time_limit import LimitedTraceProcessor, TimeLimit, TimeLimitExceeded
 from converter.tp.wasm_backend import WasmTraceProcessor
 from converter.tp.wasm_host import WasmCrashed, WasmTransport, address_space_left
@@ -29,7 +29,7 @@ MEMORY64_ABOVE = 1_500_000_000
 
 def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
                shown_as: str | os.PathLike | None = None, memory64_above: int = MEMORY64_ABOVE,
-               heap_limit_bytes: int | None = None) -> TraceProcessor:
+               heap_limit_bytes: int | None = None, tables: bool = True) -> TraceProcessor:
     """Loads `trace` (Chrome JSON, gzipped JSON or Perfetto protobuf; a path or the bytes) for SQL queries.
     The WebAssembly build runs the memory64 module for traces over `memory64_above` bytes
     (uncompressed), its heap growing up to `heap_limit_bytes` (default: as far as the build allows).
@@ -37,8 +37,9 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
     Raises CgtraceError, naming the trace (as `shown_as` where it is a temporary file made from
     that one), if it cannot be read or loaded, or if loading or a query runs past the time
     limit (time_limit.py).
-    In a trace cgtrace wrote, `slice` holds the measured slices only; `cgtrace_derived_slice`
-    the rows cgtrace derived, `cgtrace_all_slice` both (derived_views.py).
+    The `cgtrace_*` views are defined (tables.py); in a trace cgtrace wrote, `slice` holds the
+    measured slices only, `cgtrace_derived_slice` the rows cgtrace derived. `tables=False`
+    leaves the trace as trace_processor alone reads it.
     Close the result (or use it as a context manager) to free its memory.
     """
     tp_bin = tp_bin or os.environ.get("CGTRACE_TP_BIN") or None
@@ -56,7 +57,8 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
             tp = LimitedTraceProcessor(source, limit, TraceProcessorConfig(bin_path=tp_bin)) if tp_bin else \
                 WasmTraceProcessor(source, limit, WasmTransport(size > memory64_above, heap_limit_bytes=heap_limit_bytes))
         try:
-            keep_derived_apart(tp)
+            if tables:
+                define_tables(tp)
         except BaseException:
             tp.close()
             raise

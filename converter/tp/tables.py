@@ -1,0 +1,153 @@
+"""cgtrace's meaning as SQL: the `cgtrace_*` views every trace processor cgtrace opens defines.
+
+What cgtrace knows of a trace it wrote (which rank and PP rank a track belongs to, which lane
+group and kind a GPU lane is, which rows it derived) lives in the track-roles documents of
+the `metadata` table (model/roles_document.py). These views read it there, in SQL alone, so
+the same statements run in any trace processor: `cgtrace query` and `open_trace` define them
+before a user's SQL runs, and `cgtrace sql` prints them to paste into the Perfetto UI's query
+page or a native shell. The views, version VERSION (docs/cli.md#sql-tables defines each column):
+
+- `cgtrace_all_slice`: every slice as the file holds it; `cgtrace_derived_slice`: the rows
+  cgtrace derived (model/derived.py), with `derived_as`; `cgtrace_slice`: the measured
+  slices, each with its track's role, lane group, kind, GPU and rank;
+- `cgtrace_rank`, `cgtrace_track`: ranks, and every track with its role and rank;
+- `cgtrace_step`: each rank's profiler steps; `cgtrace_transfer`: arrows between ranks;
+  `cgtrace_critical_path`: a merge's critical path segments; `cgtrace_counter`: counter
+  samples with what they mean.
+
+Where cgtrace opens a trace it wrote, `slice` itself is narrowed to the measured slices, so a
+sum over `slice` never counts cgtrace's own answers as work; the printed statements leave
+`slice` alone (the UI draws from it), and `cgtrace_slice` is the measured view there.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..kineto import GPU_ANNOTATION_CATEGORIES, PROFILER_STEP_PREFIX
+from ..model import TrackRole, derived, roles_document
+
+VERSION = 1
+_DERIVED = ", ".join(f"'{category}'" for category in derived.CATEGORIES)
+_DERIVED_AS = " ".join(f"when '{category}' then '{kind}'" for category, kind in derived.CATEGORIES.items())
+_GPU_ANNOTATIONS = ", ".join(f"'{category}'" for category in GPU_ANNOTATION_CATEGORIES)
+
+# Every view but cgtrace_all_slice, in the order they can be created; each reads only earlier ones.
+_VIEWS: tuple[tuple[str, str], ...] = (
+    ("cgtrace_derived_slice", f"""
+select *, case category {_DERIVED_AS} end as derived_as from cgtrace_all_slice where category in ({_DERIVED})"""),
+    ("cgtrace_roles", f"""
+select id as document, str_value as roles from metadata where name glob 'cr-*{roles_document.NAME}'"""),
+    ("cgtrace_rank", """
+select document, json_extract(roles, '$.rank.pp_rank') as pp_rank,
+       json_extract(roles, '$.rank.global_rank') as global_rank,
+       coalesce(json_extract(roles, '$.rank.pipeline'), 1) as in_pipeline,
+       json_extract(roles, '$.rank.title') as rank,
+       json_extract(roles, '$.rank.clock.offset_ns') as clock_offset_ns,
+       json_extract(roles, '$.rank.clock.uncertainty_ns') as clock_uncertainty_ns
+from cgtrace_roles where json_extract(roles, '$.rank') is not null"""),
+    ("cgtrace_track_role", """
+select r.document, json_extract(j.value, '$.uuid') as uuid, json_extract(j.value, '$.role') as role,
+       json_extract(j.value, '$.group') as lane_group, json_extract(j.value, '$.label') as lane_label,
+       json_extract(j.value, '$.kind') as kind, json_extract(j.value, '$.home') as home,
+       coalesce(json_extract(j.value, '$.layer'), 0) as layer
+from cgtrace_roles r, json_each(r.roles, '$.tracks') j"""),
+    ("cgtrace_track", f"""
+with recursive uuids as (
+  select t.id as track_id, a.int_value as uuid from track t
+  join args a on a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id'),
+up(track_id, ancestor, depth) as (
+  select id, id, 0 from track
+  union all select up.track_id, t.parent_id, up.depth + 1 from up join track t on t.id = up.ancestor
+  where t.parent_id is not null),
+rank_groups as (
+  select up.track_id, up.depth, r.document from up join uuids u on u.track_id = up.ancestor
+  join cgtrace_roles r join json_each(r.roles, '$.rank.groups') g on g.value = u.uuid),
+grouped as (select track_id, document from rank_groups g
+            where depth = (select min(depth) from rank_groups n where n.track_id = g.track_id)),
+gpus as (
+  select up.track_id, up.depth, up.ancestor from up join uuids u on u.track_id = up.ancestor
+  join cgtrace_track_role r on r.uuid = u.uuid and r.role = '{TrackRole.LANES.value}'),
+only_rank as (select min(document) as document from cgtrace_rank having count(*) = 1)
+select t.id as track_id, t.name, t.parent_id, u.uuid, coalesce(r.role, '{TrackRole.PLAIN.value}') as role,
+       r.lane_group, r.lane_label, r.kind, r.layer,
+       (select g.ancestor from gpus g where g.track_id = t.id order by g.depth limit 1) as gpu_track_id,
+       k.document as rank_document, k.pp_rank, k.global_rank, k.rank
+from track t left join uuids u on u.track_id = t.id
+left join cgtrace_track_role r on r.uuid = u.uuid
+left join cgtrace_rank k on k.document = coalesce(
+  (select document from grouped g where g.track_id = t.id),
+  (select document from cgtrace_rank where document = r.document),
+  (select document from only_rank))"""),
+    ("cgtrace_slice", f"""
+select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, s.category, s.depth, s.parent_id, s.arg_set_id,
+       s.track_id, t.role, t.lane_group, t.lane_label, t.kind, t.gpu_track_id,
+       t.rank_document, t.pp_rank, t.global_rank, t.rank
+from cgtrace_all_slice s join cgtrace_track t on t.track_id = s.track_id
+where coalesce(s.category, '') not in ({_DERIVED})"""),
+    ("cgtrace_step", f"""
+select rank_document, pp_rank, global_rank, rank, cast(substr(name, {len(PROFILER_STEP_PREFIX) + 1}) as int) as step,
+       name, min(ts) as ts, max(end_ts) - min(ts) as dur, max(end_ts) as end_ts
+from cgtrace_slice
+where name glob '{PROFILER_STEP_PREFIX}[0-9]*' and role = '{TrackRole.PLAIN.value}'
+  and coalesce(category, '') not in ({_GPU_ANNOTATIONS})
+group by rank_document, name"""),
+    ("cgtrace_transfer", """
+select f.id as flow_id, so.id as send_slice_id, so.name as send_name, so.ts as send_ts, so.ts + so.dur as send_end_ts,
+       fr.rank as from_rank, fr.global_rank as from_global_rank, fr.pp_rank as from_pp_rank,
+       si.id as arrival_slice_id, si.name as arrival_name, si.ts as arrival_ts,
+       tr.rank as to_rank, tr.global_rank as to_global_rank, tr.pp_rank as to_pp_rank
+from flow f join cgtrace_all_slice so on so.id = f.slice_out join cgtrace_all_slice si on si.id = f.slice_in
+join cgtrace_track fr on fr.track_id = so.track_id join cgtrace_track tr on tr.track_id = si.track_id
+where fr.rank_document is not tr.rank_document"""),
+    ("cgtrace_critical_path", f"""
+select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, extract_arg(s.arg_set_id, 'debug.args.kind') as kind,
+       extract_arg(s.arg_set_id, 'debug.args.step') as step,
+       extract_arg(s.arg_set_id, 'debug.args.pp_rank') as pp_rank,
+       extract_arg(s.arg_set_id, 'debug.args.global_rank') as global_rank, s.track_id
+from cgtrace_derived_slice s where s.category = '{derived.CRITICAL_PATH}'"""),
+    ("cgtrace_counter", f"""
+select c.id, c.ts, c.value, c.track_id, t.name as track,
+       case when t.role = '{TrackRole.LANES.value}' then 'gpu activity'
+            when t.rank_document is not null and t.track_id in (
+              select u.track_id from cgtrace_track u join cgtrace_roles r
+              join json_each(r.roles, '$.rank.groups') g on g.value = u.uuid) then 'rank activity'
+            when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
+                         and k.role = '{TrackRole.CRITICAL_PATH.value}') then 'critical path level'
+            when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
+                         and k.rank_document is not null) then 'pipeline computing'
+            else 'other' end as meaning,
+       t.gpu_track_id, t.rank_document, t.pp_rank, t.global_rank, t.rank
+from counter c join cgtrace_track t on t.track_id = c.track_id"""),
+)
+
+# trace_processor defines `slice` as a view over its intrinsic table; its body is reused, so
+# the narrowed view keeps every column (cat, slice_id, ...) that version gives.
+_VIEW_BODY = re.compile(r"^\s*create\s+view\s+slice\s+as\s+(?P<body>.+)$", re.IGNORECASE | re.DOTALL)
+_DEFINITION_SQL = "select sql from sqlite_master where type = 'view' and name = 'slice'"
+_MARKED_SQL = f"select count(*) as n from ({roles_document.SQL})"
+
+
+def printed() -> str:
+    """The statements as `cgtrace sql` prints them: for a trace processor whose `slice` holds
+    every row (the UI's), so it stays as it is."""
+    statements = ["create view cgtrace_all_slice as select * from slice"]
+    statements += [f"create view {name} as{body}" for name, body in _VIEWS]
+    return f"-- cgtrace SQL tables, version {VERSION}: docs/cli.md#sql-tables\n" + ";\n".join(statements) + ";\n"
+
+
+def define(tp: Any) -> None:
+    """Defines the views in an open trace processor; in a trace cgtrace wrote, where this
+    trace_processor defines `slice` as a view (every version cgtrace runs does), `slice`
+    becomes the measured slices only."""
+    found = [row.sql for row in tp.query(_DEFINITION_SQL)] if next(iter(tp.query(_MARKED_SQL))).n else []
+    match = _VIEW_BODY.match(found[0]) if found else None
+    if match is None:
+        tp.query("create view cgtrace_all_slice as select * from slice")
+    else:
+        tp.query(f"create view cgtrace_all_slice as {match.group('body')}")
+        tp.query("drop view slice")
+        tp.query(f"create view slice as select * from cgtrace_all_slice where coalesce(category, '') not in ({_DERIVED})")
+    for name, body in _VIEWS:
+        tp.query(f"create view {name} as{body}")
