@@ -440,3 +440,32 @@ def test_ui_report_and_summary_name_each_rank_alike(rows_in_ui, tmp_path, source
     in_ui = sorted(row.title.split(" · ")[0] for row in shown if RANK_ROW.match(row.title) and " · GPU" in row.title)
     assert in_ui == in_report == in_summary and in_ui
     assert all(title.startswith("PP rank ") == (source == "generated pipeline") for title in in_ui), in_ui
+
+
+# The query page's result grid: every cell's text, row by row, the column names first.
+RESULT_CELLS = """() => [...document.querySelectorAll('.pf-query-page__results .pf-grid-cell__content')]
+    .map(cell => cell.textContent.trim())"""
+
+
+def test_cgtrace_sql_pasted_into_the_query_page_gives_what_cgtrace_query_gives(browser, tmp_path):
+    """`cgtrace sql`, pasted into the offline UI's query page with a question after it, runs
+    there and returns the rows `cgtrace query` returns (docs/sql.md)."""
+    from converter.tp.tables import printed
+
+    files = write_pp_run(tmp_path / "ranks", pp_size=2, microbatches=2, steps=2, seed=4, graphs_per_step=2,
+                         kernels_per_replay=6)
+    merged = tmp_path / "merged.perfetto-trace"
+    merge_ranks(files, lambda group, groups: merged)
+    question = "select rank, step, dur from cgtrace_step order by global_rank, step"
+    expected = [[str(row["rank"]), str(row["step"]), str(row["dur"])] for row in rows(merged, question)]
+    assert len(expected) == 4 and all(row[0].startswith("PP rank ") for row in expected)
+    with opened(browser, merged) as page:
+        page.get_by_text("Query (SQL)").click()
+        page.click(".cm-content")
+        page.keyboard.insert_text(printed() + question + ";\n")
+        page.keyboard.press("Control+Enter")
+        page.wait_for_function(f"() => document.querySelectorAll('.pf-query-page__results .pf-grid-cell__content')"
+                               f".length >= {3 * (len(expected) + 1)}", timeout=LOAD_TIMEOUT_MS)
+        cells = page.evaluate(RESULT_CELLS)
+        page.screenshot(path=str(tmp_path / "query_page.png"))
+    assert [cells[i:i + 3] for i in range(0, len(cells), 3)] == [["rank", "step", "dur"], *expected]

@@ -134,7 +134,7 @@ def printed() -> str:
     every row (the UI's), so it stays as it is."""
     statements = ["create view cgtrace_all_slice as select * from slice"]
     statements += [f"create view {name} as{body}" for name, body in _VIEWS]
-    return f"-- cgtrace SQL tables, version {VERSION}: docs/cli.md#sql-tables\n" + ";\n".join(statements) + ";\n"
+    return f"-- cgtrace SQL tables, version {VERSION}: docs/sql.md\n" + ";\n".join(statements) + ";\n"
 
 
 def define(tp: Any) -> None:
