@@ -35,7 +35,8 @@ def path_segments(trace: Path) -> dict[int, list[dict]]:
         select s.id, s.track_id, s.ts, s.ts + s.dur as end_ts, s.name, s.category,
                extract_arg(s.arg_set_id, 'debug.args.kind') as kind, extract_arg(s.arg_set_id, 'debug.args.step') as step,
                extract_arg(s.arg_set_id, 'debug.args.pp_rank') as pp_rank,
-               extract_arg(s.arg_set_id, 'debug.args.global_rank') as global_rank
+               extract_arg(s.arg_set_id, 'debug.args.global_rank') as global_rank,
+               extract_arg(s.arg_set_id, 'debug.args.from_global_rank') as from_global_rank
         from slice s join track t on t.id = s.track_id
         where (select a.int_value from args a where a.arg_set_id = t.source_arg_set_id and a.key = 'trace_id')
               in ({', '.join(map(str, uuids))})
@@ -148,13 +149,21 @@ def test_generated_cuda_graph_pipeline(tmp_path):
         send = sent(send, all_segments)
         assert any(e["name"] == send["name"] and end == send["end_ts"] for e, _, end in by_rank[send["global_rank"]]
                    if e.get("cat") == "kernel")
-        assert any(e["name"] == receive["name"] and start <= receive["ts"] and end == receive["end_ts"]
+        # The receive names what it waited for: the data of the sending rank.
+        assert receive["from_global_rank"] == send["global_rank"]
+        assert any(receive["name"].startswith(f"{e['name']}: data from ") and start <= receive["ts"]
+                   and end == receive["end_ts"]
                    for e, start, end in by_rank[receive["global_rank"]] if e.get("cat") == "kernel")
-    # The path copies the work it names: each whole compute segment is a measured slice, still in place.
+    # The path copies the work it names: each compute segment lies inside a measured slice of its
+    # name (a CPU op's own time is cut around its children), and every measured slice stays in place.
     measured = {(row["name"], row["ts"], row["end_ts"]) for row in rows(output, """
         select name, ts, ts + dur as end_ts from slice where coalesce(category, '') != 'critical_path'""")}
-    whole = [s for s in all_segments if s["kind"] == "compute" and s["ts"] != windows[s["step"]][0]]
-    assert whole and all((s["name"], s["ts"], s["end_ts"]) in measured for s in whole)
+    spans_of = defaultdict(list)
+    for name, start, end in measured:
+        spans_of[name].append((start, end))
+    computed = [s for s in all_segments if s["kind"] == "compute"]
+    assert computed and all(any(start <= s["ts"] and s["end_ts"] <= end for start, end in spans_of[s["name"]])
+                            for s in computed)
     assert summary["verified"]["slices"] == len(measured) + len(all_segments)
     check_report(output, steps)
 
@@ -184,21 +193,120 @@ def out_html(trace: Path) -> str:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("name", ["torch215_1f1b_pp4", "torch215_gpipe_pp4", "torch215_zb_pp2v2"])
+REAL_SETS = ["dp2_pp2", "interleaved1f1b_pp2v2", "torch215_1f1b_pp4", "torch215_gpipe_pp4",
+             "torch215_interleaved1f1b_pp2v2", "torch215_zb_pp2v2"]
+COMMUNICATION = ("c10d::", "gloo:", "nccl:", "record_param_comms")
+BUFFERS = ("aten::empty", "aten::detach", "detach")
+WAIT_NAMES = ("untraced time on the thread after ", "untraced: before the rank's first traced work", "wait for ",
+              "stream idle after ", "queued on the GPU after its launch by ")
+
+
+def union(spans) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(spans):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
+
+
+def subtract(spans, holes) -> list[tuple[int, int]]:
+    result = []
+    for start, end in spans:
+        for hole_start, hole_end in holes:
+            if hole_end <= start or hole_start >= end:
+                continue
+            if hole_start > start:
+                result.append((start, hole_start))
+            start = max(start, hole_end)
+        if start < end:
+            result.append((start, end))
+    return result
+
+
+def overlap(spans, start: int, end: int) -> int:
+    return sum(max(0, min(end, e) - max(start, s)) for s, e in spans)
+
+
+def cpu_compute(events: list) -> list[tuple[int, int]]:
+    """A CPU-only rank's compute as the report defines it, read plainly from the input: the
+    spans of cpu_ops that are no communication op and no transfer buffer, less the spans of
+    communication cpu_ops."""
+    ops = [(e, start, end) for e, start, end in events if e.get("cat") == "cpu_op" and end > start]
+    work = union((start, end) for e, start, end in ops
+                 if not e["name"].startswith(COMMUNICATION) and not e["name"].startswith(BUFFERS))
+    blocking = union((start, end) for e, start, end in ops if e["name"].startswith(COMMUNICATION))
+    return subtract(work, blocking)
+
+
+def communication(events: list) -> list[tuple[int, int]]:
+    """Every span of a communication op or of its transport (gloo's spans outlive the ops)."""
+    return union((start, end) for e, start, end in events if e["name"].startswith(COMMUNICATION) and end > start)
+
+
+def merged_pipelines(files: list[Path], tmp_path: Path) -> list[tuple[Path, dict, dict[int, list], int]]:
+    """Each pipeline of the set merged (with the self-check), as merged_run gives one."""
+    outputs: list[Path] = []
+
+    def output_for(group: int, groups: int) -> Path:
+        outputs.append(tmp_path / f"merged{group}.perfetto-trace")
+        return outputs[-1]
+
+    result = merge_files(files, output_for, verify=True)
+    summaries = result.get("pipelines", [result])
+    return [(Path(summary["output"]), summary, *run_clock(summary)) for summary in summaries]
+
+
+def run_clock(summary: dict) -> tuple[dict[int, list], int]:
+    """Each global rank's events on the merge's clock, and the largest uncertainty it reported."""
+    clocks = {rank["global_rank"]: rank for rank in summary.get("clock_alignment", {}).get("ranks", [])}
+    by_rank = {place["global_rank"]: rank_events(Path(place["file"]),
+                                                 clocks.get(place["global_rank"], {}).get("applied_offset_ns", 0))
+               for place in summary["pp_ranks"]}
+    uncertainty = max([clock["uncertainty_ns"] or 0 for clock in clocks.values() if clock["applied_offset_ns"]],
+                      default=0)
+    return by_rank, uncertainty
+
+
+@pytest.mark.parametrize("name", REAL_SETS)
 def test_real_torch_pipelines(name, tmp_path):
-    """CPU-only gloo pipelines: the path runs through CPU ops and crosses ranks where a c10d
-    receive ran on from its send's end."""
+    """CPU-only gloo pipelines, checked against a plain reading of the input JSON: no wait on
+    the path while its rank computes or communicates, the path's compute is the compute under
+    it, it spans the step, and it crosses ranks where a receive ran on from its send."""
     ranks = real_pipeline_copy(name, tmp_path)
-    output = tmp_path / "merged.perfetto-trace"
-    summary, by_rank, _ = merged_run(sorted(ranks.glob("rank*_trace.json*")), output)
-    steps = path_segments(output)
-    check_tiling(steps, step_windows(by_rank))
-    changes = [change for segments in steps.values() for change in rank_changes(segments)]
-    assert changes
-    for send, receive in changes:
-        send = sent(send, [s for segments in steps.values() for s in segments])
-        sends = [end for e, _, end in by_rank[send["global_rank"]] if e["name"] == "c10d::send"]
-        assert send["end_ts"] in sends and send["kind"] == "transfer"
-        # The receive ran on from the arrival, or the data was there before the receiver came to it.
-        assert (receive["kind"], receive["name"][:10]) == ("transfer", "c10d::recv") or \
-            (receive["kind"], receive["name"]) == ("wait", "after c10d::send")
+    for output, summary, by_rank, uncertainty in merged_pipelines(sorted(ranks.glob("rank*_trace.json*")), tmp_path):
+        steps = path_segments(output)
+        windows = step_windows(by_rank)
+        check_tiling(steps, windows)
+        compute = {rank: cpu_compute(events) for rank, events in by_rank.items()}
+        communicating = {rank: communication(events) for rank, events in by_rank.items()}
+        for step, segments in steps.items():
+            first, last = windows[step]
+            # Every wait says what it waited for, and no wait lies where its rank computed or communicated.
+            for s in segments:
+                if s["kind"] == "wait":
+                    assert s["name"].startswith(WAIT_NAMES), s["name"]
+                    assert overlap(compute[s["global_rank"]], s["ts"], s["end_ts"]) == 0, s
+                    assert overlap(communicating[s["global_rank"]], s["ts"], s["end_ts"]) == 0, s
+            # Its compute is the compute under it: the oracle's compute of each segment's rank
+            # within the segment, summed, within 1% of the step.
+            length = segments[-1]["end_ts"] - segments[0]["ts"]
+            on_path = sum(s["end_ts"] - s["ts"] for s in segments if s["kind"] == "compute")
+            under = sum(overlap(compute[s["global_rank"]], s["ts"], s["end_ts"]) for s in segments)
+            assert on_path > 0 and abs(on_path - under) <= length / 100, (step, on_path, under, length)
+            # Its length is the step's: from the first ProfilerStep start to the last work to end in it.
+            last_work = max(end for events in by_rank.values() for e, start, end in events
+                            if (e.get("cat") == "cpu_op" or e["name"].startswith(COMMUNICATION))
+                            and start >= first and end <= last and end > start)
+            assert abs(length - (last_work - first)) <= uncertainty, (length, last_work - first, uncertainty)
+        changes = [change for segments in steps.values() for change in rank_changes(segments)]
+        assert changes
+        all_segments = [s for segments in steps.values() for s in segments]
+        for send, receive in changes:
+            send = sent(send, all_segments)
+            sends = [end for e, _, end in by_rank[send["global_rank"]] if e["name"] == "c10d::send"]
+            assert send["end_ts"] in sends and send["kind"] == "transfer"
+            # The receive ran on from the arrival, waiting in a receive for that rank's data.
+            assert receive["kind"] == "transfer" and receive["from_global_rank"] == send["global_rank"]
+            assert receive["name"].startswith(("c10d::recv", "gloo:recv"))
