@@ -169,7 +169,8 @@ def test_generated_cuda_graph_pipeline(tmp_path):
 
 
 def check_report(trace: Path, steps: dict[int, list[dict]]) -> None:
-    """`report` gives the path per step as the trace holds it, and draws it on the HTML timeline."""
+    """`report` gives the path per step as the trace holds it, its time per kind and per rank
+    summed from the trace's rows, prints those sums as text, and draws it on the HTML timeline."""
     out = io.StringIO()
     with redirect_stdout(out):
         assert main(["report", str(trace), "--format", "json"]) == 0
@@ -182,8 +183,30 @@ def check_report(trace: Path, steps: dict[int, list[dict]]) -> None:
         assert [(s["pp_rank"], s["global_rank"], s["kind"], s["name"], s["start_ns"], s["end_ns"])
                 for s in row["segments"]] == [(s["pp_rank"], s["global_rank"], s["kind"], s["name"], s["ts"],
                                                s["end_ts"]) for s in segments]
+        by_kind: dict[str, int] = defaultdict(int)
+        by_rank: dict[tuple, int] = defaultdict(int)
+        for s in segments:
+            by_kind[s["kind"]] += s["end_ts"] - s["ts"]
+            by_rank[(s["pp_rank"], s["global_rank"])] += s["end_ts"] - s["ts"]
+        assert {k: v for k, v in row["kinds_ns"].items() if v} == dict(by_kind)
+        assert sum(row["kinds_ns"].values()) == row["length_ns"]
+        assert {(r["pp_rank"], r["global_rank"]): r["on_path_ns"] for r in row["ranks"]} == dict(by_rank)
+        for rank in row["ranks"]:  # the work it spent most in there is a name of its segments, at least as long as any
+            mine = [s for s in segments if (s["pp_rank"], s["global_rank"]) == (rank["pp_rank"], rank["global_rank"])]
+            named: dict[tuple, int] = defaultdict(int)
+            for s in mine:
+                named[(s["kind"], s["name"])] += s["end_ts"] - s["ts"]
+            assert named[(rank["most"]["kind"], rank["most"]["name"])] == rank["most"]["ns"] == max(named.values())
+    text = io.StringIO()
+    with redirect_stdout(text):
+        assert main(["report", str(trace)]) == 0
+    table = text.getvalue().split("Critical path (derived)", 1)[1].split("\n\n", 1)[0]
+    assert [line.split() for line in table.splitlines()[3:]] == [
+        [str(row["step"])] + [f"{ns / 1e6:.3f}" for ns in (row["length_ns"], *row["kinds_ns"].values())]
+        for row in reported]
     html = out_html(trace)
-    assert 'data-path="compute"' in html and 'data-path="transfer"' in html and "critical path" in html
+    kinds = {s["kind"] for segments in steps.values() for s in segments}
+    assert all(f'data-path="{kind}"' in html for kind in kinds) and "critical path" in html
 
 
 def out_html(trace: Path) -> str:
@@ -310,3 +333,4 @@ def test_real_torch_pipelines(name, tmp_path):
             # The receive ran on from the arrival, waiting in a receive for that rank's data.
             assert receive["kind"] == "transfer" and receive["from_global_rank"] == send["global_rank"]
             assert receive["name"].startswith(("c10d::recv", "gloo:recv"))
+        check_report(output, steps)
