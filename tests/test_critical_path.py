@@ -334,3 +334,47 @@ def test_real_torch_pipelines(name, tmp_path):
             assert receive["kind"] == "transfer" and receive["from_global_rank"] == send["global_rank"]
             assert receive["name"].startswith(("c10d::recv", "gloo:recv"))
         check_report(output, steps)
+
+
+def test_data_parallel_ranks_through_collectives(tmp_path):
+    """Eight data-parallel ranks (real DLRM capture, NCCL kernels naming no process group): the
+    path crosses ranks where a collective kernel could not end before the last rank's kernel of
+    that collective (the k-th of its kind on every rank) began, and spans the step."""
+    source = Path(__file__).resolve().parents[2] / "shared" / "traces" / "dlrm_8ranks"
+    if not source.is_dir():
+        pytest.skip("../shared/traces is absent")
+    output, summary, by_rank, uncertainty = merged_pipelines(sorted(source.glob("rank*_trace.json*")), tmp_path)[0]
+    steps = path_segments(output)
+    windows = step_windows(by_rank)
+    check_tiling(steps, windows)
+    # Each rank's NCCL kernels as (kind, k) -> start: the k-th kernel of a kind, in start order.
+    collectives: dict[int, dict[tuple[str, int], tuple[int, int, str]]] = {}
+    for rank, events in by_rank.items():
+        seen: dict[str, int] = defaultdict(int)
+        found = {}
+        for e, start, end in sorted(((e, s, t) for e, s, t in events if e.get("cat") == "kernel"
+                                     and e["name"].startswith(("ncclKernel_", "ncclDevKernel_"))),
+                                    key=lambda item: item[1]):
+            kind = e["name"].split("_")[1]
+            found[(kind, seen[kind])] = (start, end, e["name"])
+            seen[kind] += 1
+        collectives[rank] = found
+    crossings = 0
+    for step, segments in steps.items():
+        first, last = windows[step]
+        last_gpu = max(end for events in by_rank.values() for e, start, end in events
+                       if e.get("cat") in GPU_CATEGORIES and start >= first and end <= last)
+        assert abs((segments[-1]["end_ts"] - segments[0]["ts"]) - (last_gpu - first)) <= uncertainty
+        for before, after in rank_changes(segments):
+            # The later rank's collective kernel ran on from the start of the same collective's
+            # kernel on the rank before it, the last of all ranks to start it.
+            assert after["kind"] == "transfer" and after["from_global_rank"] == before["global_rank"]
+            assert before["end_ts"] == after["ts"]
+            key = next(key for key, (start, end, name) in collectives[after["global_rank"]].items()
+                       if start <= after["ts"] and end == after["end_ts"]
+                       and after["name"].startswith(f"{name}: held up by "))
+            starts = [found[key][0] for found in collectives.values() if key in found]
+            assert collectives[before["global_rank"]][key][0] == after["ts"] == max(starts)
+            crossings += 1
+    assert crossings >= 1
+    check_report(output, steps)

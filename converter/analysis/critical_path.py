@@ -17,14 +17,15 @@ Rows = Callable[[str], list[tuple[Any, ...]]]
 PATH_KINDS = ("compute", "transfer", "launch", "wait")
 
 CRITICAL_PATH_DEFINITIONS = {
-    "critical path": "derived, per step of a merged pipeline: the chain of work across ranks that set the step "
+    "critical path": "derived, per step of a merge: the chain of work across ranks that set the step "
                      "time, found by walking back from the step's last work to end, at each piece of work, to "
                      "the work before it that was ready last (on its thread or stream, its launch, a "
-                     "synchronisation's GPU work, the send whose data a receive waited for); its segments tile "
+                     "synchronisation's GPU work, the send whose data a receive waited for, the last rank to "
+                     "start a collective); its segments tile "
                      "the step from its first rank's ProfilerStep start to that last work's end",
     "path kinds": "compute: a compute lane's GPU work, or a CPU op's own time inside an op that counts as stage "
-                  "compute; transfer: communication work, a receive running on from its data's arrival, data "
-                  "in flight, a transfer queued on another thread; launch: a CPU call that launched GPU work; "
+                  "compute; transfer: communication work, a receive running on from its data's arrival or a "
+                  "collective from its last rank's start, data in flight, a transfer queued on another thread; launch: a CPU call that launched GPU work; "
                   "wait: a synchronisation, or time nothing traced ran on the path's thread or stream, each "
                   "named for what it waited for",
 }

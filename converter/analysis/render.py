@@ -74,7 +74,7 @@ def _path_tables(figures: dict) -> list[Table]:
                    for step in steps], list(range(1, 2 + len(PATH_KINDS)))),
             Table("Critical path per rank: its time there, and the work it spent most in",
                   ["step", "rank", "on path ms"] + kinds + ["most time in"],
-                  [[str(step["step"]), f"PP rank {rank['pp_rank']} (global rank {rank['global_rank']})",
+                  [[str(step["step"]), f"rank {rank['pp_rank']} (global {rank['global_rank']})",
                     ms(rank["on_path_ns"])] + [ms(rank["kinds_ns"][kind]) for kind in PATH_KINDS]
                    + [f"{rank['most']['kind']}: {rank['most']['name']}: {ms(rank['most']['ns'])} ms"]
                    for step in steps for rank in step["ranks"]],

@@ -1,14 +1,16 @@
-"""The critical path of each step across a pipeline's ranks: the chain of work that set the step time.
+"""The critical path of each step across a merge's ranks: the chain of work that set the step time.
 
-The walk starts at the last node to end in the step (across ranks) and goes backwards: at each
-node it takes, of the node's predecessors (work_graph.py: same track, launch, arrival), the one
-that was ready last, until it reaches the step's start; a rank still in the previous step is
-followed there and cut at the step's start. Where the predecessor was ready before the node
-began, the gap is named for what it was (untraced time on the thread, a stream idle, a
-transfer queued on another thread); where data arrived while a receive ran, the receive ran on
-from the arrival, and the path crosses to the send on the other rank. So the segments tile the
-path with no gap or overlap, on the pipeline's one clock. The path is derived: inferred from
-the measured slices, which name no dependency.
+Ranks are joined by a pipeline's arrows or by their collectives (data-parallel ranks). The walk
+starts at the last node to end in the step (across ranks) and goes backwards: at each node it
+takes, of the node's predecessors (work_graph.py: same track, launch, arrival, the last rank to
+start a collective), the one that was ready last, until it reaches the step's start; a rank
+still in the previous step is followed there and cut at the step's start. Where the
+predecessor was ready before the node began, the gap is named for what it was (untraced time
+on the thread, a stream idle, a transfer queued on another thread); where data arrived while a
+receive ran, the receive ran on from the arrival, and the path crosses to the send on the other
+rank (a collective kernel, to its last rank's kernel, from that one's start). So the segments
+tile the path with no gap or overlap, on the merge's one clock. The path is derived: inferred
+from the measured slices, which name no dependency.
 
 The path is written into the merged trace as extra tracks (one per rank, role critical_path
 under one group at the top of the pipeline) whose slices copy the names and times of the
@@ -43,7 +45,8 @@ class Segment(NamedTuple):
     name: str      # the work's slice name, or what was waited for
     start: int
     end: int
-    peer: int = -1  # for a receive that ran on from an arrival, the sending rank's place in the merge
+    peer: int = -1  # for work that ran on from another rank's, that rank's place in the merge
+    held_by: str = ""  # how: its data came ("data from"), or its collective's last kernel began ("held up by")
 
 
 @dataclass(frozen=True)
@@ -70,11 +73,25 @@ class _Graph:
         self.previous = _previous_on_track(_apart([work.track for work in ranks]), self.start, self.end)
         self.previous_on_device = _previous_on_track(_apart([work.device for work in ranks]), self.start, self.end)
         sends = {flow: node + offset for work, offset in zip(ranks, self._offsets) for flow, node in work.sends.items()}
-        self.arrivals: dict[int, list[tuple[int, int]]] = {}
+        # node -> (when it could go on, the node on another rank it waited for, how)
+        self.arrivals: dict[int, list[tuple[int, int, _Relation]]] = {}
         for work, offset in zip(ranks, self._offsets):
             for flow, node, at in work.arrivals:
                 if flow in sends:
-                    self.arrivals.setdefault(node + offset, []).append((at, sends[flow]))
+                    self.arrivals.setdefault(node + offset, []).append((at, sends[flow], _Relation.ARRIVAL))
+        self._join_collectives(ranks)
+
+    def _join_collectives(self, ranks: list[RankWork]) -> None:
+        """Each collective kernel waits for the last of its partners' kernels to start."""
+        partners: dict[tuple[str, str, int], list[int]] = {}
+        for work, offset in zip(ranks, self._offsets):
+            for node, key in work.collectives.items():
+                partners.setdefault(key, []).append(node + offset)
+        for nodes in partners.values():
+            last = max(nodes, key=lambda node: (int(self.start[node]), node))
+            for node in nodes:
+                if int(self.position[node]) != int(self.position[last]):
+                    self.arrivals.setdefault(node, []).append((int(self.start[last]), last, _Relation.COLLECTIVE))
 
     def _global_nodes(self, per_rank: list[np.ndarray]) -> np.ndarray:
         """Each rank's node numbers (-1: none) as numbers among all ranks' nodes."""
@@ -111,6 +128,8 @@ def critical_paths(ranks: list[RankWork]) -> list[StepPath]:
     if not named:
         return []
     graph = _Graph(ranks)
+    if not graph.arrivals:  # no arrow or collective joins the ranks: no path runs across them
+        return []
     steps = sorted(set.intersection(*(set(steps) for steps in named)))
     return [path for path in (_walk(graph, step, min(s[step][0] for s in named), max(s[step][1] for s in named))
                               for step in steps) if path is not None]
@@ -139,25 +158,26 @@ def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]
             cursor = int(graph.end[node])
         edge = _ready(graph, node, cursor)
         if edge.node is not None and edge.ready > start:  # it ran on from the arrival, or from the GPU's end
-            peer = int(graph.position[edge.node]) if edge.relation is _Relation.ARRIVAL else -1
+            held_by = _HELD_BY.get(edge.relation) if edge.relation is not None else None
+            crossed = held_by is not None
+            peer = int(graph.position[edge.node]) if crossed else -1
             name = graph.name(node)
             if edge.relation is _Relation.WAITED:
                 name = f"{name}: wait for {graph.name(edge.node)}"
-            segments.append(Segment(position, TRANSFER if peer >= 0 else KINDS[graph.kind[node]], name,
-                                    edge.ready, cursor, peer))
+            segments.append(Segment(position, TRANSFER if crossed else KINDS[graph.kind[node]], name,
+                                    edge.ready, cursor, peer, held_by or ""))
             cursor = edge.ready
         else:
             segments.append(Segment(position, KINDS[graph.kind[node]], graph.name(node), min(start, cursor), cursor))
             cursor = min(start, cursor)
             if edge.node is None or edge.node in seen:
-                what = UNTRACED_BEFORE if edge.node is None else f"could not tell: the work before loops back to {graph.name(edge.node)}"
+                what = UNTRACED_BEFORE if edge.node is None else \
+                    f"could not tell: the work before loops back to {graph.name(edge.node)}"
                 segments.append(Segment(position, WAIT, what, min(first, cursor), cursor))
                 break
             if edge.ready < cursor:
                 segments.append(_gap(graph, node, edge, cursor))
                 cursor = edge.ready
-        if edge.node is None:
-            break
         node = edge.node
     clipped = (s._replace(start=max(s.start, first)) for s in reversed(segments))
     return StepPath(step, first, end, tuple(s for s in clipped if s.end > s.start))
@@ -171,6 +191,10 @@ class _Relation(enum.Enum):
     WAITED = "waited"      # the GPU work a synchronisation waited for
     DEVICE = "device"      # the work before it on another stream or thread of its device
     ARRIVAL = "arrival"    # data sent by another rank
+    COLLECTIVE = "collective"  # the last rank's kernel of a collective to start
+
+
+_HELD_BY = {_Relation.ARRIVAL: "data from", _Relation.COLLECTIVE: "held up by"}
 
 
 class _Edge(NamedTuple):
@@ -219,9 +243,9 @@ def _ready(graph: _Graph, node: int, cursor: int) -> _Edge:
     on_device = int(graph.previous_on_device[node])
     if on_device >= 0 and int(graph.end[on_device]) > best.ready:
         best = _Edge(int(graph.end[on_device]), on_device, _Relation.DEVICE)
-    for at, sender in graph.arrivals.get(node, []):
+    for at, sender, relation in graph.arrivals.get(node, []):
         if start < at <= cursor and at > best.ready:
-            best = _Edge(at, sender, _Relation.ARRIVAL)
+            best = _Edge(at, sender, relation)
     return best
 
 
@@ -262,7 +286,7 @@ def add_path_tracks(root: Trace, parent: Track, paths: list[StepPath], ranks: li
                 name = segment.name
                 if segment.peer >= 0:
                     fields["from_global_rank"] = ranks[segment.peer].global_rank
-                    name = f"{name}: data from {ranks[segment.peer].title}"
+                    name = f"{name}: {segment.held_by} {ranks[segment.peer].title}"
                 root.slices.append(segment.start, segment.end - segment.start, name, CATEGORY,
                                    root.args.add(encoder.encode(fields)), track)
                 count += 1

@@ -25,7 +25,11 @@ a node:
   the replay) started it;
 - a synchronisation's wait: the GPU node it waited for (the last of its rank to end in it);
 - an arrival: a cross-rank arrow (a transfer, or a SEND block to its RECV) whose data reached
-  the node's track at a known time, from the sending node on another rank.
+  the node's track at a known time, from the sending node on another rank;
+- a collective's partners: an NCCL collective kernel ends no earlier than the last of its
+  ranks' kernels of that collective starts; a rank's k-th collective of a kind on a channel
+  is the others' k-th (NCCL runs a communicator's collectives in one order on every rank, and
+  traces that name no process group still agree on it).
 
 Nothing here moves or changes a slice: the graph is read from the rank's trace.
 """
@@ -39,6 +43,7 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .. import kineto
+from .clock import find_collectives
 from ..model import LaneKind, Trace, Track, TrackRole
 from ..model.args import decode_json
 
@@ -68,6 +73,9 @@ class RankWork:
     sends: dict[int, int] = field(default_factory=dict)              # flow id -> sending node
     arrivals: list[tuple[int, int, int]] = field(default_factory=list)  # (flow id, receiving node, arrival time)
     steps: dict[int, tuple[int, int]] = field(default_factory=dict)  # ProfilerStep number -> (start, end)
+    # node -> (channel, kind, k): its k-th NCCL collective kernel of a kind on a channel, which
+    # every rank in the collective runs as its own k-th (clock.find_collectives' channels)
+    collectives: dict[int, tuple[str, str, int]] = field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -126,6 +134,7 @@ def rank_work(trace: Trace) -> RankWork:
                     _waited(start, end, gpu, synchronising), [texts[i] for i in names.tolist()])
     receiving = np.where(gpu, kind == KINDS.index(TRANSFER), receive_name[table.name[owner]])
     _arrow_ends(trace, work, lanes, work_ids, node_of, receiving)
+    work.collectives = _collectives(trace, work)
     for slice_ in table.rows(table.named(lambda text: kineto.profiler_step(text) is not None)):
         if slice_.cat not in kineto.GPU_ANNOTATION_CATEGORIES:
             number = kineto.profiler_step(slice_.name)
@@ -327,6 +336,24 @@ def _inherited(flags: np.ndarray, parent: np.ndarray, nested: np.ndarray) -> np.
     result = np.zeros(len(flags), np.bool_)
     result[nested] = flags[parent[nested]]
     return result
+
+
+def _collectives(trace: Trace, work: RankWork) -> dict[int, tuple[str, str, int]]:
+    """The rank's NCCL collective kernels as clock.find_collectives finds them (per channel, in
+    issue order), on their nodes: a kernel is the GPU node that ends when it does."""
+    on_gpu = np.flatnonzero(work.gpu)
+    on_gpu = on_gpu[np.argsort(work.end[on_gpu], kind="stable")]
+    found: dict[int, tuple[str, str, int]] = {}
+    for channel, (kinds, ends) in find_collectives(trace).channels.items():
+        at = np.searchsorted(work.end[on_gpu], ends, "left")
+        hit = at < len(on_gpu)
+        hit[hit] = work.end[on_gpu[at[hit]]] == ends[hit]
+        seen: dict[str, int] = {}
+        for kind, index, matched in zip(kinds, at.tolist(), hit.tolist()):
+            k = seen[kind] = seen.get(kind, -1) + 1
+            if matched:
+                found[int(on_gpu[index])] = (channel, kind, k)
+    return found
 
 
 def _arrow_ends(trace: Trace, work: RankWork, lanes: np.ndarray, work_ids: np.ndarray, node_of: np.ndarray,
