@@ -104,8 +104,9 @@ def rank_work(trace: Trace) -> RankWork:
     ops = np.flatnonzero(cpu_category[table.cat] & spanned)
     op_pieces = _self_time(work_ids[table.track[ops]], table.ts[ops], table.end[ops])
     communication_name = np.fromiter((kineto.is_communication_op(text) for text in texts), np.bool_, len(texts))
-    spans = np.flatnonzero(communication_name[table.name] & ~cpu_category[table.cat] & ~gpu_category[table.cat]
-                           & spanned)
+    gpu_side = np.fromiter((text in kineto.GPU_CATEGORIES or text in kineto.GPU_ANNOTATION_CATEGORIES
+                            for text in texts), np.bool_, len(texts))
+    spans = np.flatnonzero(communication_name[table.name] & ~cpu_category[table.cat] & ~gpu_side[table.cat] & spanned)
     receive_name = np.fromiter((text.startswith(kineto.RECEIVE_OPS) for text in texts), np.bool_, len(texts))
     span_pieces = _uncovered(work_ids[table.track[spans]], table.ts[spans], table.end[spans],
                              receive_name[table.name[spans]], work_ids[table.track[ops]], table.ts[ops], table.end[ops])
