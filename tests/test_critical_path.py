@@ -15,9 +15,13 @@ from collections import defaultdict
 from contextlib import redirect_stdout
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from converter.cli import main
+from converter.engine.work_graph import _self_time
 from converter.generator import write_pp_run
 from converter.model import TrackRole
 
@@ -378,3 +382,45 @@ def test_data_parallel_ranks_through_collectives(tmp_path):
             crossings += 1
     assert crossings >= 1
     check_report(output, steps)
+
+
+def _nested(draw_spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Spans made to nest (each inside the one it starts in, as a thread's calls are)."""
+    nested: list[tuple[int, int]] = []
+    for start, length in sorted(draw_spans):
+        end = start + length
+        for outer_start, outer_end in reversed(nested):
+            if outer_start <= start < outer_end:
+                end = min(end, outer_end)
+                break
+        nested.append((start, end))
+    return [(start, end) for start, end in nested if end > start]
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.lists(st.tuples(st.integers(0, 60), st.integers(1, 40)),
+                                                       max_size=12)), max_size=3))
+def test_self_time_pieces_are_each_moment_s_innermost_call(tracks):
+    """Every moment a call runs belongs to exactly one piece, owned by the innermost call open
+    then (the shortest containing it, as nesting makes them), checked moment by moment."""
+    on_track: dict[int, list[tuple[int, int]]] = defaultdict(list)
+    for track_of, spans in tracks:
+        on_track[track_of] += spans
+    rows = list(dict.fromkeys((track_of, start, end) for track_of, spans in on_track.items()
+                              for start, end in _nested(spans)))  # one call per span and track
+    if not rows:
+        return
+    track, start, end = (np.array(column, np.int64) for column in zip(*rows))
+    pieces = _self_time(track, start, end)
+    owned: dict[tuple[int, int], int] = {}
+    for owner, piece_start, piece_end in zip(pieces.owner.tolist(), pieces.start.tolist(), pieces.end.tolist()):
+        for moment in range(piece_start, piece_end):
+            assert (rows[owner][0], moment) not in owned
+            owned[(rows[owner][0], moment)] = owner
+    expected = {}
+    for index, (track_of, span_start, span_end) in enumerate(rows):
+        for moment in range(span_start, span_end):
+            known = expected.get((track_of, moment))
+            if known is None or span_end - span_start < rows[known][2] - rows[known][1]:
+                expected[(track_of, moment)] = index
+    assert owned == expected
