@@ -1,4 +1,4 @@
-"""A merged pipeline's work as a dependency graph in columns, for its critical path.
+"""A merge's work as a dependency graph in columns, for its critical path.
 
 Nodes cover every moment of work, so no time spent inside an op can fall between nodes:
 
@@ -36,16 +36,16 @@ Nothing here moves or changes a slice: the graph is read from the rank's trace.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 import heapq
+from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
 import numpy as np
 
 from .. import kineto
-from .clock import find_collectives
 from ..model import LaneKind, Trace, Track, TrackRole
 from ..model.args import decode_json
+from .clock import find_collectives
 
 # A segment of a critical path is one of these kinds (wait: nothing of the path ran).
 COMPUTE, TRANSFER, LAUNCH, WAIT = "compute", "transfer", "launch", "wait"
@@ -363,9 +363,8 @@ def _arrow_ends(trace: Trace, work: RankWork, lanes: np.ndarray, work_ids: np.nd
     last node to end inside its slice's span on its lane or thread; an arrival on the receiving
     node (a transfer on the GPU, a piece of a receive op or span on the CPU) of the receive's
     lane or thread that runs at the arrival, else the next to start: what waits for data is a
-    receive, not the work that happens to run when it comes. A track's
-    nodes do not overlap (lanes never do; a thread's pieces follow one another), so each end is
-    a binary search."""
+    receive, not the work that happens to run when it comes. A track's nodes do not overlap
+    (lanes never do; a thread's pieces follow one another), so each end is a binary search."""
     table = trace.slices
     by_track: dict[tuple[int, bool], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
     for end in trace.flow_ends:
