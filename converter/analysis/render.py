@@ -255,8 +255,8 @@ def _strip(timeline: Timeline, origin: int, scale: float, path: list[dict]) -> s
 
 def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:
     """Per rank, one strip over the steps: PP blocks by kind, RECV and SEND, and the bubble; and
-    where the merge found a critical path, its segments on that rank in a band below. A CPU-only
-    pipeline's strips hold its steps and the path alone (its stages' parts are in the table)."""
+    where the merge found a critical path, its segments on that rank in a band below. Without PP
+    blocks (a CPU-only pipeline, data-parallel ranks) the strips hold the steps and the path alone."""
     on_rank: dict[int, list[dict]] = {}
     for step in critical_path:
         for segment in step["segments"]:
@@ -277,17 +277,21 @@ def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:
     path_note = (" Below each rank, the step's critical path where it ran on that rank: the chain of compute, "
                  "launches, transfers and waits, across ranks, that set the step time.") if critical_path else ""
     what = ("PP blocks by kind (top band), RECV and SEND blocks (middle), the bubble (bottom: no compute lane "
-            "busy)." if blocks else "its steps (a CPU-only pipeline: its stages' parts are in the table below).")
-    return (f"<h2>Pipeline timeline: {ms(end - origin)} ms, steps marked by lines</h2>"
+            "busy)." if blocks else "the steps, from the first rank's start (no GPU draws PP blocks here).")
+    return (f"<h2>{'Pipeline timeline' if blocks else 'Timeline'}: {ms(end - origin)} ms, steps marked by lines</h2>"
             f"<p class=note>Each rank: {what}{path_note}</p><p>{key}</p><table class=timeline>{rows}</table>")
 
 
-def _cpu_timelines(figures: dict) -> list[Timeline]:
-    """A CPU-only pipeline's ranks as strips of their steps, for its critical path to be drawn under."""
+def _path_timelines(critical_path: list[dict]) -> list[Timeline]:
+    """Where no GPU draws PP blocks (a CPU-only pipeline, data-parallel ranks), a strip per rank
+    the critical path ran on, its steps marked, for the path to be drawn under."""
     ranks: dict[int, Timeline] = {}
-    for stage in figures.get("pipeline", {}).get("stages", []):
-        timeline = ranks.setdefault(stage["pp_rank"], Timeline(stage["rank"], [], {}, [], stage["pp_rank"]))
-        timeline.steps.append((stage["step"], stage["start_ns"], stage["start_ns"] + stage["step_ns"]))
+    for step in critical_path:
+        for rank in step["ranks"]:
+            ranks.setdefault(rank["pp_rank"], Timeline(f"rank {rank['pp_rank']} (global {rank['global_rank']})",
+                                                       [], {}, [], rank["pp_rank"]))
+    for timeline in ranks.values():
+        timeline.steps += [(str(step["step"]), step["start_ns"], step["end_ns"]) for step in critical_path]
     return [ranks[rank] for rank in sorted(ranks)]
 
 
@@ -300,7 +304,7 @@ def render_html(report: Report) -> str:
                                    if findings else "<p>Nothing stands out.</p>")]
     if not figures["gpus"]:
         lead.append(f"<p>{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}</p>")
-    timelines = report.timelines or (_cpu_timelines(figures) if "critical_path" in figures else [])
+    timelines = report.timelines or _path_timelines(figures.get("critical_path", []))
     if timelines:
         lead.append(_timeline(timelines, figures.get("critical_path", [])))
     return html_page(f"cgtrace report: {Path(source['trace']).name}",
