@@ -15,6 +15,7 @@ from typing import Callable, Optional
 
 import orjson
 
+from .critical_path import PATH_KINDS
 from .findings import as_text, waited_for
 from .intervals import Intervals
 from .query import format_table, terminal_safe
@@ -62,9 +63,27 @@ def _stages_table(figures: dict) -> Table:
         stacked=(2, [[row[key] / row["step_ns"] if row["step_ns"] else 0.0 for key, _ in _PARTS] for row in stages]))
 
 
+def _path_tables(figures: dict) -> list[Table]:
+    """A merge's critical path per step (its length and time per kind), then per step and rank
+    (where it ran, and the work it spent most in); none where the trace has no path."""
+    steps = figures.get("critical_path", [])
+    kinds = [f"{kind} ms" for kind in PATH_KINDS]
+    return [Table("Critical path (derived): what set each step's time",
+                  ["step", "length ms"] + kinds,
+                  [[str(step["step"]), ms(step["length_ns"])] + [ms(step["kinds_ns"][kind]) for kind in PATH_KINDS]
+                   for step in steps], list(range(1, 2 + len(PATH_KINDS)))),
+            Table("Critical path per rank: its time there, and the work it spent most in",
+                  ["step", "rank", "on path ms"] + kinds + ["most time in"],
+                  [[str(step["step"]), f"rank {rank['pp_rank']} (global {rank['global_rank']})",
+                    ms(rank["on_path_ns"])] + [ms(rank["kinds_ns"][kind]) for kind in PATH_KINDS]
+                   + [f"{rank['most']['kind']}: {rank['most']['name']}: {ms(rank['most']['ns'])} ms"]
+                   for step in steps for rank in step["ranks"]],
+                  list(range(2, 3 + len(PATH_KINDS))), wrap=3 + len(PATH_KINDS))]
+
+
 def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
     gpus = figures["gpus"]
-    tables = [_stages_table(figures), Table(
+    tables = [_stages_table(figures), *_path_tables(figures), Table(
         "GPUs: busy (any lane) and exposed communication, over the window",
         ["gpu", "window", "window ms", "busy ms", "busy", "exposed comm ms", "exposed comm"],
         [[gpu_label(g), f"{len(g['steps'])} steps" if g["window"] == "steps" else g["window"], ms(g["window_ns"]), ms(g["busy_ns"]), pct(g["busy_share"]),
@@ -144,7 +163,7 @@ _COLORS = (("F", "#4a7bd0"), ("B", "#3c9d5d"), ("I", "#8fcf9a"), ("W", "#2a6b3d"
            ("other", "#9a9a9a"), ("RECV", "#e0892b"), ("SEND", "#f2c94c"), ("bubble", "#d64545"))
 # The stage parts as the stacked bars colour them, in _PARTS order.
 # The critical path's band under each rank's strip, a colour per segment kind (engine/work_graph.KINDS).
-_PATH_COLORS = (("compute", "#111111"), ("transfer", "#6a1b9a"), ("launch", "#00a0a0"), ("wait", "#b0b0b0"))
+_PATH_COLORS = tuple(zip(PATH_KINDS, ("#111111", "#6a1b9a", "#00a0a0", "#b0b0b0")))
 _PATH_BAND = (38, 9)
 _PART_COLORS = ("#4a7bd0", "#b7c7e6", "#d9b3e6", "#e0892b", "#d64545", "#bbbbbb")
 _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em;color:#222;max-width:90em}
@@ -236,7 +255,8 @@ def _strip(timeline: Timeline, origin: int, scale: float, path: list[dict]) -> s
 
 def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:
     """Per rank, one strip over the steps: PP blocks by kind, RECV and SEND, and the bubble; and
-    where the merge found a critical path, its segments on that rank in a band below."""
+    where the merge found a critical path, its segments on that rank in a band below. Without PP
+    blocks (a CPU-only pipeline, data-parallel ranks) the strips hold the steps and the path alone."""
     on_rank: dict[int, list[dict]] = {}
     for step in critical_path:
         for segment in step["segments"]:
@@ -244,10 +264,11 @@ def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:
     origin = min(start for t in timelines for _, start, _ in t.steps)
     end = max(stop for t in timelines for _, _, stop in t.steps)
     scale = _TIMELINE_WIDTH / max(end - origin, 1)
+    blocks = any(t.blocks or t.bubbles for t in timelines)
     key = "".join(f'<span class="key"><svg width="12" height="12"><rect data-kind="{kind}" width="12" '
-                  f'height="12"/></svg> {html.escape(kind)}</span>' for kind, _ in _COLORS)
+                  f'height="12"/></svg> {html.escape(kind)}</span>' for kind, _ in _COLORS) if blocks else ""
     if critical_path:
-        key += "<br>critical path: " + "".join(
+        key += ("<br>" if key else "") + "critical path: " + "".join(
             f'<span class="key"><svg width="12" height="12"><rect data-path="{kind}" width="12" height="12"/></svg> '
             f'{kind}</span>' for kind, _ in _PATH_COLORS)
     rows = "".join(f'<tr class="rank"><th class="wrap">{html.escape(t.label)}</th>'
@@ -255,9 +276,23 @@ def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:
                    for t in timelines)
     path_note = (" Below each rank, the step's critical path where it ran on that rank: the chain of compute, "
                  "launches, transfers and waits, across ranks, that set the step time.") if critical_path else ""
-    return (f"<h2>Pipeline timeline: {ms(end - origin)} ms, steps marked by lines</h2>"
-            f"<p class=note>Each rank: PP blocks by kind (top band), RECV and SEND blocks (middle), the bubble "
-            f"(bottom: no compute lane busy).{path_note}</p><p>{key}</p><table class=timeline>{rows}</table>")
+    what = ("PP blocks by kind (top band), RECV and SEND blocks (middle), the bubble (bottom: no compute lane "
+            "busy)." if blocks else "the steps, from the first rank's start (no GPU draws PP blocks here).")
+    return (f"<h2>{'Pipeline timeline' if blocks else 'Timeline'}: {ms(end - origin)} ms, steps marked by lines</h2>"
+            f"<p class=note>Each rank: {what}{path_note}</p><p>{key}</p><table class=timeline>{rows}</table>")
+
+
+def _path_timelines(critical_path: list[dict]) -> list[Timeline]:
+    """Where no GPU draws PP blocks (a CPU-only pipeline, data-parallel ranks), a strip per rank
+    the critical path ran on, its steps marked, for the path to be drawn under."""
+    ranks: dict[int, Timeline] = {}
+    for step in critical_path:
+        for rank in step["ranks"]:
+            ranks.setdefault(rank["pp_rank"], Timeline(f"rank {rank['pp_rank']} (global {rank['global_rank']})",
+                                                       [], {}, [], rank["pp_rank"]))
+    for timeline in ranks.values():
+        timeline.steps += [(str(step["step"]), step["start_ns"], step["end_ns"]) for step in critical_path]
+    return [ranks[rank] for rank in sorted(ranks)]
 
 
 def render_html(report: Report) -> str:
@@ -269,8 +304,9 @@ def render_html(report: Report) -> str:
                                    if findings else "<p>Nothing stands out.</p>")]
     if not figures["gpus"]:
         lead.append(f"<p>{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}</p>")
-    if report.timelines:
-        lead.append(_timeline(report.timelines, figures.get("critical_path", [])))
+    timelines = report.timelines or _path_timelines(figures.get("critical_path", []))
+    if timelines:
+        lead.append(_timeline(timelines, figures.get("critical_path", [])))
     return html_page(f"cgtrace report: {Path(source['trace']).name}",
                      f"{source['trace']}; lanes from {source['lanes_from']}", lead,
                      _tables(figures, lambda name: name), figures["definitions"])

@@ -25,7 +25,7 @@ from ..model.roles_document import RolesDocument, TrackEntry
 from ..model.trace import rank_title
 from .findings import FINDINGS_DEFINITION, report_findings
 from .intervals import Intervals, covered, intersect, subtract, union
-from .critical_path import read_critical_path
+from .critical_path import CRITICAL_PATH_DEFINITIONS, read_critical_path
 from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
 from .stragglers import STRAGGLER_DEFINITIONS, Arrival, hold_ups, late_arrivals, read_arrivals, straggler_answer
 from .query import open_checked, run_sql
@@ -47,6 +47,7 @@ DEFINITIONS: dict[str, str] = {
             "kept in the track roles of a trace cgtrace compacted",
     **ANATOMY_DEFINITIONS,
     **STRAGGLER_DEFINITIONS,
+    **CRITICAL_PATH_DEFINITIONS,
     "findings": FINDINGS_DEFINITION,
 }
 _PP_KIND_OF = {"F": "F", "B": "B", "I": "I", "W": "W", "SEND_F": "SEND", "SEND_B": "SEND",

@@ -1,11 +1,16 @@
-"""The critical path of each step across a pipeline's ranks: the chain of work that set the step time.
+"""The critical path of each step across a merge's ranks: the chain of work that set the step time.
 
-The walk starts at the last node to end in the step (across ranks) and goes backwards: at each
-node it takes, of the node's predecessors (work_graph.py: same track, launch, arrival), the one
-that was ready last, until it reaches the step's start. Where the predecessor was ready before
-the node began, the gap is a wait on the node's rank; where data arrived after a receive began,
-the receive ran on from the arrival, and the path crosses to the send on the other rank. So the
-segments tile the path with no gap or overlap, on the pipeline's one clock.
+Ranks are joined by a pipeline's arrows or by their collectives (data-parallel ranks). The walk
+starts at the last node to end in the step (across ranks) and goes backwards: at each node it
+takes, of the node's predecessors (work_graph.py: same track, launch, arrival, the last rank to
+start a collective), the one that was ready last, until it reaches the step's start; a rank
+still in the previous step is followed there and cut at the step's start. Where the
+predecessor was ready before the node began, the gap is named for what it was (untraced time
+on the thread, a stream idle, a transfer queued on another thread); where data arrived while a
+receive ran, the receive ran on from the arrival, and the path crosses to the send on the other
+rank (a collective kernel, to its last rank's kernel, from that one's start). So the segments
+tile the path with no gap or overlap, on the merge's one clock. The path is derived: inferred
+from the measured slices, which name no dependency.
 
 The path is written into the merged trace as extra tracks (one per rank, role critical_path
 under one group at the top of the pipeline) whose slices copy the names and times of the
@@ -17,6 +22,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple, Optional
 
+import enum
+
 import msgspec
 import numpy as np
 
@@ -26,6 +33,7 @@ from .work_graph import COMPUTE, KINDS, LAUNCH, TRANSFER, WAIT, RankWork
 
 GROUP_NAME = "Critical path (per step)"  # short: a counter's row has less room for its title
 IN_FLIGHT = "in flight"  # a transfer between its send's end and its arrival
+UNTRACED_BEFORE = "untraced: before the rank's first traced work"  # a path that reaches a rank's first node
 _ROWS_PER_RANK = 16  # a rank's rows in the group: its own, then overlap layers
 _LEVELS = {COMPUTE: COMPUTING, TRANSFER: OTHER_WORK, LAUNCH: OTHER_WORK, WAIT: 0.0}  # the group row's counter
 
@@ -36,6 +44,8 @@ class Segment(NamedTuple):
     name: str      # the work's slice name, or what was waited for
     start: int
     end: int
+    peer: int = -1  # for work that ran on from another rank's, that rank's place in the merge
+    held_by: str = ""  # how: its data came ("data from"), or its collective's last kernel began ("held up by")
 
 
 @dataclass(frozen=True)
@@ -62,11 +72,25 @@ class _Graph:
         self.previous = _previous_on_track(_apart([work.track for work in ranks]), self.start, self.end)
         self.previous_on_device = _previous_on_track(_apart([work.device for work in ranks]), self.start, self.end)
         sends = {flow: node + offset for work, offset in zip(ranks, self._offsets) for flow, node in work.sends.items()}
-        self.arrivals: dict[int, list[tuple[int, int]]] = {}
+        # node -> (when it could go on, the node on another rank it waited for, how)
+        self.arrivals: dict[int, list[tuple[int, int, _Relation]]] = {}
         for work, offset in zip(ranks, self._offsets):
             for flow, node, at in work.arrivals:
                 if flow in sends:
-                    self.arrivals.setdefault(node + offset, []).append((at, sends[flow]))
+                    self.arrivals.setdefault(node + offset, []).append((at, sends[flow], _Relation.ARRIVAL))
+        self._join_collectives(ranks)
+
+    def _join_collectives(self, ranks: list[RankWork]) -> None:
+        """Each collective kernel waits for the last of its partners' kernels to start."""
+        partners: dict[tuple[str, str, int], list[int]] = {}
+        for work, offset in zip(ranks, self._offsets):
+            for node, key in work.collectives.items():
+                partners.setdefault(key, []).append(node + offset)
+        for nodes in partners.values():
+            last = max(nodes, key=lambda node: (int(self.start[node]), node))
+            for node in nodes:
+                if int(self.position[node]) != int(self.position[last]):
+                    self.arrivals.setdefault(node, []).append((int(self.start[last]), last, _Relation.COLLECTIVE))
 
     def _global_nodes(self, per_rank: list[np.ndarray]) -> np.ndarray:
         """Each rank's node numbers (-1: none) as numbers among all ranks' nodes."""
@@ -103,14 +127,18 @@ def critical_paths(ranks: list[RankWork]) -> list[StepPath]:
     if not named:
         return []
     graph = _Graph(ranks)
+    if not graph.arrivals:  # no arrow or collective joins the ranks: no path runs across them
+        return []
     steps = sorted(set.intersection(*(set(steps) for steps in named)))
     return [path for path in (_walk(graph, step, min(s[step][0] for s in named), max(s[step][1] for s in named))
                               for step in steps) if path is not None]
 
 
 def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]:
-    """The path of the step from `first` to `last`, built backwards from its last work; a node
-    already on the path ends the walk, so it ends on any graph."""
+    """The path of the step from `first` to `last`, built backwards from its last work. It
+    follows a rank back past `first` where the rank was still in the previous step, and is cut
+    there; a rank with nothing before (its first traced work) waits from `first`. A node already
+    on the path ends the walk, so it ends on any graph."""
     inside = np.flatnonzero((graph.start >= first) & (graph.end <= last))
     on_gpu = inside[graph.gpu[inside]]
     if len(on_gpu):  # the GPUs' work sets the step; the CPU's last op often only waits for it
@@ -121,51 +149,102 @@ def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]
     end = cursor = int(graph.end[node])
     segments: list[Segment] = []
     seen: set[int] = set()
-    while True:
+    while cursor > first:
         seen.add(node)
         start, position = int(graph.start[node]), int(graph.position[node])
         if int(graph.end[node]) < cursor:  # a send whose data arrived after it ended
             segments.append(Segment(position, TRANSFER, IN_FLIGHT, int(graph.end[node]), cursor))
             cursor = int(graph.end[node])
-        ready, predecessor, arrived = _ready(graph, node, cursor)
-        if predecessor is not None and ready > start:  # it ran on from the arrival, or from the GPU's end
-            segments.append(Segment(position, TRANSFER if arrived else KINDS[graph.kind[node]], graph.name(node),
-                                    ready, cursor))
-            after = ready
+        edge = _ready(graph, node, cursor)
+        if edge.node is not None and edge.ready > start:  # it ran on from the arrival, or from the GPU's end
+            held_by = _HELD_BY.get(edge.relation) if edge.relation is not None else None
+            crossed = held_by is not None
+            peer = int(graph.position[edge.node]) if crossed else -1
+            name = graph.name(node)
+            if edge.relation is _Relation.WAITED:
+                name = f"{name}: wait for {graph.name(edge.node)}"
+            segments.append(Segment(position, TRANSFER if crossed else KINDS[graph.kind[node]], name,
+                                    edge.ready, cursor, peer, held_by or ""))
+            cursor = edge.ready
         else:
             segments.append(Segment(position, KINDS[graph.kind[node]], graph.name(node), min(start, cursor), cursor))
-            if predecessor is not None and ready < start:
-                segments.append(Segment(position, WAIT, f"after {graph.name(predecessor)}", ready, start))
-            after = min(ready, start)
-        if predecessor is None or predecessor in seen or after <= first:
-            break
-        cursor, node = after, predecessor
-    if segments[-1].start > first:  # nothing ran before it in the step: the step's start waited for it
-        segments.append(Segment(segments[-1].position, WAIT, "step start", first, segments[-1].start))
+            cursor = min(start, cursor)
+            if edge.node is None or edge.node in seen:
+                what = UNTRACED_BEFORE if edge.node is None else \
+                    f"could not tell: the work before loops back to {graph.name(edge.node)}"
+                segments.append(Segment(position, WAIT, what, min(first, cursor), cursor))
+                break
+            if edge.ready < cursor:
+                segments.append(_gap(graph, node, edge, cursor))
+                cursor = edge.ready
+        node = edge.node
     clipped = (s._replace(start=max(s.start, first)) for s in reversed(segments))
     return StepPath(step, first, end, tuple(s for s in clipped if s.end > s.start))
 
 
-def _ready(graph: _Graph, node: int, cursor: int) -> tuple[int, Optional[int], bool]:
+class _Relation(enum.Enum):
+    """How a node depends on its predecessor on the path."""
+
+    TRACK = "track"        # the work before it on its stream or thread
+    LAUNCH = "launch"      # the CPU call that launched it
+    WAITED = "waited"      # the GPU work a synchronisation waited for
+    DEVICE = "device"      # the work before it on another stream or thread of its device
+    ARRIVAL = "arrival"    # data sent by another rank
+    COLLECTIVE = "collective"  # the last rank's kernel of a collective to start
+
+
+_HELD_BY = {_Relation.ARRIVAL: "data from", _Relation.COLLECTIVE: "held up by"}
+
+
+class _Edge(NamedTuple):
+    ready: int             # when the predecessor let the node run (-1: no predecessor)
+    node: Optional[int]
+    relation: Optional[_Relation]
+
+
+def _gap(graph: _Graph, node: int, edge: _Edge, cursor: int) -> Segment:
+    """The time between a predecessor's end and the node that followed it, on the node's rank,
+    saying what it was. A transfer that another stream or thread started (a collective DDP's
+    reducer hands to gloo's thread) was queued in its backend: time of the transfer. Else a wait
+    for the predecessor: nothing traced ran on the node's stream or thread."""
+    assert edge.node is not None
+    position, name, gpu = int(graph.position[node]), graph.name(edge.node), bool(graph.gpu[edge.node])
+    if edge.relation is _Relation.DEVICE and KINDS[graph.kind[node]] == TRANSFER:
+        return Segment(position, TRANSFER, f"{graph.name(node)} queued after {name} on another "
+                                           f"{'stream' if gpu else 'thread'}", edge.ready, cursor)
+    if edge.relation is _Relation.TRACK:
+        what = f"stream idle after {name}" if gpu else f"untraced time on the thread after {name}"
+    elif edge.relation is _Relation.DEVICE:
+        what = f"wait for {name} on another {'stream' if gpu else 'thread'}"
+    elif edge.relation is _Relation.LAUNCH:
+        what = f"queued on the GPU after its launch by {name}"
+    else:
+        what = f"wait for {name}"
+    return Segment(position, WAIT, what, edge.ready, cursor)
+
+
+def _ready(graph: _Graph, node: int, cursor: int) -> _Edge:
     """The predecessor ready last (same track, then launch or the GPU work a synchronisation
-    waited for, then the device's other streams or threads, then arrival on a tie): when it was ready (no later than `cursor`), which node,
-    and whether it is a cross-rank arrival."""
+    waited for, then the device's other streams or threads, then an arrival on a tie): when it
+    was ready (no later than `cursor`), which node, and how the node depends on it. An arrival
+    counts only while the node ran (at or before its start, the data was there before the
+    receiver came to it)."""
     start = int(graph.start[node])
-    best: tuple[int, Optional[int], bool] = (-1, None, False)
+    best = _Edge(-1, None, None)
     previous = int(graph.previous[node])
     if previous >= 0:
-        best = (int(graph.end[previous]), previous, False)
+        best = _Edge(int(graph.end[previous]), previous, _Relation.TRACK)
     launch, waited = int(graph.launch[node]), int(graph.waited[node])
-    if launch >= 0 and min(int(graph.end[launch]), start) > best[0]:  # a kernel waits for no more than its launch to begin
-        best = (min(int(graph.end[launch]), start), launch, False)
-    if waited >= 0 and min(int(graph.end[waited]), cursor) > best[0]:
-        best = (min(int(graph.end[waited]), cursor), waited, False)
+    if launch >= 0 and min(int(graph.end[launch]), start) > best.ready:  # a kernel waits for no more than its launch to begin
+        best = _Edge(min(int(graph.end[launch]), start), launch, _Relation.LAUNCH)
+    if waited >= 0 and min(int(graph.end[waited]), cursor) > best.ready:
+        best = _Edge(min(int(graph.end[waited]), cursor), waited, _Relation.WAITED)
     on_device = int(graph.previous_on_device[node])
-    if on_device >= 0 and int(graph.end[on_device]) > best[0]:
-        best = (int(graph.end[on_device]), on_device, False)
-    for at, sender in graph.arrivals.get(node, []):
-        if at <= cursor and at > best[0]:
-            best = (at, sender, True)
+    if on_device >= 0 and int(graph.end[on_device]) > best.ready:
+        best = _Edge(int(graph.end[on_device]), on_device, _Relation.DEVICE)
+    for at, sender, relation in graph.arrivals.get(node, []):
+        if start < at <= cursor and at > best.ready:
+            best = _Edge(at, sender, relation)
     return best
 
 
@@ -201,9 +280,13 @@ def add_path_tracks(root: Trace, parent: Track, paths: list[StepPath], ranks: li
             rows[layer] = (track, segments[-1].end)
             identity = ranks[position]
             for segment in segments:
-                args = root.args.add(encoder.encode({"kind": segment.kind, "step": path.step,
-                                                     "pp_rank": identity.pp_rank,
-                                                     "global_rank": identity.global_rank}))
-                root.slices.append(segment.start, segment.end - segment.start, segment.name, derived.CRITICAL_PATH, args, track)
+                fields = {"kind": segment.kind, "step": path.step, "pp_rank": identity.pp_rank,
+                          "global_rank": identity.global_rank}
+                name = segment.name
+                if segment.peer >= 0:
+                    fields["from_global_rank"] = ranks[segment.peer].global_rank
+                    name = f"{name}: {segment.held_by} {ranks[segment.peer].title}"
+                root.slices.append(segment.start, segment.end - segment.start, name, derived.CRITICAL_PATH,
+                                   root.args.add(encoder.encode(fields)), track)
                 count += 1
     return count

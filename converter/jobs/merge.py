@@ -173,8 +173,8 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
     busy_gpus = running_totals(change for part in parts for change in part.busy_gpu_changes)
     root = root_trace(root_name(any(plan.in_pp_group for plan in plans)), busy_gpus,
                       sum(part.gpus for part in parts))
-    # Across ranks only where arrows join them (a pipeline); data-parallel ranks share no path.
-    paths = critical_paths([part.work for part in parts]) if cross_rank_arrows else []
+    # Across ranks where arrows (a pipeline) or collectives (data-parallel ranks) join them.
+    paths = critical_paths([part.work for part in parts])
     path_slices = add_path_tracks(root, root.tracks[0], paths, [plan.identity for plan in plans])
     expected = Expected(sum(part.expected.slices for part in parts) + path_slices,
                         sum(part.expected.flows for part in parts) + cross_rank_arrows,
