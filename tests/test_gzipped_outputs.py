@@ -23,7 +23,7 @@ def test_a_gz_name_writes_the_plain_trace_gzipped_and_trace_processor_loads_it(t
     assert data[:2] == b"\x1f\x8b" and len(data) < plain.stat().st_size / 3
     assert gzip.decompress(data) == plain.read_bytes()
     assert again.read_bytes() == data  # no time or name in the gzip header
-    count = "select count(*) as n from slice"
+    count = "select count(*) as n from cgtrace_all_slice"
     assert rows(packed, count) == rows(plain, count) and summary["verified"]["slices"] == rows(plain, count)[0]["n"]
 
 
@@ -51,4 +51,4 @@ def test_step_files_of_a_gz_output_are_gzipped_too(tmp_path):
     names = [Path(entry["output"]).name for entry in written]
     assert names == [f"run_step{entry['step']}.perfetto-trace.gz" for entry in written] and len(names) == 2
     for entry in written:
-        assert rows(Path(entry["output"]), "select count(*) as n from slice")[0]["n"] == entry["slices"]
+        assert rows(Path(entry["output"]), "select count(*) as n from cgtrace_all_slice")[0]["n"] == entry["slices"]

@@ -98,7 +98,7 @@ def assert_root_counts_busy_gpus(output, root: str) -> None:
     checked = rows(output, f"""
         {UNDER_GPU_SQL}, lanes as (select u.id, u.gpu from under_gpu u join track t on t.id = u.id
                                    where {TRACK_UUID} in ({compute})),
-        busy as (select s.ts, s.ts + s.dur as end_ts, l.gpu from slice s join lanes l on s.track_id = l.id
+        busy as (select s.ts, s.ts + s.dur as end_ts, l.gpu from cgtrace_all_slice s join lanes l on s.track_id = l.id
                  where s.dur > 0)
         select c.ts, c.value, (select count(distinct b.gpu) from busy b where b.ts <= c.ts and c.ts < b.end_ts) gpus,
                (select count(*) from ({LANE_CONTAINERS_SQL})) of
