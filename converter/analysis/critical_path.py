@@ -10,11 +10,10 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable
 
+from ..model.derived import PATH_KINDS
+
 Rows = Callable[[str], list[tuple[Any, ...]]]
 
-# The segments' kinds as the trace's args hold them (engine/work_graph.KINDS, which the
-# analysis reads from the trace, not from the engine), in the order the report shows them.
-PATH_KINDS = ("compute", "transfer", "launch", "wait")
 
 CRITICAL_PATH_DEFINITIONS = {
     "critical path": "derived, per step of a merge: the chain of work across ranks that set the step "

@@ -15,7 +15,7 @@ from typing import Callable, Optional
 
 import orjson
 
-from .critical_path import PATH_KINDS
+from ..model.derived import PATH_KINDS
 from .findings import as_text, waited_for
 from .intervals import Intervals
 from .query import format_table, terminal_safe

@@ -43,13 +43,13 @@ from typing import NamedTuple, Optional
 import numpy as np
 
 from .. import kineto
-from ..model import LaneKind, Trace, Track, TrackRole
+from ..model import LaneKind, Trace, Track, TrackRole, derived
 from ..model.args import decode_json
 from .clock import find_collectives
 
-# A segment of a critical path is one of these kinds (wait: nothing of the path ran).
-COMPUTE, TRANSFER, LAUNCH, WAIT = "compute", "transfer", "launch", "wait"
-KINDS = (COMPUTE, TRANSFER, LAUNCH, WAIT)
+# A segment of a critical path is one of the derived path kinds (wait: nothing of the path ran).
+KINDS = derived.PATH_KINDS  # a node's kind is its index here
+COMPUTE, TRANSFER, LAUNCH, WAIT = KINDS
 _CPU_WORK = ("cpu_op", "cuda_runtime", "cuda_driver")
 # Calls that wait for the GPU or for another stream: time spent waiting, never work.
 _SYNCHRONISATIONS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",

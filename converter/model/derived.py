@@ -21,3 +21,8 @@ CATEGORIES = {
     ARRIVAL: "arrival marker",
     CRITICAL_PATH: "critical path segment",
 }
+
+# What a critical path segment's time was (its `kind` arg), in the order the report shows them;
+# a wait is time nothing of the path ran.
+COMPUTE, TRANSFER, LAUNCH, WAIT = "compute", "transfer", "launch", "wait"
+PATH_KINDS = (COMPUTE, TRANSFER, LAUNCH, WAIT)
