@@ -12,7 +12,8 @@ from __future__ import annotations
 import statistics
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Optional
 
 import orjson
 
@@ -21,6 +22,7 @@ from ..analysis.findings import across_findings, as_text
 from ..analysis.pipeline_anatomy import ANATOMY_DEFINITIONS
 from ..analysis.report import DEFINITIONS, build_report
 from ..analysis.stragglers import Arrival, hold_ups, late_arrivals, straggler_answer
+from ..engine.clock import Collectives, collectives_of, estimate_clocks
 from ..errors import CgtraceError
 from ..fileio.atomic import GZIP_SUFFIX
 from ..lane_rules import LaneRules, load_lane_rules
@@ -36,8 +38,10 @@ ACROSS_DEFINITIONS = {
                  "in its pipeline stage rows",
     "vs median": "its step time minus the median step time of all GPUs listed (of all PP ranks where no GPU is)",
     "bubble share": "its bubbles' total over its steps' total",
-    "clock": "each trace's own: Kineto's baseTimeNanoseconds plus each event's ts, so ranks on one host share it "
-             "and ranks on several hosts are as far apart as their clocks (merge aligns them: report the merge)",
+    "clock": "one for every trace, as merge finds it: Kineto's baseTimeNanoseconds plus each event's ts, each trace "
+             "moved by its offset where the kernels of the NCCL collectives it shares with others (which end together "
+             "on every rank) show the base times disagree beyond what they can tell; each trace's offset and its "
+             "uncertainty are listed (transfers are not used: a trace sharing no collective keeps its base time)",
 }
 
 # A pipeline stage's parts (pipeline_anatomy.py's figures), in the order its table shows them.
@@ -142,7 +146,8 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
         row = identity.get(file)
         return f"rank {row['global_rank']} ({file})" if row and row["global_rank"] is not None else file
 
-    found = late_arrivals({path.name: outcome.value[1] for path, outcome in zip(files, outcomes)}, title)
+    arrivals, clocks = _on_one_clock(files, [outcome.value[1] for outcome in outcomes], title)
+    found = late_arrivals(arrivals, title, {row["file"]: row["uncertainty_ns"] or 0 for row in clocks["ranks"]})
     held = [{"file": file, "global_rank": identity[file]["global_rank"] if file in identity else None,
              "gpu": identity[file].get("gpu") if file in identity else None, "title": title(file), **figures}
             for file, figures in hold_ups(found.late, {file: steps for file, (_, steps) in step_times.items()},
@@ -153,7 +158,28 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
                    "findings": DEFINITIONS["findings"], **ACROSS_DEFINITIONS}
     return {"directory": str(directory), "traces": len(files),
             "findings": [finding.as_json() for finding in across_findings(stages, answer["stragglers"])],
-            "definitions": definitions, "median_step_ns": median, "ranks": rows, "stages": stages, **answer}
+            "definitions": definitions, "median_step_ns": median, "ranks": rows, "stages": stages,
+            "clock_alignment": clocks, **answer}
+
+
+def _on_one_clock(files: list[Path], arrivals: list[list[Arrival]], title: Callable[[str], str]
+                  ) -> tuple[dict[str, list[Arrival]], dict[str, Any]]:
+    """Every trace's collective arrivals on one clock, with the alignment merge uses (engine.clock
+    on their collectives, applied only where the base times disagree beyond what it can tell),
+    and how each trace was placed."""
+    clocks = estimate_clocks([_clock_evidence(mine) for mine in arrivals], [], [title(path.name) for path in files])
+    applied = clocks.skewed()
+    moved = {}
+    for path, mine, clock in zip(files, arrivals, clocks.ranks):
+        offset = clock.offset_ns if applied else 0
+        moved[path.name] = [replace(arrival, start=arrival.start + offset, end=arrival.end + offset)
+                            for arrival in mine]
+    shared = any(clock.evidence for clock in clocks.ranks)  # else (CPU-only ranks, say) every trace would warn alike
+    return moved, {"applied": applied, "warnings": clocks.warnings if shared else [],
+                   "ranks": [{"file": path.name, "title": title(path.name), "estimated_offset_ns": clock.offset_ns,
+                              "applied_offset_ns": clock.offset_ns if applied else 0,
+                              "uncertainty_ns": clock.uncertainty_ns, "evidence": dict(clock.evidence)}
+                             for path, clock in zip(files, clocks.ranks)]}
 
 
 def _step_times(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> dict[str, tuple[float, int]]:
@@ -169,10 +195,19 @@ def _step_times(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> dic
 
 def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> tuple[dict[str, Any], list[Arrival]]:
     """One trace's report figures, as `cgtrace report` computes them (no kernel list), and
-    its collective kernels' arrivals."""
+    its collective kernels' arrivals: the stragglers' evidence and its clock's (small)."""
     with as_perfetto(path, compact=True, lanes=lanes) as trace:
         report = build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path)
     return report.figures, [arrival for arrivals in report.arrivals.values() for arrival in arrivals]
+
+
+def _clock_evidence(arrivals: list[Arrival]) -> Collectives:
+    """A rank's collectives as its clock's evidence (engine.clock), as a merge reads them from
+    its model: per process group, else per stream, their kinds and ends in start order; the
+    span the drift reaches over is the collectives' own."""
+    return collectives_of(((arrival.channel or f"stream {arrival.stream}", arrival.kind, arrival.end)
+                           for arrival in arrivals),
+                          (min((a.start for a in arrivals), default=0), max((a.end for a in arrivals), default=0)))
 
 
 def _rank_row(path: Path, gpu: dict[str, Any]) -> dict[str, Any]:
@@ -201,16 +236,32 @@ def render_across(report: dict[str, Any], fmt: str) -> str:
         [[row["file"], _rank(row), str(row["pp_rank"]), row["step"], f"{row['step_ns'] / 1e6:.3f}",
           *(f"{row[key] / 1e6:.3f}" for key in _STAGE_PARTS)] for row in report["stages"]],
         numeric_columns=[1, 2, *range(4, 5 + len(_STAGE_PARTS))])
+    alignment = report["clock_alignment"]
+    clocks = format_table(
+        ["trace", "offset ms", "+- ms", "evidence"],
+        [[row["title"], f"{row['applied_offset_ns'] / 1e6:+.3f}",
+          "?" if row["uncertainty_ns"] is None else f"{row['uncertainty_ns'] / 1e6:.3f}",
+          ", ".join(f"{kind} {count}" for kind, count in sorted(row["evidence"].items())) or "none"]
+         for row in alignment["ranks"]], numeric_columns=[1, 2])
+    stragglers = format_table(
+        ["rank", "late at", "late ms/step", "of median step", "held up ms/step", "caused wait ms"],
+        [[row["title"], str(row["late_collectives"]), f"{row['late_ns_per_step'] / 1e6:.3f}",
+          f"{row['late_share']:.1%}", f"{row['held_up_ns_per_step'] / 1e6:.3f}", f"{row['caused_wait_ns'] / 1e6:.3f}"]
+         for row in report["stragglers"]], numeric_columns=[1, 2, 3, 4, 5])
+    moved = "moved where" if alignment["applied"] else "kept: the base times agree within what"
     sections = [(title, table) for title, table, rows in (
         ("GPUs: step time, busy, exposed communication and bubble, over each GPU's window", gpus, report["ranks"]),
-        ("Pipeline stages: each PP rank's steps cut into parts that add up to the step", stages, report["stages"]))
+        ("Pipeline stages: each PP rank's steps cut into parts that add up to the step", stages, report["stages"]),
+        ("Stragglers: each rank by its own lateness into collectives, latest first", stragglers, report["stragglers"]),
+        (f"Clocks: each trace's offset ({moved} their collectives can tell) and its uncertainty", clocks,
+         alignment["ranks"] if any(row["evidence"] for row in alignment["ranks"]) else []))
         if rows]
     check = report["straggler_check"]
     left_out = "" if check["could_not_tell"] else "".join(f"  left out: {why}\n" for why in check["left_out"])
     page = (f"cgtrace report: {report['directory']}, {report['traces']} traces\n\n" + as_text(report["findings"])
             + "".join(f"\n{title}\n{table.rstrip()}\n" for title, table in sections)
             + f"\nMedian step time {report['median_step_ns'] / 1e6:.3f} ms; stragglers: {check['summary']}\n"
-            + left_out + "\nDefinitions\n"
+            + left_out + "".join(f"  clock: {warning}\n" for warning in alignment["warnings"]) + "\nDefinitions\n"
             + "".join(f"  {term}: {meaning}\n" for term, meaning in report["definitions"].items()))
     return "\n".join(map(terminal_safe, page.split("\n")))  # names from the traces reach the terminal escaped
 
