@@ -27,8 +27,8 @@ from ..errors import CgtraceError
 from ..fileio.atomic import GZIP_SUFFIX
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import roles_document
-from .executors import Workers, for_cluster, run_tasks
-from .rank_files import MERGED_OUTPUT_NAME, find_rank_files, is_rank_trace_name
+from .executors import Outcome, Workers, for_cluster, run_tasks
+from .rank_files import MERGED_OUTPUT_NAME, RankAccount, account_for_ranks, find_rank_files, is_rank_trace_name, named
 from .readable import as_perfetto
 from .runner import COMPACTED_TAG, PERFETTO_NAMES, default_output_path
 
@@ -72,9 +72,36 @@ def _refuse_ranks_without_output(directory: Path, outputs: list[Path]) -> None:
                      not any(default_output_path(path, tag).name in written for tag in ("", COMPACTED_TAG)))
     if missing:
         names = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        absent = rank_account(directory).note()
         raise CgtraceError(f"{directory}: {len(missing)} rank trace(s) there have no output yet ({names}), so an "
-                           f"answer from the {len(outputs)} outputs would leave them out; run `cgtrace compact "
-                           f"{directory}` to write them (it names a rank that fails), or move them out of the folder")
+                           f"answer from the {len(outputs)} outputs would leave them out; "
+                           + (f"{absent}; " if absent else "") + f"run `cgtrace compact {directory}` to write them "
+                           "(it names a rank that fails), or move them out of the folder")
+
+
+def rank_account(directory: Path) -> RankAccount:
+    """The run's ranks with no trace in the directory, from its rank traces' headers (a folder
+    of outputs alone records no world size: nothing can be said missing)."""
+    try:
+        return account_for_ranks(find_rank_files([directory]))
+    except CgtraceError:
+        return RankAccount(None, ())
+
+
+def _answers(directory: Path, outcomes: list[Outcome]) -> list[Any]:
+    """Every trace's answer, or one line naming the traces that could not be read and the run's
+    ranks with no trace here: an answer over the others would pass for the whole run's."""
+    failed = [outcome for outcome in outcomes if outcome.error is not None]
+    bug = next((outcome.exception for outcome in failed if not isinstance(outcome.exception, CgtraceError)), None)
+    if bug is not None:
+        raise bug
+    if failed:
+        absent = rank_account(directory).note()
+        raise CgtraceError(f"{directory}: {len(failed)} of {len(outcomes)} traces could not be read "
+                           f"({named(Path(outcome.name).name for outcome in failed)}), first {failed[0].error}; "
+                           + (f"{absent}; " if absent else "") + "an answer without them would pass for the "
+                           "whole run's: fix or move them and run again")
+    return [outcome.value for outcome in outcomes]
 
 
 def _refuse_duplicate_ranks(directory: Path, ranked: Iterable[tuple[str, Optional[int]]]) -> None:
@@ -92,13 +119,12 @@ def _refuse_duplicate_ranks(directory: Path, ranked: Iterable[tuple[str, Optiona
 def query_across(directory: Path, sql: str, workers: Workers, tp_bin: Optional[str] = None) -> Result:
     """One query on every trace: the rows of all, each led by its file and rank."""
     files = traces_in(directory)
-    outcomes = run_tasks(workers, query_one, [(for_cluster(path, workers.remote), sql, tp_bin) for path in files],
-                         list(map(str, files)), "querying", stop_at_failure=True)
-    _refuse_duplicate_ranks(directory, ((path.name, outcome.value[0]) for path, outcome in zip(files, outcomes)))
+    answers = _answers(directory, run_tasks(workers, query_one, [(for_cluster(path, workers.remote), sql, tp_bin)
+                                                                 for path in files], list(map(str, files)), "querying"))
+    _refuse_duplicate_ranks(directory, ((path.name, answer[0]) for path, answer in zip(files, answers)))
     columns: Optional[list[str]] = None
     rows: list[tuple] = []
-    for path, outcome in zip(files, outcomes):
-        rank, result = outcome.value
+    for path, (rank, result) in zip(files, answers):
         if columns is not None and result.columns != columns:
             raise CgtraceError(f"{path}: the query gives columns {result.columns}, another trace {columns}; "
                                "name the columns in the query")
@@ -130,11 +156,11 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
     collectives holds the others up."""
     files = traces_in(directory)
     lanes = lanes or load_lane_rules()
-    outcomes = run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes) for path in files],
-                         list(map(str, files)), "reporting", stop_at_failure=True)
-    rows = [_rank_row(path, gpu) for path, outcome in zip(files, outcomes) for gpu in outcome.value[0]["gpus"]]
-    stages = [{"file": path.name, **stage} for path, outcome in zip(files, outcomes)
-              for stage in outcome.value[0].get("pipeline", {}).get("stages", [])]
+    answers = _answers(directory, run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes)
+                                                                  for path in files], list(map(str, files)), "reporting"))
+    rows = [_rank_row(path, gpu) for path, (figures, _) in zip(files, answers) for gpu in figures["gpus"]]
+    stages = [{"file": path.name, **stage} for path, (figures, _) in zip(files, answers)
+              for stage in figures.get("pipeline", {}).get("stages", [])]
     _refuse_duplicate_ranks(directory, ((row["file"], row["global_rank"]) for row in rows + stages))
     step_times = _step_times(rows, stages)
     median = statistics.median([row["step_ns"] for row in rows] or [step for step, _ in step_times.values()] or [0])
@@ -146,7 +172,7 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
         row = identity.get(file)
         return f"rank {row['global_rank']} ({file})" if row and row["global_rank"] is not None else file
 
-    arrivals, clocks = _on_one_clock(files, [outcome.value[1] for outcome in outcomes], title)
+    arrivals, clocks = _on_one_clock(files, [mine for _, mine in answers], title)
     found = late_arrivals(arrivals, title, {row["file"]: row["uncertainty_ns"] or 0 for row in clocks["ranks"]})
     held = [{"file": file, "global_rank": identity[file]["global_rank"] if file in identity else None,
              "gpu": identity[file].get("gpu") if file in identity else None, "title": title(file), **figures}
@@ -156,7 +182,7 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
     definitions = {**{k: DEFINITIONS[k] for k in ("window", "busy", "exposed communication", "bubble")},
                    **(ANATOMY_DEFINITIONS if stages else {}), "stragglers": DEFINITIONS["stragglers"],
                    "findings": DEFINITIONS["findings"], **ACROSS_DEFINITIONS}
-    return {"directory": str(directory), "traces": len(files),
+    return {"directory": str(directory), "traces": len(files), "rank_account": rank_account(directory).as_json(),
             "findings": [finding.as_json() for finding in across_findings(stages, answer["stragglers"])],
             "definitions": definitions, "median_step_ns": median, "ranks": rows, "stages": stages,
             "clock_alignment": clocks, **answer}
@@ -258,7 +284,9 @@ def render_across(report: dict[str, Any], fmt: str) -> str:
         if rows]
     check = report["straggler_check"]
     left_out = "" if check["could_not_tell"] else "".join(f"  left out: {why}\n" for why in check["left_out"])
-    page = (f"cgtrace report: {report['directory']}, {report['traces']} traces\n\n" + as_text(report["findings"])
+    absent = report["rank_account"]["note"]
+    page = (f"cgtrace report: {report['directory']}, {report['traces']} traces\n\n"
+            + (f"Not every rank is here: {absent}\n\n" if absent else "") + as_text(report["findings"])
             + "".join(f"\n{title}\n{table.rstrip()}\n" for title, table in sections)
             + f"\nMedian step time {report['median_step_ns'] / 1e6:.3f} ms; stragglers: {check['summary']}\n"
             + left_out + "".join(f"  clock: {warning}\n" for warning in alignment["warnings"]) + "\nDefinitions\n"
