@@ -132,7 +132,7 @@ def _run_merge(args: argparse.Namespace) -> int:
         lines.append("ranks were read one at a time to keep memory below the inputs' size; --jobs 2 is faster")
     print_summary(summary, args.quiet, "; ".join(lines))
     broken = summary.get("broken_pipelines", [])
-    if broken or summary.get("failed"):
+    if "rank_account" in summary:
         failed, absent = summary["failed"], summary["rank_account"]["note"]
         say(f"cgtrace: {'error' if broken else 'warning'}: " + "; ".join([entry["why"] for entry in broken]
                                            + [f"{len(failed)} trace(s) could not be read, first {failed[0]['error']}"

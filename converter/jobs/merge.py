@@ -133,7 +133,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
         groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
         if not groups:
             raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
-        broken = [] if ranks is not None else _broken(groups, account, len(failed))
+        broken = [] if ranks is not None else _broken(groups, failed)
         lacking = {entry["pp_group"] for entry in broken}
         if pp_group is not None:  # the others are not asked for: only the chosen one must be whole
             broken = [entry for entry in broken if entry["pp_group"] == pp_group]
@@ -151,30 +151,30 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     for result in results:
         result.update(ranks_at_once=None if scheduler else jobs, args_helpers=helpers,
                       workers=workers.where if workers else "this process")
-    if broken or failed:  # every intact pipeline written; what was left out, and why
-        return {"pipelines": results, "pp_order_source": order_source, "broken_pipelines": broken, "failed": failed,
-                "rank_account": account.as_json()}
-    return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
+    summary: dict[str, Any] = results[0] if len(results) == 1 and not broken else {
+        "pipelines": results, "pp_order_source": order_source}
+    if broken or failed or account.missing:  # every intact pipeline written; what was left out, and why
+        summary.update(broken_pipelines=broken, failed=failed, rank_account=account.as_json())
+    return summary
 
 
-def _broken(groups: list[list[RankInfo]], account: RankAccount, unread: int) -> list[dict[str, Any]]:
-    """The pipelines that lack a rank (its trace missing or unreadable), each with why: the
-    ranks of its PP group not read, or where no PP group orders them (the world is the
-    pipeline) the run's ranks not read; with no world size recorded, any trace not read."""
+def _broken(groups: list[list[RankInfo]], failed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pipelines that lack a rank, each with why: those with a PP group, the ranks of it not
+    read (missing, or its file unreadable); where no PP group orders them (the ranks given are
+    the pipeline), any trace that could not be read."""
     broken = []
     for index, members in enumerate(groups):
         group = members[0].pp_group
-        expected = group or (range(account.world_size) if account.world_size is not None else ())
         read = {info.global_rank for info in members}
-        lacking = [rank for rank in expected if rank not in read]
-        if lacking:
-            why = f"lacks the trace of global rank(s) {named(map(str, sorted(lacking)))}"
-        elif not group and account.world_size is None and unread:
-            why = f"cannot be told whole: {unread} trace(s) could not be read and none records its world_size"
+        lacking = [rank for rank in group if rank not in read] if group else []
+        if group and lacking:
+            why = f"pipeline {index} {list(group)} lacks the trace of global rank(s) {named(map(str, lacking))}"
+        elif not group and failed:
+            why = f"the ranks given lack {len(failed)} trace(s) that could not be read"
         else:
             continue
-        broken.append({"pp_group": index, "ranks": list(group) if group else None, "lacking": sorted(lacking),
-                       "why": f"pipeline {index} {list(group) if group else '(every rank)'} {why}, so it is not merged"})
+        broken.append({"pp_group": index, "ranks": list(group) if group else None, "lacking": lacking,
+                       "why": f"{why}, so it is not merged"})
     return broken
 
 

@@ -77,7 +77,7 @@ def _refuse_special(path: Path) -> None:
 
 
 # Kineto writes its header (distributedInfo among it) before traceEvents, within the first bytes.
-_HEADER_BYTES = 1 << 20
+_HEADER_BYTES, _HEADER_CHUNK = 1 << 20, 1 << 16
 _EVENTS_KEY = b'"traceEvents"'
 _NAMED = 8  # ranks a line names before it counts the rest
 
@@ -86,14 +86,20 @@ def header_rank(path: Path) -> Optional[kineto.RankHeader]:
     """The rank and world size a profiler trace's header records, read from the text before
     `traceEvents` alone (no events are read, so a file cut short still says who it was); None
     where that text is not there or not JSON."""
+    head, at = b"", -1
     try:
         with open(path, "rb") as raw:
             packed = raw.read(2) == b"\x1f\x8b"
             raw.seek(0)
-            head = (gzip.GzipFile(fileobj=raw) if packed else raw).read(_HEADER_BYTES)
+            stream = gzip.GzipFile(fileobj=raw) if packed else raw
+            while at < 0 and len(head) < _HEADER_BYTES:  # a chunk at a time: the header is short
+                chunk = stream.read(_HEADER_CHUNK)
+                if not chunk:
+                    break
+                head += chunk
+                at = head.find(_EVENTS_KEY)
     except (OSError, EOFError, zlib.error):
         return None
-    at = head.find(_EVENTS_KEY)
     try:
         metadata = msgspec.json.decode(head[:at].rstrip().rstrip(b",") + b"}") if at > 0 else None
         return kineto.rank_header(metadata, str(path)) if isinstance(metadata, dict) else None
