@@ -2,17 +2,20 @@
 every trace of a directory as parallel tasks (executors.py), their answers put side by side.
 
 Each task opens one trace in trace_processor where it runs and returns only its answer (the
-report's figures, or the query's rows), so nothing large travels. Rows and ranks are tagged
-with the trace's file and its global rank: the one a converted, compacted or merged trace
-records in its track roles (from profiler output, `distributedInfo`'s), else none.
+report's figures with its collective kernels, or the query's rows), so nothing large travels.
+The report's stragglers are judged on one clock: the traces' collectives give each its offset
+as they give a merge's ranks theirs. Rows and ranks are tagged with the trace's file and its
+global rank: the one a converted, compacted or merged trace records in its track roles (from
+profiler output, `distributedInfo`'s), else none. A trace that cannot be read stops the answer,
+named with the run's ranks that have no trace here; ranks merely absent are named beside it.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from pathlib import Path
 from dataclasses import replace
+from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
 import orjson
