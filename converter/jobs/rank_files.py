@@ -11,7 +11,6 @@ import gzip
 import re
 import stat
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
@@ -107,8 +106,7 @@ def header_rank(path: Path) -> Optional[kineto.RankHeader]:
         return None
 
 
-@dataclass(frozen=True)
-class RankAccount:
+class RankAccount(msgspec.Struct, frozen=True):
     """Every rank of the run accounted for: the world size the traces record, and the global
     ranks of it that no readable trace header names (missing, or its file unreadable)."""
 
