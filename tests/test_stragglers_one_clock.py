@@ -12,6 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Optional
 
+import pytest
+
 from converter.generator import write_pp_run
 
 from .helpers import merge_files
@@ -58,14 +60,16 @@ def median_step(files: list[Path]) -> float:
     return statistics.median(length for path in files for length in step_lengths(path))
 
 
-def test_a_rank_whose_clock_is_5ms_ahead_is_moved_in_a_merge_and_named_by_nobody(tmp_path):
+@pytest.mark.parametrize("sign", [1, -1], ids=["ahead", "behind"])
+def test_a_rank_whose_clock_is_5ms_off_is_moved_in_a_merge_and_named_by_nobody(tmp_path, sign):
     offsets = [0] * 8
-    offsets[5] = 5 * MS
+    offsets[5] = sign * 5 * MS
     # Eight microbatches: on one clock the first stages' lateness into the world's all-reduce stays below the mark.
     files = write_pp_run(tmp_path / "ranks", 4, dp_size=2, microbatches=8, **JOB, clock_offsets_ns=offsets)
-    # On the ranks' own clocks rank 5 looks more than a step's tenth late: the test can fail.
-    raw = lateness_per_step(files)
-    assert raw["rank5_trace.json"] > 0.10 * median_step(files) > max(v for k, v in raw.items() if k != "rank5_trace.json")
+    if sign > 0:  # on the ranks' own clocks rank 5 looks more than a step's tenth late: the test can fail
+        raw = lateness_per_step(files)
+        assert raw["rank5_trace.json"] > 0.10 * median_step(files) > max(v for k, v in raw.items()
+                                                                         if k != "rank5_trace.json")
 
     summary = merge_files(files, lambda group, groups: tmp_path / f"pp{group}.perfetto-trace")
     [pipeline] = [p for p in summary["pipelines"] if 5 in [r["global_rank"] for r in p["pp_ranks"]]]
