@@ -20,8 +20,8 @@ MOST = 8  # findings listed at most, largest first
 FINDINGS_DEFINITION = (f"at most {MOST} lines, largest share first: a PP rank that waits on receives (recv_wait) or "
                        f"idles in warm-up and drain (pipeline_bubble) for {NOTABLE_SHARE:.0%} of its steps or more; "
                        f"communication exposed {NOTABLE_EXPOSED_SHARE:.0%} or more (exposed_communication: a stage's "
-                       "outside its receive waits, else the most exposed GPU's); a straggler (straggler: what it "
-                       "holds collectives up per step, as a share of the median step)")
+                       "outside its receive waits, else the most exposed GPU's); a straggler (straggler: how late it "
+                       "arrives into collectives per step, as a share of the median step)")
 
 
 @dataclass(frozen=True)
@@ -137,9 +137,10 @@ def _exposed(gpu: dict[str, Any], more: int) -> Finding:
 
 def straggler_findings(stragglers: list[dict[str, Any]]) -> list[Finding]:
     """One finding per straggler a merge's report or `report DIR` names (stragglers.py's rows)."""
-    return ranked(Finding("straggler", f"{s['title']} arrives last at {s['late_collectives']} collectives, holding "
-                          f"them up {s['held_up_ns_per_step'] / 1e6:.3f} ms per step (the others waited "
-                          f"{s['caused_wait_ns'] / 1e6:.3f} ms for it in all)", s["held_up_share"],
+    return ranked(Finding("straggler", f"{s['title']} arrives late at {s['late_collectives']} collectives, "
+                          f"{s['late_ns_per_step'] / 1e6:.3f} ms per step after their typical arrival (it held them "
+                          f"up {s['held_up_ns_per_step'] / 1e6:.3f} ms per step; the others waited "
+                          f"{s['caused_wait_ns'] / 1e6:.3f} ms for it in all)", s["late_share"],
                           "share of the median step", {"file": s["file"], "global_rank": s["global_rank"], "gpu": s["gpu"],
                                           "look_at": "its work before the collectives it joins last"})
                   for s in stragglers)

@@ -1,7 +1,10 @@
 """Stragglers: the ranks whose late arrival into collectives makes the others wait.
 
 Every rank's NCCL collective kernel of one collective starts when that rank gets there and
-cannot finish before the last one has; so the last to arrive holds the whole collective up.
+cannot finish before the last one has. Each rank is judged by its own lateness: how much
+after the collective's typical arrival (the median of its members' starts) it arrives, less
+what its clock's uncertainty leaves unsure; so several late ranks of one group are each named
+with their own amount, and the last one's hold-up of the others is reported beside it.
 The k-th collective of a kind on a process group (its name and ranks, as Kineto records them
 on the kernel) is one collective on every rank that has it; the arrivals are the kernels'
 starts on the clock the traces share. Traces from before torch recorded groups name none on
@@ -14,30 +17,32 @@ nothing is left to match, the answer says it could not tell, and why.
 
 from __future__ import annotations
 
+import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Generic, Hashable, Optional, TypeVar
 
 from ..kineto import KERNEL_CATEGORIES, group_ranks
 
-# A rank is a straggler where the collectives it reached last were held up this much, per
+# A rank is a straggler where it arrives this much after its collectives' typical arrival, per
 # step, as a share of the median step.
 STRAGGLER_SHARE = 0.10
 
 STRAGGLER_DEFINITIONS = {
-    "stragglers": "ranks whose late arrival into collectives makes the others wait: per collective (the k-th "
+    "stragglers": "ranks that arrive late into collectives and make the others wait: per collective (the k-th "
                   "NCCL collective kernel of a kind, on every rank that has it: of a collective and size on one "
                   "process group where Kineto names them on the kernel, else of one kernel name where no kernel "
-                  "of the traces names a group; matched only where each of those ranks has as many) the rank "
-                  "whose kernel starts last holds it up by how much later it starts than the next latest (held "
-                  "up), and the others wait from their own starts to its start (caused wait); a straggler holds "
-                  f"collectives up at least {STRAGGLER_SHARE:.0%} of the median step time per step; the largest "
-                  "hold-up is shown below that too, and where no collective can be matched the answer is could "
-                  "not tell, with the reason",
+                  "of the traces names a group; matched only where each of those ranks has as many) a rank is "
+                  "late by how much later its kernel starts than the median start of the collective's ranks, "
+                  "less its clock's uncertainty (lateness); the rank whose kernel starts last holds it up by how "
+                  "much later it starts than the next latest, less its clock's uncertainty (held up), and the "
+                  "others wait from their own starts to its start (caused wait); a straggler is late at least "
+                  f"{STRAGGLER_SHARE:.0%} of the median step time per step; the latest rank is shown below that "
+                  "too, and where no collective can be matched the answer is could not tell, with the reason",
 }
 
 _ARRIVALS_SQL = """
-select s.track_id, s.ts, s.name,
+select s.track_id, s.ts, s.dur, s.name,
        extract_arg(s.arg_set_id, 'debug.args.Collective name') as collective,
        extract_arg(s.arg_set_id, 'debug.args.Process Group Name') as pg,
        extract_arg(s.arg_set_id, 'debug.args.Process Group Ranks') as ranks_text,
@@ -45,7 +50,8 @@ select s.track_id, s.ts, s.name,
         where a.arg_set_id = s.arg_set_id and a.key glob 'debug.args.Process Group Ranks[[]*') as ranks_list,
        extract_arg(s.arg_set_id, 'debug.args.dtype') as dtype,
        extract_arg(s.arg_set_id, 'debug.args.In msg nelems') as in_nelems,
-       extract_arg(s.arg_set_id, 'debug.args.Out msg nelems') as out_nelems
+       extract_arg(s.arg_set_id, 'debug.args.Out msg nelems') as out_nelems,
+       extract_arg(s.arg_set_id, 'debug.args.stream') as stream
 from slice s where s.dur > 0 and s.category in ({categories})
   and (s.name glob 'ncclKernel_*' or s.name glob 'ncclDevKernel_*')
 order by s.ts""".format(categories=", ".join(f"'{c}'" for c in KERNEL_CATEGORIES))
@@ -56,12 +62,15 @@ Who = TypeVar("Who", bound=Hashable)  # how the caller names a rank: a rank of a
 @dataclass(frozen=True)
 class Arrival:
     """One rank's kernel of one collective: which collective (its process group where the
-    kernel names one, its kind, the k-th of those on the rank), when it began."""
+    kernel names one, its kind, the k-th of those on the rank), when it began and ended, and
+    its stream (the clock's channel where it names no group: jobs/across.py)."""
 
     channel: Optional[str]
     kind: str
     index: int
     start: int
+    end: int
+    stream: Any = None
 
 
 def _group_ranks(text: Optional[str], listed: Optional[str]) -> str:
@@ -88,7 +97,8 @@ def read_arrivals(rows: Callable[[str], list[tuple[Any, ...]]], whose: Callable[
     channel and kind in start order. `whose`: a kernel's track id -> its rank."""
     found: dict[Who, list[Arrival]] = defaultdict(list)
     counts: dict[tuple[Who, Optional[str], str], int] = defaultdict(int)
-    for track, start, name, collective, pg, ranks_text, ranks_list, dtype, in_nelems, out_nelems in rows(_ARRIVALS_SQL):
+    for (track, start, duration, name, collective, pg, ranks_text, ranks_list, dtype, in_nelems, out_nelems,
+         stream) in rows(_ARRIVALS_SQL):
         if collective in _POINT_TO_POINT:
             continue
         rank = whose(track)
@@ -96,15 +106,19 @@ def read_arrivals(rows: Callable[[str], list[tuple[Any, ...]]], whose: Callable[
         kind = _kind(name, collective, dtype, in_nelems, out_nelems)
         index = counts[(rank, channel, kind)]
         counts[(rank, channel, kind)] += 1
-        found[rank].append(Arrival(channel, kind, index, start))
+        found[rank].append(Arrival(channel, kind, index, start, start + duration, stream))
     return dict(found)
+
+
+_FIGURES = ("late_collectives", "late_ns", "held_up_ns", "caused_wait_ns")
 
 
 @dataclass
 class Lateness(Generic[Who]):
-    """What matching the ranks' collectives found: per rank that arrived last somewhere, how many
-    collectives it reached last (`late_collectives`), by how much later than the next latest in
-    all (`held_up_ns`), the waiting it caused the others in all (`caused_wait_ns`); how many
+    """What matching the ranks' collectives found: per rank that arrived late somewhere, at how
+    many collectives (`late_collectives`), by how much after their typical arrival in all, sure
+    of beyond its clock's uncertainty (`late_ns`), by how much it held up those it reached last
+    (`held_up_ns`), the waiting it caused the others there (`caused_wait_ns`); how many
     collectives and ranks were matched; why kernels were left out, and where nothing could be
     matched, why not (`could_not_tell`)."""
 
@@ -115,9 +129,12 @@ class Lateness(Generic[Who]):
     could_not_tell: Optional[str] = None
 
 
-def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str]) -> Lateness[Who]:
-    """Match every rank's collectives by channel, kind and order, and find who arrived last.
-    `title`: a rank as the answer names it."""
+def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
+                  uncertainty: Optional[dict[Who, int]] = None) -> Lateness[Who]:
+    """Match every rank's collectives by channel, kind and order, and find who arrived late.
+    `title`: a rank as the answer names it; `uncertainty`: how far each rank's clock may be off
+    the others' (none given: they share one clock)."""
+    unsure = uncertainty or {}
     found: Lateness[Who] = Lateness()
     present = sorted((rank for rank, mine in arrivals.items() if mine), key=title)
     if len(present) < 2:
@@ -157,11 +174,19 @@ def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str
         found.collectives += 1
         starts.sort(key=lambda item: item[0])
         ranked.update(rank for _, rank in starts)
+        typical = statistics.median(start for start, _ in starts)
+        for start, rank in starts:
+            lateness = int(start - typical) - unsure.get(rank, 0)
+            if lateness > 0:
+                figures = found.late.setdefault(rank, dict.fromkeys(_FIGURES, 0))
+                figures["late_collectives"] += 1
+                figures["late_ns"] += lateness
         (second, _), (last, rank) = starts[-2], starts[-1]
-        figures = found.late.setdefault(rank, {"late_collectives": 0, "held_up_ns": 0, "caused_wait_ns": 0})
-        figures["late_collectives"] += 1
-        figures["held_up_ns"] += last - second
-        figures["caused_wait_ns"] += sum(last - start for start, _ in starts[:-1])
+        held_up = last - second - unsure.get(rank, 0)
+        if held_up > 0:
+            figures = found.late.setdefault(rank, dict.fromkeys(_FIGURES, 0))
+            figures["held_up_ns"] += held_up
+            figures["caused_wait_ns"] += sum(last - start for start, _ in starts[:-1])
     found.ranks = len(ranked)
     if not found.collectives:
         found.could_not_tell = "; ".join(found.left_out)
@@ -170,35 +195,37 @@ def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str
 
 def hold_ups(late: dict[Who, dict[str, int]], steps: dict[Who, int], median_step_ns: float
              ) -> list[tuple[Who, dict[str, Any]]]:
-    """Every rank that held collectives up, most per step first (over `steps[rank]` steps, at
-    least one), with its share of the median step and whether that makes it a straggler (none
+    """Every rank that arrived late, latest per step first (over `steps[rank]` steps, at least
+    one), with its share of the median step and whether that makes it a straggler (none
     without a median step to weigh it against)."""
     rows = []
     for rank, figures in late.items():
-        per_step = figures["held_up_ns"] / max(steps.get(rank, 1), 1)
+        count = max(steps.get(rank, 1), 1)
+        per_step = figures["late_ns"] / count
         if per_step > 0:
-            rows.append((rank, {**figures, "held_up_ns_per_step": round(per_step),
-                                "held_up_share": round(per_step / median_step_ns, 4) if median_step_ns > 0 else None,
+            rows.append((rank, {**figures, "late_ns_per_step": round(per_step),
+                                "held_up_ns_per_step": round(figures["held_up_ns"] / count),
+                                "late_share": round(per_step / median_step_ns, 4) if median_step_ns > 0 else None,
                                 "straggler": median_step_ns > 0 and per_step >= STRAGGLER_SHARE * median_step_ns}))
-    return sorted(rows, key=lambda row: -row[1]["held_up_ns_per_step"])
+    return sorted(rows, key=lambda row: -row[1]["late_ns_per_step"])
 
 
 def straggler_answer(found: Lateness, rows: list[dict[str, Any]], median_step_ns: float) -> dict[str, Any]:
     """The stragglers and what backs the answer, as report and report DIR give them: `rows` are
-    hold_ups' rows as the caller names their ranks (`title`), most first."""
+    hold_ups' rows as the caller names their ranks (`title`), latest first."""
     could_not_tell = found.could_not_tell
     if could_not_tell is None and median_step_ns <= 0:
-        could_not_tell = "no step time to weigh the hold-ups against"
+        could_not_tell = "no step time to weigh the lateness against"
     named = [row for row in rows if row["straggler"]] if could_not_tell is None else []
     largest = rows[0] if rows and could_not_tell is None else None
     if could_not_tell is not None:
         summary = f"could not tell, because {could_not_tell}"
     elif largest is None:
-        summary = f"none named ({found.collectives} collectives matched on {found.ranks} ranks, none held up)"
+        summary = f"none named ({found.collectives} collectives matched on {found.ranks} ranks, none late)"
     else:
         summary = (f"{len(named) or 'none'} named ({found.collectives} collectives matched on {found.ranks} ranks); "
-                   f"largest hold-up: {largest['title']}, {largest['held_up_ns_per_step'] / 1e6:.3f} ms per step, "
-                   f"{largest['held_up_share']:.1%} of the median step, "
+                   f"latest: {largest['title']}, {largest['late_ns_per_step'] / 1e6:.3f} ms late per step, "
+                   f"{largest['late_share']:.1%} of the median step, "
                    + ("at or above" if largest["straggler"] else "below") + f" the {STRAGGLER_SHARE:.0%} threshold")
     return {"stragglers": named,
             "straggler_check": {"summary": summary, "could_not_tell": could_not_tell, "collectives": found.collectives,

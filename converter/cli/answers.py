@@ -6,7 +6,7 @@ import gc
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 from .. import progress
 from ..errors import CgtraceError
@@ -121,10 +121,11 @@ def _run_query(args) -> int:
                            "see `cgtrace query --help`")
     sql = args.sql if args.file is None else read_small_text(args.file, QUERY_FILE_LIMIT, "an SQL query file (-f)")
     if args.trace.is_dir():
-        from ..jobs.across import query_across
+        from ..jobs.across import query_across, rank_account
 
         with workers_of(args) as workers:
             result = query_across(args.trace, sql, workers, args.tp_bin)
+        _say_absent(rank_account(args.trace).note())
     else:
         with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin, args.trace) as tp:
             result = run_sql(tp, sql, args.trace)
@@ -156,7 +157,9 @@ def _run_report(args) -> int:
         if args.format == "html":
             raise CgtraceError(f"{args.trace}: --format html is for one trace; use text or json for a directory")
         with workers_of(args) as workers:
-            text = render_across(report_across(args.trace, workers, args.tp_bin, lanes), args.format)
+            across = report_across(args.trace, workers, args.tp_bin, lanes)
+        _say_absent(across["rank_account"]["note"])
+        text = render_across(across, args.format)
     else:
         with as_perfetto(args.trace, compact=True, lanes=lanes) as trace:
             report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes=lanes, shown_as=args.trace)
@@ -182,6 +185,12 @@ def _run_diff(args) -> int:
     for line in changed:
         say(f"cgtrace: {line}: more than --fail-above {args.fail_above:g}%")
     return 1 if changed else 0
+
+
+def _say_absent(note: Optional[str]) -> None:
+    """An answer across a directory that lacks some of the run's ranks says so on stderr too."""
+    if note:
+        say(f"cgtrace: warning: {note}; the answer covers the traces that are here")
 
 
 def _answer(text: str, args: Any, what: str) -> None:

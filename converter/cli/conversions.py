@@ -131,6 +131,14 @@ def _run_merge(args: argparse.Namespace) -> int:
     if merged and merged[0]["ranks_at_once"] == 1 and not args.jobs and options.tuning.cores > 1:
         lines.append("ranks were read one at a time to keep memory below the inputs' size; --jobs 2 is faster")
     print_summary(summary, args.quiet, "; ".join(lines))
+    broken = summary.get("broken_pipelines", [])
+    if "rank_account" in summary:
+        failed, absent = summary["failed"], summary["rank_account"]["note"]
+        say(f"cgtrace: {'error' if broken else 'warning'}: " + "; ".join([entry["why"] for entry in broken]
+                                           + [f"{len(failed)} trace(s) could not be read, first {failed[0]['error']}"
+                                              for _ in failed[:1]] + ([absent] if absent else []))
+            + f"; the {len(merged)} intact pipeline(s) asked for are written")
+        return EXIT_USAGE if broken else 0
     return 0
 
 
@@ -142,11 +150,14 @@ def _run_batch(args: argparse.Namespace, compact: bool) -> int:
     summary = run_batch(args.input, args.output, job_options_of(args, compact), jobs=args.jobs,
                         scheduler=scheduler_address(args.scheduler))
     failed = [rank for rank in summary["ranks"] if rank["status"] == "failed"]
+    missing = summary["rank_account"]["note"]
     print_summary(summary, args.quiet, f"{summary['written']} written, {summary['skipped']} skipped (outputs exist), "
-                                 f"{len(failed)} failed of {summary['traces']} traces ({summary['workers']})")
+                                 f"{len(failed)} failed of {summary['traces']} traces ({summary['workers']})"
+                                 + (f"; {missing}" if missing else ""))
     if failed:
         say(f"cgtrace: error: {len(failed)} of {summary['traces']} traces failed, first {failed[0]['error']}; "
-             "the other outputs are kept: fix the cause and run the same command again to redo only these")
+            + (f"{missing}; " if missing else "")
+            + "the other outputs are kept: fix the cause and run the same command again to redo only these")
         return EXIT_USAGE
     return 0
 

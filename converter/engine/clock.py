@@ -17,7 +17,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from typing import Optional
+from typing import Iterable, Optional
 
 import msgspec
 import numpy as np
@@ -66,7 +66,7 @@ def find_collectives(trace: Trace) -> Collectives:
     rows = table.named(lambda name: _KIND.match(name) is not None)
     rows = rows[table.in_categories(KERNEL_CATEGORIES)[rows]]
     rows = rows[np.argsort(table.ts[rows], kind="stable")]
-    found: dict[str, tuple[list[str], list[int]]] = {}
+    kernels = []
     for row, text in zip(rows.tolist(), trace.args_texts(rows)):
         try:
             comm = _decode_comm(text) if text is not None else _CommArgs()
@@ -75,12 +75,21 @@ def find_collectives(trace: Trace) -> Collectives:
         if comm.collective in _POINT_TO_POINT:
             continue
         channel = f"group {comm.group} {group_ranks(comm.ranks)}" if comm.group is not None else f"stream {comm.stream}"
-        kinds, ends = found.setdefault(channel, ([], []))
         match = _KIND.match(table.texts[int(table.name[row])])
-        kinds.append(match.group(1) if match else "")
-        ends.append(int(table.ts[row] + table.dur[row]))
+        kernels.append((channel, match.group(1) if match else "", int(table.ts[row] + table.dur[row])))
+    return collectives_of(kernels, (int(table.ts.min()), int(table.end.max())) if len(table) else (0, 0))
+
+
+def collectives_of(kernels: Iterable[tuple[str, str, int]], span: tuple[int, int]) -> Collectives:
+    """Collectives from a rank's kernels in start order, each (channel, kind, end): a merge
+    reads them from its model, `report DIR` from each trace's rows."""
+    found: dict[str, tuple[list[str], list[int]]] = {}
+    for channel, kind, end in kernels:
+        kinds, ends = found.setdefault(channel, ([], []))
+        kinds.append(kind)
+        ends.append(end)
     return Collectives({channel: (tuple(kinds), np.array(ends, np.int64)) for channel, (kinds, ends) in found.items()},
-                       (int(table.ts.min()), int(table.end.max())) if len(table) else (0, 0))
+                       span)
 
 
 @dataclass(frozen=True)

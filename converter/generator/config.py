@@ -8,7 +8,7 @@ microsecond text Kineto writes.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Mapping, Optional, Sequence
 
 from .schedules import pipeline_schedule
 
@@ -18,6 +18,7 @@ PG_CONFIG_STYLES = ("list", "single_dict")
 PROFILER_STEPS = ("per_iteration", "one", "none")
 PP_ANNOTATIONS = ("pp", "gpipe")
 GRAPH_LANES = ("none", "all")
+ALLREDUCE_GROUPS = ("world", "dp")
 
 #: A plausible profiler-start wall clock (2024-04-04), the example Kineto trace base.
 DEFAULT_BASE_TIME_NS = 1_712_195_495_519_543_604
@@ -118,6 +119,16 @@ class GeneratorConfig:
     #: (the same on every rank's plan, so its pipeline's ranks agree on its timing).
     slow_rank: Optional[int] = None
     slow_factor: float = 2.0
+    #: Late ranks: global rank -> how many ns later its GPU reaches each end-of-step
+    #: all-reduce than its own work allows (held up by something the trace does not show).
+    allreduce_delays_ns: Optional[Mapping[int, int]] = None
+    #: Whether the end-of-step all-reduce spans every pipeline, as NCCL runs it: the whole job
+    #: is simulated on one clock. False keeps each pipeline's simulation apart (its all-reduce
+    #: ends when its own ranks arrive), as traces generated before this knob were.
+    joint_pipelines: bool = False
+    #: Which ranks the end-of-step all-reduce spans: "world" (the default group) or "dp"
+    #: (each PP position's DP group, mesh_dp, as a gradient all-reduce does; needs joint_pipelines).
+    allreduce_over: str = "world"
     #: A launch-bound run: every compute action's CPU time (its cudaGraphLaunch calls) takes
     #: `launch_factor` times as long, so from about 20 the GPUs wait for the launches.
     launch_factor: float = 1.0
@@ -145,6 +156,13 @@ class GeneratorConfig:
         if self.slow_rank is not None and not (0 <= self.slow_rank < self.world_size and self.slow_factor > 0):
             bad(f"slow_rank must be a global rank (0..{self.world_size - 1}) and slow_factor > 0, "
                 f"got {self.slow_rank} and {self.slow_factor}")
+        if any(not (0 <= rank < self.world_size and delay >= 0)
+               for rank, delay in (self.allreduce_delays_ns or {}).items()):
+            bad(f"allreduce_delays_ns must map global ranks (0..{self.world_size - 1}) to delays >= 0, "
+                f"got {dict(self.allreduce_delays_ns or {})}")
+        if self.allreduce_over not in ALLREDUCE_GROUPS or (self.allreduce_over == "dp" and not self.joint_pipelines):
+            bad(f"allreduce_over must be one of {ALLREDUCE_GROUPS} ('dp' with joint_pipelines), "
+                f"got {self.allreduce_over!r}")
         if self.pp_annotations not in PP_ANNOTATIONS:
             bad(f"pp_annotations must be one of {PP_ANNOTATIONS}, got {self.pp_annotations!r}")
         if self.profiler_steps not in PROFILER_STEPS:

@@ -20,7 +20,7 @@ from . import names as N
 from .config import GeneratorConfig
 from .plan import (
     ALLGATHER, COMM, COMPUTE, RECV_NEXT, RECV_PREV, REDUCESCATTER, SEND_NEXT, SEND_PREV, US,
-    PlanParams, PlannedStep, graph_span_ns, next_start, plan_step,
+    PlanParams, PlannedStep, graph_span_ns, next_start, plan_job_step,
 )
 from .schedules import pipeline_schedule
 
@@ -301,10 +301,13 @@ class TraceGenerator:
             self.pp = len(self.group)
             self.schedule: Optional[dict[int, list[str]]] = pipeline_schedule(
                 cfg.schedule, self.pp, cfg.microbatches, cfg.virtual_stages)
-            self.plan_key: Union[int, str] = self.pipeline
+            # The pipelines simulated with this rank's (all where they share the all-reduce),
+            # each with the key its plan's random streams are drawn by, and its first step's starts.
+            self.job = list(range(len(cfg.pipeline_groups))) if cfg.joint_pipelines else [self.pipeline]
+            self.plans: list[tuple[Union[int, str], PlanParams]] = [(q, PlanParams(cfg, q)) for q in self.job]
             self.base = origin + _rank_rng(cfg.seed, "base", cfg.rank).randint(0, 38_000 * US)
-            self.step0 = [origin + 40_000 * US + _rank_rng(cfg.seed, "start", g).randint(0, 1500 * US)
-                          for g in self.group]
+            self.step0 = [[origin + 40_000 * US + _rank_rng(cfg.seed, "start", g).randint(0, 1500 * US)
+                           for g in cfg.pipeline_groups[q]] for q in self.job]
             self.my_index = cfg.pp_rank
             types = ("F", "I", "W") if cfg.schedule == "zero_bubble" else ("F", "B")
             self.graph_types = {t: i for i, t in enumerate(types)}
@@ -313,14 +316,14 @@ class TraceGenerator:
             self.group = [cfg.rank]
             self.pp = 1
             self.schedule = None
-            self.plan_key = f"solo{cfg.rank}"
+            self.job = [0]
+            self.plans = [(f"solo{cfg.rank}", PlanParams(cfg))]
             self.base = origin
-            self.step0 = [origin + self.rng.randint(1500 * US, 3000 * US)]
+            self.step0 = [[origin + self.rng.randint(1500 * US, 3000 * US)]]
             self.my_index = 0
         self.trace_start = self.base + self.rng.randint(100 * US, 900 * US)
         #: what pre-serialized times are relative to (0: absolute timestamps)
         self.tbase = self.base if cfg.time_format == "relative" else 0
-        self.params = PlanParams(cfg)
         self._init_groups()
 
     def _init_groups(self) -> None:
@@ -596,7 +599,10 @@ class TraceGenerator:
             nelems = 48 * 1024 * 1024
         elif kind == "allreduce":
             coll, (kname, grid, block, regs) = "allreduce", N.NCCL_ALLREDUCE
-            ranks, pg, me = list(range(self.cfg.world_size)), ("0", "default_pg"), self.cfg.rank
+            if self.cfg.allreduce_over == "dp":
+                ranks, pg, me = self.dp_group, self.dp_pg, self.dp_group.index(self.cfg.rank)
+            else:
+                ranks, pg, me = list(range(self.cfg.world_size)), ("0", "default_pg"), self.cfg.rank
             nelems = 1
         else:  # broadcast
             coll, (kname, grid, block, regs) = "broadcast", N.NCCL_BROADCAST
@@ -780,13 +786,14 @@ class TraceGenerator:
     def chunks(self) -> Iterator[list]:
         """All trace events, op by op, as lists of raw event dicts (absolute int-ns times)."""
         cfg = self.cfg
-        starts = list(self.step0)
+        starts = [list(begins) for begins in self.step0]
+        keys, params = [key for key, _ in self.plans], [p for _, p in self.plans]
         step = 0
         prev_count = None
         last_end = self.trace_start
         while True:
-            planned = plan_step(step, starts, self.schedule, self.params, self.plan_key)
-            mine = planned[self.my_index]
+            planned = plan_job_step(step, starts, self.schedule, params, keys)
+            mine = planned[self.job.index(self.pipeline)][self.my_index]
             if cfg.target_events is None:
                 last = step == cfg.steps - 1
             else:
@@ -800,7 +807,8 @@ class TraceGenerator:
             last_end = mine.end
             if last or (cfg.target_events is not None and self.events >= cfg.target_events):
                 break
-            starts = [next_start(p, cfg.seed, self.pipeline, i) for i, p in enumerate(planned)]
+            starts = [[next_start(p, cfg.seed, q, i) for i, p in enumerate(pipeline)]
+                      for q, pipeline in zip(self.job, planned)]
             step += 1
         end = min(last_end + self.rng.randint(100 * US, 400 * US), self.cut)
         yield self._trailer(end)

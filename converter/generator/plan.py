@@ -15,6 +15,7 @@ step-end synchronization.
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 from typing import Optional
 
 from .schedules import Action, parse_action
@@ -49,7 +50,7 @@ class Op:
     __slots__ = (
         "kind", "action", "label", "thread", "lane", "graph_kind", "n_replays",
         "cpu_gap", "cpu_cost", "gpu_cost", "xfer", "deps", "partner", "group",
-        "cpu_start", "cpu_end", "gpu_start", "gpu_end",
+        "cpu_start", "cpu_end", "gpu_start", "gpu_end", "delay",
     )
 
     def __init__(self, kind: str, *, action: Optional[Action] = None, label: Optional[str] = None,
@@ -73,6 +74,7 @@ class Op:
         self.cpu_end: int = 0
         self.gpu_start: Optional[int] = None
         self.gpu_end: Optional[int] = None
+        self.delay = 0  # how long the GPU starts it after it could: a rank held up before it
 
     def __repr__(self) -> str:  # pragma: no cover - debugging aid
         return (f"Op({self.kind}, {self.label or ''}, cpu=[{self.cpu_start},{self.cpu_end}], "
@@ -94,7 +96,8 @@ class PlannedStep:
 class PlanParams:
     """What the plan needs from the config (same for every rank of a pipeline)."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, pipeline: Optional[int] = None):
+        """`pipeline`: which of the job's pipelines (default: the config's rank's)."""
         self.seed = cfg.seed
         self.kernels = cfg.kernels_per_replay
         self.graphs_per_step = cfg.graphs_per_step
@@ -102,10 +105,16 @@ class PlanParams:
         self.memcpy = cfg.include_memcpy
         self.nccl = cfg.include_nccl
         self.annotations = cfg.pp_annotations
-        group = cfg.pipeline_groups[cfg.my_pipeline] if cfg.pipelined else (cfg.rank,)
+        mine = cfg.my_pipeline if pipeline is None else pipeline
+        group = cfg.pipeline_groups[mine] if cfg.pipelined else (cfg.rank,)
         # PP position in this plan -> how many times as long its compute takes
         self.slowdown = {group.index(cfg.slow_rank): cfg.slow_factor} if cfg.slow_rank in group else {}
+        # PP position in this plan -> how late its GPU reaches the end-of-step all-reduce
+        self.allreduce_delay = {group.index(rank): delay for rank, delay in (cfg.allreduce_delays_ns or {}).items()
+                                if rank in group}
         self.launch_factor = cfg.launch_factor
+        self.allreduce_over = cfg.allreduce_over
+        self.joint = cfg.joint_pipelines
 
 
 def _annotation(action: Action, style: str) -> Optional[str]:
@@ -244,7 +253,7 @@ def _try_start(op: Op, st: _RankState) -> bool:
         if w.gpu_end is None:
             return False
         ready = max(ready, w.gpu_end + 2 * US)
-    op.gpu_start = ready
+    op.gpu_start = ready + op.delay
     if op.partner is None and op.group is None:
         op.gpu_end = ready + op.gpu_cost
     op.cpu_start = cpu_start
@@ -304,16 +313,58 @@ def step_rng(seed: int, pipeline: int | str, step: int) -> random.Random:
     return random.Random(f"cgtrace-plan:{seed}:{pipeline}:{step}")
 
 
-def plan_step(step: int, starts: list[int], schedule: Optional[dict[int, list[str]]],
-              params: PlanParams, pipeline: int | str = 0) -> list[PlannedStep]:
-    """Plan one step for every rank of a pipeline (or the single rank when
-    `schedule` is None).  `starts[i]`: when PP rank i's step begins (abs ns)."""
-    rng = step_rng(params.seed, pipeline, step)
-    n = len(starts)
+def plan_job_step(step: int, starts: list[list[int]], schedule: Optional[dict[int, list[str]]],
+                  params: list[PlanParams], pipelines: list[int | str]) -> list[list[PlannedStep]]:
+    """Plan one step of several pipelines simulated on one clock, their end-of-step
+    all-reduce one collective over all of their ranks.  Each pipeline draws from its own
+    random stream in the same order as alone, so one pipeline plans as plan_step does."""
+    rngs = [step_rng(p.seed, pipeline, step) for p, pipeline in zip(params, pipelines)]
+    job_ops = [_pipeline_ops(step, len(begins), schedule, p, rng) for begins, p, rng in zip(starts, params, rngs)]
+    _group_collectives(job_ops, params[0])
+    states = [[_RankState(ops, begins[r] + _u(rng, 10, 40)) for r, ops in enumerate(all_ops)]
+              for all_ops, begins, rng in zip(job_ops, starts, rngs)]
+    _simulate([state for pipeline_states in states for state in pipeline_states])
+    out = []
+    for all_ops, begins, rng in zip(job_ops, starts, rngs):
+        out.append([PlannedStep(step, begins[r], ops[-1].cpu_end + _u(rng, 5, 20), ops)
+                    for r, ops in enumerate(all_ops)])
+    return out
+
+
+def _group_collectives(job_ops: list[list[list[Op]]], params: PlanParams) -> None:
+    """Make each collective one op group, which ends when its last member arrives.  Alone, a
+    pipeline's only collective is its end-of-step all-reduce; a joint job's are every one, the
+    step-0 broadcast over all ranks, FSDP's all-gathers and reduce-scatters over each DP group
+    (a PP position across pipelines) and the all-reduce over either, every member's work after
+    the last arrival as long, so their kernels end together as NCCL's do."""
+    kinds = ("broadcast", "allreduce", "allgather", "reducescatter") if params.joint else ("allreduce",)
+    per_dp_group = {"allgather", "reducescatter"} | ({"allreduce"} if params.allreduce_over == "dp" else set())
+    groups: dict[tuple, list[Op]] = defaultdict(list)
+    for all_ops in job_ops:
+        for position, ops in enumerate(all_ops):
+            seen: dict[str, int] = defaultdict(int)
+            for op in ops:
+                if op.kind in kinds:
+                    groups[(op.kind, position if op.kind in per_dp_group else None, seen[op.kind])].append(op)
+                    seen[op.kind] += 1
+    for members in groups.values():
+        if len(members) > 1:
+            for op in members:
+                op.group = members
+                if params.joint:
+                    op.gpu_cost = members[0].gpu_cost
+
+
+def _pipeline_ops(step: int, n: int, schedule: Optional[dict[int, list[str]]], params: PlanParams,
+                  rng: random.Random) -> list[list[Op]]:
+    """Every PP rank's ops of one step, each SEND paired with its RECV, late ranks' all-reduce delayed."""
     all_ops: list[list[Op]] = []
     for r in range(n):
         actions = None if schedule is None else [parse_action(a) for a in schedule[r]]
         all_ops.append(_build_ops(step, actions, params, rng, params.slowdown.get(r, 1.0)))
+        for op in all_ops[-1]:
+            if op.kind == "allreduce":
+                op.delay = params.allreduce_delay.get(r, 0)
     # Pair every SEND with its RECV on the neighbouring stage.
     if schedule is not None:
         sends: dict[tuple, Op] = {}
@@ -337,18 +388,7 @@ def plan_step(step: int, starts: list[int], schedule: Optional[dict[int, list[st
         for k, s in sends.items():
             recv = recvs[k]
             s.partner, recv.partner = recv, s
-    # The end-of-step all-reduce is one collective over all ranks.
-    members = [op for ops in all_ops for op in ops if op.kind == "allreduce"]
-    if len(members) > 1:
-        for op in members:
-            op.group = members
-    states = [_RankState(ops, starts[r] + _u(rng, 10, 40)) for r, ops in enumerate(all_ops)]
-    _simulate(states)
-    out = []
-    for r, ops in enumerate(all_ops):
-        end = ops[-1].cpu_end + _u(rng, 5, 20)
-        out.append(PlannedStep(step, starts[r], end, ops))
-    return out
+    return all_ops
 
 
 def next_start(prev: PlannedStep, seed: int, pipeline: int, pp_rank: int) -> int:

@@ -2,17 +2,21 @@
 every trace of a directory as parallel tasks (executors.py), their answers put side by side.
 
 Each task opens one trace in trace_processor where it runs and returns only its answer (the
-report's figures, or the query's rows), so nothing large travels. Rows and ranks are tagged
-with the trace's file and its global rank: the one a converted, compacted or merged trace
-records in its track roles (from profiler output, `distributedInfo`'s), else none.
+report's figures with its collective kernels, or the query's rows), so nothing large travels.
+The report's stragglers are judged on one clock: the traces' collectives give each its offset
+as they give a merge's ranks theirs. Rows and ranks are tagged with the trace's file and its
+global rank: the one a converted, compacted or merged trace records in its track roles (from
+profiler output, `distributedInfo`'s), else none. A trace that cannot be read stops the answer,
+named with the run's ranks that have no trace here; ranks merely absent are named beside it.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import orjson
 
@@ -21,12 +25,13 @@ from ..analysis.findings import across_findings, as_text
 from ..analysis.pipeline_anatomy import ANATOMY_DEFINITIONS
 from ..analysis.report import DEFINITIONS, build_report
 from ..analysis.stragglers import Arrival, hold_ups, late_arrivals, straggler_answer
+from ..engine.clock import Collectives, collectives_of, estimate_clocks
 from ..errors import CgtraceError
 from ..fileio.atomic import GZIP_SUFFIX
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import roles_document
-from .executors import Workers, for_cluster, run_tasks
-from .rank_files import MERGED_OUTPUT_NAME, find_rank_files, is_rank_trace_name
+from .executors import Outcome, Workers, for_cluster, run_tasks
+from .rank_files import MERGED_OUTPUT_NAME, RankAccount, account_for_ranks, find_rank_files, is_rank_trace_name, named
 from .readable import as_perfetto
 from .runner import COMPACTED_TAG, PERFETTO_NAMES, default_output_path
 
@@ -36,8 +41,10 @@ ACROSS_DEFINITIONS = {
                  "in its pipeline stage rows",
     "vs median": "its step time minus the median step time of all GPUs listed (of all PP ranks where no GPU is)",
     "bubble share": "its bubbles' total over its steps' total",
-    "clock": "each trace's own: Kineto's baseTimeNanoseconds plus each event's ts, so ranks on one host share it "
-             "and ranks on several hosts are as far apart as their clocks (merge aligns them: report the merge)",
+    "clock": "one for every trace, as merge finds it: Kineto's baseTimeNanoseconds plus each event's ts, each trace "
+             "moved by its offset where the kernels of the NCCL collectives it shares with others (which end together "
+             "on every rank) show the base times disagree beyond what they can tell; each trace's offset and its "
+             "uncertainty are listed (transfers are not used: a trace sharing no collective keeps its base time)",
 }
 
 # A pipeline stage's parts (pipeline_anatomy.py's figures), in the order its table shows them.
@@ -68,9 +75,36 @@ def _refuse_ranks_without_output(directory: Path, outputs: list[Path]) -> None:
                      not any(default_output_path(path, tag).name in written for tag in ("", COMPACTED_TAG)))
     if missing:
         names = ", ".join(missing[:4]) + (f" and {len(missing) - 4} more" if len(missing) > 4 else "")
+        absent = rank_account(directory).note()
         raise CgtraceError(f"{directory}: {len(missing)} rank trace(s) there have no output yet ({names}), so an "
-                           f"answer from the {len(outputs)} outputs would leave them out; run `cgtrace compact "
-                           f"{directory}` to write them (it names a rank that fails), or move them out of the folder")
+                           f"answer from the {len(outputs)} outputs would leave them out; "
+                           + (f"{absent}; " if absent else "") + f"run `cgtrace compact {directory}` to write them "
+                           "(it names a rank that fails), or move them out of the folder")
+
+
+def rank_account(directory: Path) -> RankAccount:
+    """The run's ranks with no trace in the directory, from its rank traces' headers (a folder
+    of outputs alone records no world size: nothing can be said missing)."""
+    try:
+        return account_for_ranks(find_rank_files([directory]))
+    except CgtraceError:
+        return RankAccount(None, ())
+
+
+def _answers(directory: Path, outcomes: list[Outcome]) -> list[Any]:
+    """Every trace's answer, or one line naming the traces that could not be read and the run's
+    ranks with no trace here: an answer over the others would pass for the whole run's."""
+    failed = [outcome for outcome in outcomes if outcome.error is not None]
+    bug = next((outcome.exception for outcome in failed if not isinstance(outcome.exception, CgtraceError)), None)
+    if bug is not None:
+        raise bug
+    if failed:
+        absent = rank_account(directory).note()
+        raise CgtraceError(f"{directory}: {len(failed)} of {len(outcomes)} traces could not be read "
+                           f"({named(Path(outcome.name).name for outcome in failed)}), first {failed[0].error}; "
+                           + (f"{absent}; " if absent else "") + "an answer without them would pass for the "
+                           "whole run's: fix or move them and run again")
+    return [outcome.value for outcome in outcomes]
 
 
 def _refuse_duplicate_ranks(directory: Path, ranked: Iterable[tuple[str, Optional[int]]]) -> None:
@@ -88,13 +122,12 @@ def _refuse_duplicate_ranks(directory: Path, ranked: Iterable[tuple[str, Optiona
 def query_across(directory: Path, sql: str, workers: Workers, tp_bin: Optional[str] = None) -> Result:
     """One query on every trace: the rows of all, each led by its file and rank."""
     files = traces_in(directory)
-    outcomes = run_tasks(workers, query_one, [(for_cluster(path, workers.remote), sql, tp_bin) for path in files],
-                         list(map(str, files)), "querying", stop_at_failure=True)
-    _refuse_duplicate_ranks(directory, ((path.name, outcome.value[0]) for path, outcome in zip(files, outcomes)))
+    answers = _answers(directory, run_tasks(workers, query_one, [(for_cluster(path, workers.remote), sql, tp_bin)
+                                                                 for path in files], list(map(str, files)), "querying"))
+    _refuse_duplicate_ranks(directory, ((path.name, answer[0]) for path, answer in zip(files, answers)))
     columns: Optional[list[str]] = None
     rows: list[tuple] = []
-    for path, outcome in zip(files, outcomes):
-        rank, result = outcome.value
+    for path, (rank, result) in zip(files, answers):
         if columns is not None and result.columns != columns:
             raise CgtraceError(f"{path}: the query gives columns {result.columns}, another trace {columns}; "
                                "name the columns in the query")
@@ -126,11 +159,11 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
     collectives holds the others up."""
     files = traces_in(directory)
     lanes = lanes or load_lane_rules()
-    outcomes = run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes) for path in files],
-                         list(map(str, files)), "reporting", stop_at_failure=True)
-    rows = [_rank_row(path, gpu) for path, outcome in zip(files, outcomes) for gpu in outcome.value[0]["gpus"]]
-    stages = [{"file": path.name, **stage} for path, outcome in zip(files, outcomes)
-              for stage in outcome.value[0].get("pipeline", {}).get("stages", [])]
+    answers = _answers(directory, run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes)
+                                                                  for path in files], list(map(str, files)), "reporting"))
+    rows = [_rank_row(path, gpu) for path, (figures, _) in zip(files, answers) for gpu in figures["gpus"]]
+    stages = [{"file": path.name, **stage} for path, (figures, _) in zip(files, answers)
+              for stage in figures.get("pipeline", {}).get("stages", [])]
     _refuse_duplicate_ranks(directory, ((row["file"], row["global_rank"]) for row in rows + stages))
     step_times = _step_times(rows, stages)
     median = statistics.median([row["step_ns"] for row in rows] or [step for step, _ in step_times.values()] or [0])
@@ -142,7 +175,8 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
         row = identity.get(file)
         return f"rank {row['global_rank']} ({file})" if row and row["global_rank"] is not None else file
 
-    found = late_arrivals({path.name: outcome.value[1] for path, outcome in zip(files, outcomes)}, title)
+    arrivals, clocks = _on_one_clock(files, [mine for _, mine in answers], title)
+    found = late_arrivals(arrivals, title, {row["file"]: row["uncertainty_ns"] or 0 for row in clocks["ranks"]})
     held = [{"file": file, "global_rank": identity[file]["global_rank"] if file in identity else None,
              "gpu": identity[file].get("gpu") if file in identity else None, "title": title(file), **figures}
             for file, figures in hold_ups(found.late, {file: steps for file, (_, steps) in step_times.items()},
@@ -151,9 +185,30 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
     definitions = {**{k: DEFINITIONS[k] for k in ("window", "busy", "exposed communication", "bubble")},
                    **(ANATOMY_DEFINITIONS if stages else {}), "stragglers": DEFINITIONS["stragglers"],
                    "findings": DEFINITIONS["findings"], **ACROSS_DEFINITIONS}
-    return {"directory": str(directory), "traces": len(files),
+    return {"directory": str(directory), "traces": len(files), "rank_account": rank_account(directory).as_json(),
             "findings": [finding.as_json() for finding in across_findings(stages, answer["stragglers"])],
-            "definitions": definitions, "median_step_ns": median, "ranks": rows, "stages": stages, **answer}
+            "definitions": definitions, "median_step_ns": median, "ranks": rows, "stages": stages,
+            "clock_alignment": clocks, **answer}
+
+
+def _on_one_clock(files: list[Path], arrivals: list[list[Arrival]], title: Callable[[str], str]
+                  ) -> tuple[dict[str, list[Arrival]], dict[str, Any]]:
+    """Every trace's collective arrivals on one clock, with the alignment merge uses (engine.clock
+    on their collectives, applied only where the base times disagree beyond what it can tell),
+    and how each trace was placed."""
+    clocks = estimate_clocks([_clock_evidence(mine) for mine in arrivals], [], [title(path.name) for path in files])
+    applied = clocks.skewed()
+    moved = {}
+    for path, mine, clock in zip(files, arrivals, clocks.ranks):
+        offset = clock.offset_ns if applied else 0
+        moved[path.name] = [replace(arrival, start=arrival.start + offset, end=arrival.end + offset)
+                            for arrival in mine]
+    shared = any(clock.evidence for clock in clocks.ranks)  # else (CPU-only ranks, say) every trace would warn alike
+    return moved, {"applied": applied, "warnings": clocks.warnings if shared else [],
+                   "ranks": [{"file": path.name, "title": title(path.name), "estimated_offset_ns": clock.offset_ns,
+                              "applied_offset_ns": clock.offset_ns if applied else 0,
+                              "uncertainty_ns": clock.uncertainty_ns, "evidence": dict(clock.evidence)}
+                             for path, clock in zip(files, clocks.ranks)]}
 
 
 def _step_times(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> dict[str, tuple[float, int]]:
@@ -169,10 +224,19 @@ def _step_times(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> dic
 
 def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> tuple[dict[str, Any], list[Arrival]]:
     """One trace's report figures, as `cgtrace report` computes them (no kernel list), and
-    its collective kernels' arrivals."""
+    its collective kernels' arrivals: the stragglers' evidence and its clock's (small)."""
     with as_perfetto(path, compact=True, lanes=lanes) as trace:
         report = build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path)
     return report.figures, [arrival for arrivals in report.arrivals.values() for arrival in arrivals]
+
+
+def _clock_evidence(arrivals: list[Arrival]) -> Collectives:
+    """A rank's collectives as its clock's evidence (engine.clock), as a merge reads them from
+    its model: per process group, else per stream, their kinds and ends in start order; the
+    span the drift reaches over is the collectives' own."""
+    return collectives_of(((arrival.channel or f"stream {arrival.stream}", arrival.kind, arrival.end)
+                           for arrival in arrivals),
+                          (min((a.start for a in arrivals), default=0), max((a.end for a in arrivals), default=0)))
 
 
 def _rank_row(path: Path, gpu: dict[str, Any]) -> dict[str, Any]:
@@ -201,16 +265,34 @@ def render_across(report: dict[str, Any], fmt: str) -> str:
         [[row["file"], _rank(row), str(row["pp_rank"]), row["step"], f"{row['step_ns'] / 1e6:.3f}",
           *(f"{row[key] / 1e6:.3f}" for key in _STAGE_PARTS)] for row in report["stages"]],
         numeric_columns=[1, 2, *range(4, 5 + len(_STAGE_PARTS))])
+    alignment = report["clock_alignment"]
+    clocks = format_table(
+        ["trace", "offset ms", "+- ms", "evidence"],
+        [[row["title"], f"{row['applied_offset_ns'] / 1e6:+.3f}",
+          "?" if row["uncertainty_ns"] is None else f"{row['uncertainty_ns'] / 1e6:.3f}",
+          ", ".join(f"{kind} {count}" for kind, count in sorted(row["evidence"].items())) or "none"]
+         for row in alignment["ranks"]], numeric_columns=[1, 2])
+    stragglers = format_table(
+        ["rank", "late at", "late ms/step", "of median step", "held up ms/step", "caused wait ms"],
+        [[row["title"], str(row["late_collectives"]), f"{row['late_ns_per_step'] / 1e6:.3f}",
+          f"{row['late_share']:.1%}", f"{row['held_up_ns_per_step'] / 1e6:.3f}", f"{row['caused_wait_ns'] / 1e6:.3f}"]
+         for row in report["stragglers"]], numeric_columns=[1, 2, 3, 4, 5])
+    moved = "moved where" if alignment["applied"] else "kept: the base times agree within what"
     sections = [(title, table) for title, table, rows in (
         ("GPUs: step time, busy, exposed communication and bubble, over each GPU's window", gpus, report["ranks"]),
-        ("Pipeline stages: each PP rank's steps cut into parts that add up to the step", stages, report["stages"]))
+        ("Pipeline stages: each PP rank's steps cut into parts that add up to the step", stages, report["stages"]),
+        ("Stragglers: each rank by its own lateness into collectives, latest first", stragglers, report["stragglers"]),
+        (f"Clocks: each trace's offset ({moved} their collectives can tell) and its uncertainty", clocks,
+         alignment["ranks"] if any(row["evidence"] for row in alignment["ranks"]) else []))
         if rows]
     check = report["straggler_check"]
     left_out = "" if check["could_not_tell"] else "".join(f"  left out: {why}\n" for why in check["left_out"])
-    page = (f"cgtrace report: {report['directory']}, {report['traces']} traces\n\n" + as_text(report["findings"])
+    absent = report["rank_account"]["note"]
+    page = (f"cgtrace report: {report['directory']}, {report['traces']} traces\n\n"
+            + (f"Not every rank is here: {absent}\n\n" if absent else "") + as_text(report["findings"])
             + "".join(f"\n{title}\n{table.rstrip()}\n" for title, table in sections)
             + f"\nMedian step time {report['median_step_ns'] / 1e6:.3f} ms; stragglers: {check['summary']}\n"
-            + left_out + "\nDefinitions\n"
+            + left_out + "".join(f"  clock: {warning}\n" for warning in alignment["warnings"]) + "\nDefinitions\n"
             + "".join(f"  {term}: {meaning}\n" for term, meaning in report["definitions"].items()))
     return "\n".join(map(terminal_safe, page.split("\n")))  # names from the traces reach the terminal escaped
 

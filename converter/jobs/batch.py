@@ -20,7 +20,7 @@ from ..errors import CgtraceError
 from ..fileio.atomic import check_output_path, remove_leftovers
 from ..inputs.source import json_size
 from .executors import for_cluster, open_workers, run_tasks
-from .rank_files import find_rank_files
+from .rank_files import account_for_ranks, find_rank_files
 from .runner import COMPACTED_TAG, JobOptions, default_output_path, run_job
 from .stopping import Interrupted
 
@@ -34,7 +34,7 @@ def batch_output(input_path: Path, output_dir: Optional[Path], options: JobOptio
 def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, jobs: Optional[int] = None,
               scheduler: Optional[str] = None) -> dict[str, Any]:
     """Convert (or compact) every rank trace in `directory`; the summary lists every rank
-    (written, skipped or failed) and counts them."""
+    (written, skipped or failed), counts them, and names the run's ranks with no trace here."""
     if options.split_steps:
         raise CgtraceError(f"{directory}: --split-steps works on one trace at a time; pass a trace file")
     if output_dir is not None and not output_dir.is_dir():
@@ -73,7 +73,8 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
                       {"input": str(files[k]), "output": str(targets[k]), "status": "failed", "error": outcome.error})
     counts = {status: sum(1 for entry in entries if entry["status"] == status)
               for status in ("written", "skipped", "failed")}
-    return {"directory": str(directory), "workers": workers.where, "traces": len(entries), **counts, "ranks": entries}
+    return {"directory": str(directory), "workers": workers.where, "traces": len(entries), **counts,
+            "rank_account": account_for_ranks(files).as_json(), "ranks": entries}
 
 
 def _written_since(path: Path, started_ns: int) -> bool:

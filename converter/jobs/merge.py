@@ -38,9 +38,9 @@ from ..inputs.source import json_size
 from ..model import ClockPlacement, RankIdentity
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import Tuning
-from .executors import Workers, for_cluster, open_workers, run_tasks
+from .executors import Outcome, Workers, for_cluster, open_workers, run_tasks
 from .options import ALIGN_MODES
-from .rank_files import find_rank_files
+from .rank_files import RankAccount, account_for_ranks, find_rank_files, named
 from .runner import JobOptions, Prepared, prepare
 from .snapshot import load_snapshot, save_snapshot
 from .verify import Expected, verify_output
@@ -121,18 +121,28 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     with scratch_folder(".cgtrace-merge-", output_for_group(0, 1).parent.absolute()) as scratch, \
             nullcontext(None) if in_process else open_workers(jobs, scheduler) as workers:
         tasks = [(str(file), scanning, str(scratch / f"rank{k:05d}")) for k, file in enumerate(files)]
-        infos = _in_workers(workers, _scan_rank, tasks, list(map(str, files)), "reading ranks")
+        outcomes = _scanned(workers, tasks, list(map(str, files)))
+        infos = [outcome.value for outcome in outcomes if outcome.error is None]
+        failed = [{"input": outcome.name, "error": outcome.error} for outcome in outcomes if outcome.error is not None]
+        account = account_for_ranks(files)
         if ranks is not None:
             infos = [info for info in infos if info.global_rank in ranks]
             if len(infos) < 2:
                 raise CgtraceError(f"{files[0]}: --ranks leaves {len(infos)} of the given traces; pass --ranks that "
-                                   "name two or more of their global ranks")
+                                   "name two or more of their global ranks" + _unread(failed, account))
         groups, order_source = _pipelines(infos, assume_aligned, partial=ranks is not None)
         if not groups:
             raise CgtraceError(f"{files[0]}: --ranks leaves no pipeline with two or more ranks; choose more ranks")
-        chosen = range(len(groups)) if pp_group is None else [pp_group]
+        broken = [] if ranks is not None else _broken(groups, failed)
+        lacking = {entry["pp_group"] for entry in broken}
+        if pp_group is not None:  # the others are not asked for: only the chosen one must be whole
+            broken = [entry for entry in broken if entry["pp_group"] == pp_group]
+        chosen = [index for index in range(len(groups)) if index not in lacking] if pp_group is None else [pp_group]
         if pp_group is not None and not 0 <= pp_group < len(groups):
             raise CgtraceError(f"--pp-group {pp_group}: the traces hold {len(groups)} pipeline(s), numbered from 0")
+        if not chosen or pp_group in lacking:
+            raise CgtraceError(f"{files[0]}: " + "; ".join(entry["why"] for entry in broken)
+                               + "; pass all ranks of a pipeline" + _unread(failed, account))
         outputs = {index: output_for_group(index, len(groups)) for index in chosen}
         for output in outputs.values():
             check_output_path(output, options.overwrite)
@@ -141,7 +151,60 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     for result in results:
         result.update(ranks_at_once=None if scheduler else jobs, args_helpers=helpers,
                       workers=workers.where if workers else "this process")
-    return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
+    summary: dict[str, Any] = results[0] if len(results) == 1 and not broken else {
+        "pipelines": results, "pp_order_source": order_source}
+    if broken or failed or account.missing:  # every intact pipeline written; what was left out, and why
+        summary.update(broken_pipelines=broken, failed=failed, rank_account=account.as_json())
+    return summary
+
+
+def _broken(groups: list[list[RankInfo]], failed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pipelines that lack a rank, each with why: those with a PP group, the ranks of it not
+    read (missing, or its file unreadable); where no PP group orders them (the ranks given are
+    the pipeline), any trace that could not be read."""
+    broken = []
+    for index, members in enumerate(groups):
+        group = members[0].pp_group
+        read = {info.global_rank for info in members}
+        lacking = [rank for rank in group if rank not in read] if group else []
+        if group and lacking:
+            why = f"pipeline {index} {list(group)} lacks the trace of global rank(s) {named(map(str, lacking))}"
+        elif not group and failed:
+            why = f"the ranks given lack {len(failed)} trace(s) that could not be read"
+        else:
+            continue
+        broken.append({"pp_group": index, "ranks": list(group) if group else None, "lacking": lacking,
+                       "why": f"{why}, so it is not merged"})
+    return broken
+
+
+def _unread(failed: list[dict[str, Any]], account: RankAccount) -> str:
+    """What the merge could not read, as the tail of a line: the failed files, the ranks absent."""
+    absent = account.note()
+    return ((f"; {len(failed)} trace(s) could not be read, first {failed[0]['error']}" if failed else "")
+            + (f"; {absent}" if absent else ""))
+
+
+def _scanned(workers: Optional[Workers], tasks: list, files: list[str]) -> list[Outcome]:
+    """Pass one's outcome per rank file, each rank read or the one-line reason its file could
+    not be: a rank that fails breaks its own pipeline, not the others."""
+    if workers is not None:
+        outcomes = run_tasks(workers, _scan_rank, tasks, files, "reading ranks")
+    else:
+        outcomes = []
+        for name, task in zip(files, tasks):
+            try:
+                outcomes.append(Outcome(name, value=_scan_rank(*task)))
+            except CgtraceError as error:
+                outcomes.append(Outcome(name, error=error.message, exception=error))
+    # A bug, or a failure of this machine (a full disk: io_error) rather than of a rank's file, stops the merge.
+    stop = next((o.exception for o in outcomes if o.exception is not None and
+                 (not isinstance(o.exception, CgtraceError) or o.exception.io_error is not None)), None)
+    if stop is None and all(o.exception is not None for o in outcomes):
+        stop = outcomes[0].exception  # no rank read: nothing to merge, nothing to name beside it
+    if stop is not None:
+        raise stop
+    return outcomes
 
 
 def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions,
@@ -310,7 +373,8 @@ def _scratch_failed(path: Path, doing: str, error: OSError) -> CgtraceError:
 
 
 def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = False) -> tuple[list[list[RankInfo]], str]:
-    """Pipelines in PP order; with `partial` (--ranks), a pipeline may lack some of its ranks."""
+    """Pipelines in PP order, whichever of their ranks were read; with `partial` (--ranks), one
+    of fewer than two ranks is left out."""
     ranks = Counter(info.global_rank for info in infos)
     duplicate = next((rank for rank, n in ranks.items() if n > 1), None)
     if duplicate is not None:
@@ -335,11 +399,7 @@ def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = Fals
     pipelines = []
     for group in sorted(groups, key=min):
         members = [by_rank[rank] for rank in group if rank in by_rank]
-        if len(members) < len(group) and not partial:
-            missing = ", ".join(map(str, sorted(set(group) - set(by_rank))[:8]))
-            raise CgtraceError(f"{(members or infos)[0].file}: pipeline {list(group)} lacks the trace of global "
-                               f"rank(s) {missing}; pass all ranks of the pipeline")
-        if len(members) >= 2 or not partial:
+        if len(members) >= 2 or not partial:  # a pipeline lacking ranks is named (_broken), not merged
             pipelines.append(members)
     return pipelines, "distributedInfo.pg_config"
 

@@ -7,10 +7,16 @@ files by the same rule.
 from __future__ import annotations
 
 import argparse
+import gzip
 import re
 import stat
+import zlib
 from pathlib import Path
+from typing import Any, Iterable, Optional
 
+import msgspec
+
+from .. import kineto
 from ..errors import CgtraceError
 from ..fileio.atomic import file_kind
 from .runner import PROFILER_OUTPUT
@@ -67,6 +73,72 @@ def _refuse_special(path: Path) -> None:
     if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
         raise CgtraceError(f"{path}: named like a trace but is a {file_kind(mode)}; remove it, or make it "
                            "the trace file")
+
+
+# Kineto writes its header (distributedInfo among it) before traceEvents, within the first bytes.
+_HEADER_BYTES, _HEADER_CHUNK = 1 << 20, 1 << 16
+_EVENTS_KEY = b'"traceEvents"'
+_NAMED = 8  # ranks a line names before it counts the rest
+
+
+def header_rank(path: Path) -> Optional[kineto.RankHeader]:
+    """The rank and world size a profiler trace's header records, read from the text before
+    `traceEvents` alone (no events are read, so a file cut short still says who it was); None
+    where that text is not there or not JSON."""
+    head, at = b"", -1
+    try:
+        with open(path, "rb") as raw:
+            packed = raw.read(2) == b"\x1f\x8b"
+            raw.seek(0)
+            stream = gzip.GzipFile(fileobj=raw) if packed else raw
+            while at < 0 and len(head) < _HEADER_BYTES:  # a chunk at a time: the header is short
+                chunk = stream.read(_HEADER_CHUNK)
+                if not chunk:
+                    break
+                head += chunk
+                at = head.find(_EVENTS_KEY)
+    except (OSError, EOFError, zlib.error):
+        return None
+    try:
+        metadata = msgspec.json.decode(head[:at].rstrip().rstrip(b",") + b"}") if at > 0 else None
+        return kineto.rank_header(metadata, str(path)) if isinstance(metadata, dict) else None
+    except (msgspec.DecodeError, CgtraceError):
+        return None
+
+
+class RankAccount(msgspec.Struct, frozen=True):
+    """Every rank of the run accounted for: the world size the traces record, and the global
+    ranks of it that no readable trace header names (missing, or its file unreadable)."""
+
+    world_size: Optional[int]
+    missing: tuple[int, ...]
+
+    def note(self) -> Optional[str]:
+        """One line naming the ranks not there; None where none is missing."""
+        if not self.missing:
+            return None
+        return (f"{len(self.missing)} of {self.world_size} ranks (world_size in distributedInfo) have no readable "
+                f"trace here: global rank(s) {named(map(str, self.missing))}")
+
+    def as_json(self) -> dict[str, Any]:
+        return {"world_size": self.world_size, "missing_ranks": list(self.missing), "note": self.note()}
+
+
+def account_for_ranks(files: list[Path]) -> RankAccount:
+    """Which ranks of the run the files' headers do not name, against the largest world_size
+    they record (none recorded: nothing can be said missing, world_size None)."""
+    headers = [header_rank(path) for path in files]
+    sizes = [header.world_size for header in headers if header is not None and header.world_size is not None]
+    if not sizes:
+        return RankAccount(None, ())
+    present = {header.rank for header in headers if header is not None and header.rank is not None}
+    return RankAccount(max(sizes), tuple(rank for rank in range(max(sizes)) if rank not in present))
+
+
+def named(items: Iterable[str]) -> str:
+    """The first few, and how many more: a line stays a line at a thousand ranks."""
+    listed = list(items)
+    return ", ".join(listed[:_NAMED]) + (f" and {len(listed) - _NAMED} more" if len(listed) > _NAMED else "")
 
 
 class RankList:
