@@ -176,3 +176,47 @@ def test_the_report_of_a_merge_says_how_each_rank_was_moved(tmp_path):
             (rank["applied_offset_ns"], rank["uncertainty_ns"], rank["evidence"])
     assert any(clock["offset_ns"] for clock in figures["clocks"])
     assert "Clocks: how the merge moved each rank's times" in render_text(figures)
+
+
+def _plain_ddp(tmp_path: Path) -> list[Path]:
+    """Real DDP ranks: global ranks 0 and 1 of the torch 2.15 DP x PP set share their gloo
+    all-reduces (their mesh_dp group); written as plain DDP does, a world of two with only
+    default_pg and no point-to-point transfer, so the all-reduces are all they share."""
+    source = SHARED_TRACES / "torch_pp_cpu" / "dp2_pp2"
+    if not source.is_dir():
+        pytest.skip("../shared/traces is absent")
+    files = []
+    for rank in (0, 1):
+        document = json.loads(gzip.decompress((source / f"rank{rank}_trace.json.gz").read_bytes()))
+        document["distributedInfo"].update(world_size=2, pg_config=[
+            {"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cpu:gloo,cuda:gloo", "pg_size": 2,
+             "ranks": [0, 1]}])
+        document["traceEvents"] = [event for event in document["traceEvents"] if not str(event.get("name", ""))
+                                   .startswith(("c10d::send", "c10d::recv", "gloo:send", "gloo:recv"))]
+        files.append(tmp_path / f"rank{rank}_trace.json")
+        files[-1].write_text(json.dumps(document))
+    return files
+
+
+def test_plain_ddp_ranks_align_on_their_gloo_all_reduces(tmp_path):
+    """No NCCL kernel and no transfer: the gloo all-reduce spans end together on both ranks (one
+    host: their base times agree), so the merge uses them and warns of nothing shared."""
+    summary = merge_files(_plain_ddp(tmp_path), lambda group, groups: tmp_path / "ddp.perfetto-trace")
+    clock = summary["clock_alignment"]
+    assert not [warning for warning in clock["warnings"] if "shared" in warning]
+    for rank in clock["ranks"]:
+        assert rank["evidence"].get("collectives") == 2
+        assert abs(rank["estimated_offset_ns"]) <= max(rank["uncertainty_ns"], 0) <= 100_000
+    assert not clock["applied"]
+
+
+def test_gloo_spans_of_groups_smaller_than_the_world_are_no_evidence(tmp_path):
+    """In DP x PP the two ranks of a pipeline all-reduce in different DP groups: their gloo
+    spans name no group, so they are not matched as one collective."""
+    source = SHARED_TRACES / "torch_pp_cpu" / "dp2_pp2"
+    if not source.is_dir():
+        pytest.skip("../shared/traces is absent")
+    summary = merge_files(sorted(source.glob("rank*_trace.json.gz")),
+                          lambda group, groups: tmp_path / f"pp{group}.perfetto-trace")
+    for pipeline in summary["pipelines"]:
+        assert all("collectives" not in rank["evidence"] for rank in pipeline["clock_alignment"]["ranks"])

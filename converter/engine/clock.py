@@ -2,7 +2,8 @@
 
 A merge lines ranks up on their profiler base times (`baseTimeNanoseconds`, or epoch times),
 right only where every host's clock agrees. The trace itself says more: the kernels of one
-NCCL collective end together on every rank it spans (within a few us on one host), so the
+NCCL collective end together on every rank it spans (within a few us on one host; a gloo
+collective's CPU span within tens of us), so the
 k-th collective of a process group on two ranks measures their clocks' difference, and the
 median over many shrugs off a straggler or a kernel cut by the capture. Point-to-point
 transfers bound it (a receive is not done before its send began). The base times are the
@@ -22,12 +23,13 @@ from typing import Iterable, Optional
 import msgspec
 import numpy as np
 
-from ..kineto import KERNEL_CATEGORIES, group_ranks
+from ..kineto import KERNEL_CATEGORIES, group_ranks, rank_header
 from ..model import Trace
 
 COLLECTIVE, BOUND = "collectives", "transfer bounds"
 _KIND = re.compile(r"^nccl(?:Dev)?Kernel_([A-Za-z]+)")
-_POINT_TO_POINT = ("send", "recv")  # "Collective name" of a pairwise NCCL op: no shared end
+_POINT_TO_POINT = ("send", "recv")  # "Collective name" of a pairwise NCCL op (and a gloo span's): no shared end
+_GLOO = "gloo:"  # gloo's spans: `gloo:<collective>` on a rank's CPU
 _MAX_LAG = 8           # collectives one rank's capture may have ahead of another's
 # The kernels of one collective end within 1-7 us of each other on one host (measured on a
 # real capture): no clock difference is known better than this from their ends.
@@ -61,7 +63,8 @@ class Collectives:
 
 
 def find_collectives(trace: Trace) -> Collectives:
-    """The rank's NCCL collective kernels (pairwise sends and receives left out), per channel."""
+    """The rank's NCCL collective kernels and gloo collectives (pairwise sends and receives left
+    out), per channel."""
     table = trace.slices
     rows = table.named(lambda name: _KIND.match(name) is not None)
     rows = rows[table.in_categories(KERNEL_CATEGORIES)[rows]]
@@ -77,7 +80,23 @@ def find_collectives(trace: Trace) -> Collectives:
         channel = f"group {comm.group} {group_ranks(comm.ranks)}" if comm.group is not None else f"stream {comm.stream}"
         match = _KIND.match(table.texts[int(table.name[row])])
         kernels.append((channel, match.group(1) if match else "", int(table.ts[row] + table.dur[row])))
-    return collectives_of(kernels, (int(table.ts.min()), int(table.end.max())) if len(table) else (0, 0))
+    return collectives_of(kernels + _gloo_collectives(trace), (int(table.ts.min()), int(table.end.max()))
+                          if len(table) else (0, 0))
+
+
+def _gloo_collectives(trace: Trace) -> list[tuple[str, str, int]]:
+    """The rank's gloo collectives (CPU runs, as DDP's all-reduce): the `gloo:<collective>` span
+    ends when the last rank's data is in, on every rank within tens of us (measured on a real
+    DDP x PP run), so they are evidence where no NCCL kernel is; their spread sets how sure.
+    Their spans name no process group: only where every group is the whole world (a 1-D mesh,
+    as plain DDP) is each one shared by every rank."""
+    if not rank_header(trace.metadata, "").one_dimensional:
+        return []
+    table = trace.slices
+    rows = table.named(lambda name: name.startswith(_GLOO) and name.removeprefix(_GLOO) not in _POINT_TO_POINT)
+    rows = rows[np.argsort(table.ts[rows], kind="stable")]
+    return [(_GLOO, table.texts[int(table.name[row])].removeprefix(_GLOO), int(table.ts[row] + table.dur[row]))
+            for row in rows.tolist()]
 
 
 def collectives_of(kernels: Iterable[tuple[str, str, int]], span: tuple[int, int]) -> Collectives:
@@ -194,12 +213,19 @@ def _match(reference: tuple[tuple[str, ...], np.ndarray], other: tuple[tuple[str
         a = slice(max(0, -lag), min(len(ends_a), len(ends_b) - lag))
         b = slice(a.start + lag, a.stop + lag)
         overlap = a.stop - a.start
-        if overlap * 2 < shortest or kinds_a[a] != kinds_b[b]:
-            continue
-        score = (_spread(ends_b[b] - ends_a[a]), -overlap)
+        if overlap * 2 < shortest or overlap < min(2, shortest) or kinds_a[a] != kinds_b[b]:
+            continue  # one collective alone matches at any lag: it says nothing of the alignment
+        # A few ends spread little by chance: no alignment is surer than its evidence's floor.
+        score = (max(_spread(ends_b[b] - ends_a[a]), _floor(overlap)), -overlap)
         if best is None or score < best[0]:
             best = (score, a, b)
     return None if best is None else (ends_a[best[1]], ends_b[best[2]])
+
+
+def _floor(count: int) -> float:
+    """How well `count` shared collectives can tell a clock difference at best (_FLOOR_NS, more
+    for fewer than _WELL_SAMPLED)."""
+    return _FLOOR_NS * max(1.0, _WELL_SAMPLED / count)
 
 
 def _spread(differences: np.ndarray) -> float:
@@ -225,7 +251,7 @@ def _edge(source: int, to: int, ends_a: np.ndarray, ends_b: np.ndarray, span_a: 
     spread = _spread(residuals)
     reach = abs(rate) * max(middle - min(span_a[0], span_b[0] + middle - float(np.median(ends_b))),
                             max(span_a[1], span_b[1] + middle - float(np.median(ends_b))) - middle)
-    uncertainty = int(max(spread + reach, _FLOOR_NS * max(1.0, _WELL_SAMPLED / len(differences))))
+    uncertainty = int(max(spread + reach, _floor(len(differences))))
     significant = abs(drift) > 2 * spread + _FLOOR_NS
     return _Edge(source, to, int(np.median(residuals)), uncertainty, len(differences)), \
         drift if significant else None
