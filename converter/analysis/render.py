@@ -17,6 +17,7 @@ import orjson
 
 from ..model.derived import PATH_KINDS
 from .findings import as_text, waited_for
+from .pipeline_anatomy import STAGE_PARTS
 from .intervals import Intervals
 from .query import format_table, terminal_safe
 from .report import Report, Timeline, gpu_label
@@ -48,7 +49,7 @@ class Table:
     numeric: list[int]
     bar: Optional[tuple[int, list[float]]] = None
     wrap: int = 0
-    stacked: Optional[tuple[int, list[list[float]]]] = None  # a column of parts' shares (_PARTS), as one bar
+    stacked: Optional[tuple[int, list[list[float]]]] = None  # a column of parts' shares (STAGE_PARTS), as one bar
 
 
 def _stages_table(figures: dict) -> Table:
@@ -56,11 +57,11 @@ def _stages_table(figures: dict) -> Table:
     stages = figures.get("pipeline", {}).get("stages", [])
     return Table(
         "Pipeline stages: each step cut into parts that add up to it",
-        ["rank", "step", "step ms"] + [f"{label} ms" for _, label in _PARTS] + ["waited most for"],
-        [[row["rank"], row["step"], ms(row["step_ns"])] + [ms(row[key]) for key, _ in _PARTS]
+        ["rank", "step", "step ms"] + [f"{label} ms" for _, label in STAGE_PARTS] + ["waited most for"],
+        [[row["rank"], row["step"], ms(row["step_ns"])] + [ms(row[key]) for key, _ in STAGE_PARTS]
          + [_waited_for(row["recv_waits"])] for row in stages],
-        list(range(2, 3 + len(_PARTS))), wrap=3 + len(_PARTS),
-        stacked=(2, [[row[key] / row["step_ns"] if row["step_ns"] else 0.0 for key, _ in _PARTS] for row in stages]))
+        list(range(2, 3 + len(STAGE_PARTS))), wrap=3 + len(STAGE_PARTS),
+        stacked=(2, [[row[key] / row["step_ns"] if row["step_ns"] else 0.0 for key, _ in STAGE_PARTS] for row in stages]))
 
 
 def _path_tables(figures: dict) -> list[Table]:
@@ -126,8 +127,6 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
 
 _NO_GPU = "No GPU slices found: a CPU-only pipeline, whose stages compute in their CPU ops."
 # The parts of a pipeline stage's step, in the order tables and bars show them.
-_PARTS = (("compute_ns", "compute"), ("warmup_ns", "warm-up"), ("drain_ns", "drain"),
-          ("recv_wait_ns", "recv wait"), ("exposed_comm_ns", "exposed comm"), ("other_ns", "other"))
 
 
 def _waited_for(waits: list[dict]) -> str:
@@ -161,7 +160,7 @@ def text_page(header: str, lead: str, tables: list[Table], definitions: dict[str
 # PP block kinds and the bubble as the timeline colours them.
 _COLORS = (("F", "#4a7bd0"), ("B", "#3c9d5d"), ("I", "#8fcf9a"), ("W", "#2a6b3d"), ("F+B", "#7a5cc4"),
            ("other", "#9a9a9a"), ("RECV", "#e0892b"), ("SEND", "#f2c94c"), ("bubble", "#d64545"))
-# The stage parts as the stacked bars colour them, in _PARTS order.
+# The stage parts as the stacked bars colour them, in STAGE_PARTS order.
 # The critical path's band under each rank's strip, a colour per segment kind (engine/work_graph.KINDS).
 _PATH_COLORS = tuple(zip(PATH_KINDS, ("#111111", "#6a1b9a", "#00a0a0", "#b0b0b0")))
 _PATH_BAND = (38, 9)
@@ -175,7 +174,7 @@ vertical-align:top}.n{text-align:right;font-variant-numeric:tabular-nums;white-s
 dl{max-width:60em}dt{font-weight:600}dd{margin:0 0 .5em 1.5em}.key{display:inline-block;margin-right:1.2em}
 .findings li{margin:.2em 0}
 """ + "".join(f'[data-kind="{kind}"]{{fill:{color}}}' for kind, color in _COLORS) \
-    + "".join(f'[data-part="{key}"]{{fill:{color}}}' for (key, _), color in zip(_PARTS, _PART_COLORS)) \
+    + "".join(f'[data-part="{key}"]{{fill:{color}}}' for (key, _), color in zip(STAGE_PARTS, _PART_COLORS)) \
     + "".join(f'[data-path="{kind}"]{{fill:{color}}}' for kind, color in _PATH_COLORS)
 _TIMELINE_WIDTH = 900
 # Bands of one rank's strip: (y, height, what it shows).
@@ -192,7 +191,7 @@ def _bar(share: float, width: int = 120) -> str:
 def _stacked(shares: list[float], width: int = 160) -> str:
     """Parts of a whole (shares adding up to 1) as one bar, coloured by part."""
     x, rects = 0.0, []
-    for (key, label), share in zip(_PARTS, shares):
+    for (key, label), share in zip(STAGE_PARTS, shares):
         rects.append(f'<rect data-part="{key}" x="{x:.1f}" width="{share * width:.1f}" height="10">'
                      f'<title>{label} {share:.1%}</title></rect>')
         x += share * width
@@ -201,7 +200,7 @@ def _stacked(shares: list[float], width: int = 160) -> str:
 
 def _parts_key() -> str:
     return "<p>" + "".join(f'<span class="key"><svg width="12" height="12"><rect data-part="{key}" width="12" '
-                           f'height="12"/></svg> {html.escape(label)}</span>' for key, label in _PARTS) + "</p>"
+                           f'height="12"/></svg> {html.escape(label)}</span>' for key, label in STAGE_PARTS) + "</p>"
 
 
 def html_table(table: Table) -> str:

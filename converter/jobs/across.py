@@ -22,7 +22,7 @@ import orjson
 
 from ..analysis.query import Result, format_table, open_checked, run_sql, terminal_safe
 from ..analysis.findings import across_findings, as_text
-from ..analysis.pipeline_anatomy import ANATOMY_DEFINITIONS
+from ..analysis.pipeline_anatomy import ANATOMY_DEFINITIONS, STAGE_PARTS
 from ..analysis.report import DEFINITIONS, build_report
 from ..analysis.stragglers import Arrival, hold_ups, late_arrivals, straggler_answer
 from ..engine.clock import Collectives, collectives_of, estimate_clocks
@@ -46,10 +46,6 @@ ACROSS_DEFINITIONS = {
              "on every rank) show the base times disagree beyond what they can tell; each trace's offset and its "
              "uncertainty are listed (transfers are not used: a trace sharing no collective keeps its base time)",
 }
-
-# A pipeline stage's parts (pipeline_anatomy.py's figures), in the order its table shows them.
-_STAGE_PARTS = {"compute_ns": "compute", "warmup_ns": "warm-up", "drain_ns": "drain", "recv_wait_ns": "recv wait",
-                "exposed_comm_ns": "exposed comm", "other_ns": "other"}
 
 
 def traces_in(directory: Path) -> list[Path]:
@@ -261,10 +257,10 @@ def render_across(report: dict[str, Any], fmt: str) -> str:
           f"{row['exposed_comm_share'] * 100:.1f}%", f"{row['bubble_share'] * 100:.1f}%"] for row in report["ranks"]],
         numeric_columns=[1, 3, 4, 5, 6, 7, 8])
     stages = format_table(
-        ["file", "rank", "pp rank", "step", "step ms", *(f"{label} ms" for label in _STAGE_PARTS.values())],
+        ["file", "rank", "pp rank", "step", "step ms", *(f"{label} ms" for _, label in STAGE_PARTS)],
         [[row["file"], _rank(row), str(row["pp_rank"]), row["step"], f"{row['step_ns'] / 1e6:.3f}",
-          *(f"{row[key] / 1e6:.3f}" for key in _STAGE_PARTS)] for row in report["stages"]],
-        numeric_columns=[1, 2, *range(4, 5 + len(_STAGE_PARTS))])
+          *(f"{row[key] / 1e6:.3f}" for key, _ in STAGE_PARTS)] for row in report["stages"]],
+        numeric_columns=[1, 2, *range(4, 5 + len(STAGE_PARTS))])
     alignment = report["clock_alignment"]
     clocks = format_table(
         ["trace", "offset ms", "+- ms", "evidence"],
