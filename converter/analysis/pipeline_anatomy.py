@@ -43,7 +43,7 @@ _GPIPE = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d+)$")
 _COMPUTE_ACTIONS = {"F", "B", "I", "W"}
 # The stage parts (each a `<key>` figure of a stage row) as every table and bar names them, in order.
 STAGE_PARTS = (("compute_ns", "compute"), ("warmup_ns", "warm-up"), ("drain_ns", "drain"),
-          ("recv_wait_ns", "recv wait"), ("exposed_comm_ns", "exposed comm"), ("other_ns", "other"))
+               ("recv_wait_ns", "recv wait"), ("exposed_comm_ns", "exposed comm"), ("other_ns", "other"))
 RankKey = tuple[int, int, bool]  # (PP rank, global rank, in a pipeline), as report.py ranks tracks
 Rows = Callable[[str], list[tuple[Any, ...]]]
 

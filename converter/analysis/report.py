@@ -323,15 +323,17 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
     if trace.clocks:  # a merge that moved its ranks' clocks
         figures["clocks"] = trace.clocks
     if len(arrivals) > 1:  # a merge: its ranks' collectives on its one clock
-        figures.update(_stragglers(arrivals, per_gpu))
+        figures.update(_stragglers(arrivals, per_gpu, trace.clocks))
     figures = {"input": figures["input"], "findings": [f.as_json() for f in report_findings(figures)], **figures}
     return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks],
                   arrivals)
 
 
-def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]]) -> dict[str, Any]:
+def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]], clocks: list[dict[str, Any]]
+                ) -> dict[str, Any]:
     """The merged ranks that hold collectives up (stragglers.py), named as the GPUs are, and
-    what backs the answer."""
+    what backs the answer; a rank's lateness is sure only beyond its clock's uncertainty, where
+    the merge moved its clock."""
     gpu_of = {(gpu["pp_rank"], gpu["global_rank"]): gpu for gpu in gpus}
     ranked: dict[Rank, dict[str, Any]] = {rank: gpu_of[rank[:2]] for rank in arrivals if rank and rank[:2] in gpu_of}
     steps = [step["step_ns"] for gpu in gpus for step in gpu["steps"]]
@@ -340,7 +342,9 @@ def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]])
     def title(rank: Rank) -> str:
         return gpu_label(ranked[rank]) if rank in ranked else rank_title(*rank) if rank else "a rank"
 
-    found = late_arrivals(arrivals, title)
+    moved = {(clock["pp_rank"], clock["global_rank"]): clock["uncertainty_ns"] or 0 for clock in clocks}
+    unsure: dict[Rank, int] = {rank: moved[rank[:2]] for rank in arrivals if rank and rank[:2] in moved}
+    found = late_arrivals(arrivals, title, unsure)
     rows = [{"file": None, "global_rank": rank[1] if rank else None, "gpu": ranked[rank]["gpu"] if rank in ranked
              else None, "title": title(rank), **figures}
             for rank, figures in hold_ups(found.late, {rank: len(gpu["steps"]) for rank, gpu in ranked.items()},
