@@ -138,9 +138,17 @@ def _exposed(gpu: dict[str, Any], more: int) -> Finding:
 def straggler_findings(stragglers: list[dict[str, Any]]) -> list[Finding]:
     """One finding per straggler a merge's report or `report DIR` names (stragglers.py's rows)."""
     return ranked(Finding("straggler", f"{s['title']} arrives late at {s['late_collectives']} collectives, "
-                          f"{s['late_ns_per_step'] / 1e6:.3f} ms per step after their typical arrival (it held them "
-                          f"up {s['held_up_ns_per_step'] / 1e6:.3f} ms per step; the others waited "
-                          f"{s['caused_wait_ns'] / 1e6:.3f} ms for it in all)", s["late_share"],
+                          f"{s['late_ns_per_step'] / 1e6:.3f} ms per step after their typical arrival ({_cost(s)})",
+                          s["late_share"],
                           "share of the median step", {"file": s["file"], "global_rank": s["global_rank"], "gpu": s["gpu"],
                                           "look_at": "its work before the collectives it joins last"})
                   for s in stragglers)
+
+
+def _cost(straggler: dict[str, Any]) -> str:
+    """What a late rank cost the others: its hold-up where it came last, else that a later rank
+    held them up (it would, were that one on time)."""
+    if not straggler["held_up_ns_per_step"]:
+        return "never the last to arrive: a later rank held those collectives up"
+    return (f"it held them up {straggler['held_up_ns_per_step'] / 1e6:.3f} ms per step; the others waited "
+            f"{straggler['caused_wait_ns'] / 1e6:.3f} ms for it in all")
