@@ -1,0 +1,103 @@
+"""Input that got through the third adversarial round (issue 58): the reader's retries, share,
+diff, the handler, report at scale. Each is refused in one line (exit 2, nothing written, the
+input untouched), or handled, in time that grows with the input, not its square."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Callable
+
+import numpy as np
+import pytest
+
+from converter.errors import CgtraceError
+from converter.inputs.kineto_reader import parse_trace_text
+from converter.tuning import Tuning
+from tests.test_bad_input import assert_clean_error, run_cli, snapshot
+
+SMALL_PIECES = Tuning(piece_bytes=64 << 10)
+
+
+def _best_cpu_seconds(work: Callable[[], object], repeats: int = 3) -> float:
+    """The least CPU time of a few runs: what the work costs, less the machine's other load."""
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.process_time()
+        work()
+        best = min(best, time.process_time() - started)
+    return best
+
+
+def _kernels(count: int, first: int = 0) -> list[dict]:
+    return [{"name": f"k{i}", "cat": "kernel", "ph": "X", "ts": 10 * i, "dur": 5, "pid": 0, "tid": 7,
+             "args": {"stream": 7, "grid": [i, 1, 1]}} for i in range(first, first + count)]
+
+
+def _with_bad_first_time(count: int, bad: bytes) -> bytes:
+    """A trace whose first event's `ts` is `bad` (not JSON), then `count` good events."""
+    rest = json.dumps(_kernels(count, first=1))[1:-1].encode()
+    return b'{"traceEvents":[{"name":"k0","cat":"kernel","ph":"X","ts":' + bad + b',"dur":5,"pid":0,"tid":7},' \
+        + rest + b"]}"
+
+
+def _refuse(text: bytes) -> None:
+    with pytest.raises(CgtraceError, match="not valid JSON"):
+        parse_trace_text(text, tuning=SMALL_PIECES)
+
+
+BAD_TOKENS = {"nan": b"NaN", "infinity": b"Infinity", "lone_surrogate": b'"\\ud800"', "control_character": b'"\x01"'}
+
+
+@pytest.mark.parametrize("bad", BAD_TOKENS.values(), ids=BAD_TOKENS.keys())
+def test_a_trace_that_is_not_json_near_its_start_is_refused_in_the_time_of_one_read(bad):
+    """Row 1: each failed piece was re-copied and re-decoded up to every later `},{`, quadratic
+    in the file (26 MB: 118 s). 4x the file may cost at most 5x."""
+    small, large = _with_bad_first_time(6_000, bad), _with_bad_first_time(24_000, bad)
+    assert len(large) > 3 << 20
+    cpu_small, cpu_large = _best_cpu_seconds(lambda: _refuse(small)), _best_cpu_seconds(lambda: _refuse(large))
+    assert cpu_large < 5 * cpu_small + 0.05, (cpu_small, cpu_large)
+
+
+def test_a_trace_that_is_not_json_is_one_line_naming_it(tmp_path):
+    source = tmp_path / "trace.json"
+    source.write_bytes(_with_bad_first_time(24_000, b"NaN"))
+    before = snapshot(tmp_path)
+
+    assert_clean_error(run_cli(tmp_path, "report", source), "trace.json: not valid JSON", tmp_path, before)
+
+
+TINY_PIECES = Tuning(piece_bytes=4 << 10)
+
+
+def _with_string_across_a_piece(text: str) -> bytes:
+    """A valid trace whose args string `text` starts just before the first piece's end and
+    runs past it."""
+    before: list[dict] = []
+    while len(json.dumps(before)) < TINY_PIECES.piece_bytes - 500:
+        before += _kernels(1, first=len(before))
+    long_one = {"name": "long", "cat": "cpu_op", "ph": "X", "ts": 1, "dur": 1, "pid": 1, "tid": 1,
+                "args": {"text": text}}
+    return json.dumps({"traceEvents": [*before, long_one, *_kernels(2_000, first=len(before))]}).encode()
+
+
+def _read_seconds(document: bytes) -> float:
+    return _best_cpu_seconds(lambda: parse_trace_text(document, tuning=TINY_PIECES))
+
+
+def test_cut_like_bytes_in_a_string_across_a_piece_cost_one_read():
+    """Row 2: every `},{` inside a string past the piece's end cost a copy and a decode of the
+    piece so far (4,000: 0.3 s -> 11.5 s). 4x the copies may cost at most 5x, and the string
+    costs about what a string as long without them does."""
+    small, large = _with_string_across_a_piece("},{" * 5_000), _with_string_across_a_piece("},{" * 20_000)
+    trace = parse_trace_text(large, tuning=TINY_PIECES)
+
+    events = json.loads(large)["traceEvents"]
+    assert len(trace.slices) == len(events)
+    long_row = [row for row, name in enumerate(trace.slices.rows()) if name.name == "long"]
+    expected = [event["args"] for event in events if event["name"] == "long"]
+    assert [json.loads(args or b"") for args in trace.args_texts(np.array(long_row))] == expected
+    cpu_small, cpu_large = _read_seconds(small), _read_seconds(large)
+    assert cpu_large < 5 * cpu_small + 0.05, (cpu_small, cpu_large)
+    cpu_plain = _read_seconds(_with_string_across_a_piece("x,y" * 20_000))
+    assert cpu_large < 3 * cpu_plain + 0.05, (cpu_plain, cpu_large)
