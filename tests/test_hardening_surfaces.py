@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from converter.errors import CgtraceError
+from converter.generator import write_pp_run
 from converter.inputs.kineto_reader import parse_trace_text
 from converter.tuning import Tuning
 from tests.test_bad_input import assert_clean_error, run_cli, snapshot
@@ -101,3 +102,37 @@ def test_cut_like_bytes_in_a_string_across_a_piece_cost_one_read():
     assert cpu_large < 5 * cpu_small + 0.05, (cpu_small, cpu_large)
     cpu_plain = _read_seconds(_with_string_across_a_piece("x,y" * 20_000))
     assert cpu_large < 3 * cpu_plain + 0.05, (cpu_plain, cpu_large)
+
+
+MISSING_INPUTS = {
+    "view_missing": (["view", "missing.json", "--no-browser", "--port", "0"], "missing.json: no such file"),
+    "share_missing": (["share", "missing.json"], "missing.json: no such file"),
+    "share_dangling_symlink": (["share", "../links/dangling.json"],
+                               "dangling.json: no such file (a symbolic link to nothing)"),
+}
+
+
+@pytest.mark.parametrize("case", MISSING_INPUTS)
+def test_a_missing_input_to_view_or_share_is_one_line(tmp_path, case):
+    """Row 5: FileNotFoundError tracebacks, exit 1."""
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "dangling.json").symlink_to(tmp_path / "nothing")
+    work = tmp_path / "work"  # apart from the link, which a snapshot cannot stat
+    work.mkdir()
+    arguments, expected = MISSING_INPUTS[case]
+    before = snapshot(work)
+
+    assert_clean_error(run_cli(work, *arguments), expected, work, before)
+
+
+def test_share_of_the_current_directory_writes_beside_it(tmp_path):
+    """Row 5: `cd ranks && cgtrace share .` raised ValueError ('.' has an empty name). The
+    bundle goes where `share ranks` from above puts it, and holds the merged trace."""
+    write_pp_run(tmp_path / "ranks", pp_size=2, steps=1, seed=1, graphs_per_step=1, kernels_per_replay=2,
+                 microbatches=2)
+
+    run = run_cli(tmp_path / "ranks", "share", ".", "-q")
+
+    assert run.returncode == 0 and run.stderr == "", run.stderr[-1500:]
+    [bundle] = [entry for entry in tmp_path.iterdir() if entry.name.endswith("_share")]
+    assert (bundle / "index.html").is_file() and list(bundle.glob("*.perfetto-trace"))

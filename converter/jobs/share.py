@@ -94,7 +94,7 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
     directory of rank traces merged first) to `output`: a folder, or a .zip holding one."""
     web_dist = find_web_dist()
     trace, done = viewable(source)
-    target = output or source.with_name(f"{trace.stem}_share")
+    target = output or _beside(source, f"{trace.stem}_share")
     as_zip = target.suffix == ".zip"
     _check_target(target, overwrite, as_zip)
     scratch = Path(tempfile.mkdtemp(prefix=".cgtrace-share-", dir=target.parent.absolute()))
@@ -122,6 +122,15 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
     return {"input": str(source), "trace": str(trace), "made": done, "output": str(target),
             "how_to_open": f"{f'unzip {target}, then ' if as_zip else ''}open {folder_named}/index.html for the "
                            f"report; for the trace too run `python3 {folder_named}/open.py`"}
+
+
+def _beside(source: Path, name: str) -> Path:
+    """`name` in the folder that holds `source`, also where `source` is `.` or ends in `..`."""
+    if source.name in ("", ".."):
+        source = Path(os.path.abspath(source))
+    if not source.name:
+        raise CgtraceError(f"{source}: has no folder above it to write the bundle in; choose where with -o")
+    return source.with_name(name)
 
 
 def _check_target(target: Path, overwrite: bool, as_zip: bool) -> None:

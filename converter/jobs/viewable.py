@@ -28,6 +28,9 @@ KEPT = 4  # results view keeps: traces can be gigabytes
 def viewable(path: Path, kept_in: Optional[Path] = None) -> tuple[Path, str]:
     """(the trace to open, what was done to get it, for the user). `kept_in`: where results
     are kept (default: the cache folder's `view/`)."""
+    if not path.exists():
+        dangling = " (a symbolic link to nothing)" if path.is_symlink() else ""
+        raise CgtraceError(f"{path}: no such file{dangling}; check the path and try again")
     if path.is_dir():
         files = find_rank_files([path])
         if not files:
