@@ -136,3 +136,29 @@ def test_share_of_the_current_directory_writes_beside_it(tmp_path):
     assert run.returncode == 0 and run.stderr == "", run.stderr[-1500:]
     [bundle] = [entry for entry in tmp_path.iterdir() if entry.name.endswith("_share")]
     assert (bundle / "index.html").is_file() and list(bundle.glob("*.perfetto-trace"))
+
+
+@pytest.fixture
+def two_ranks(tmp_path) -> list:
+    return write_pp_run(tmp_path / "ranks", pp_size=2, steps=1, seed=1, graphs_per_step=1, kernels_per_replay=2,
+                        microbatches=2)
+
+
+OUTPUT_IS_AN_INPUT = {
+    "merge": ["merge", "ranks", "-o", "ranks/rank0_trace.json", "--overwrite"],
+    "report": ["report", "ranks/rank0_trace.json", "-o", "ranks/rank0_trace.json", "--overwrite"],
+    "report_dir": ["report", "ranks", "-o", "ranks/rank1_trace.json", "--overwrite"],
+    "diff": ["diff", "ranks/rank0_trace.json", "ranks/rank1_trace.json", "-o", "ranks/rank1_trace.json",
+             "--overwrite"],
+    "convert": ["convert", "ranks/rank0_trace.json", "-o", "ranks/rank0_trace.json", "--overwrite"],
+}
+
+
+@pytest.mark.parametrize("case", OUTPUT_IS_AN_INPUT)
+def test_an_output_that_is_an_input_is_refused_even_with_overwrite(tmp_path, two_ranks, case):
+    """Row 9: merge, report and diff replaced their input with their output."""
+    arguments = OUTPUT_IS_AN_INPUT[case]
+    before = snapshot(tmp_path)
+
+    assert_clean_error(run_cli(tmp_path, *arguments), f"{arguments[arguments.index('-o') + 1]}: is an input",
+                       tmp_path, before)

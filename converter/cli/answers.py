@@ -133,7 +133,7 @@ def _run_report(args) -> int:
     from ..jobs.readable import as_perfetto
 
     if args.output is not None:
-        check_output_path(args.output, args.overwrite)
+        check_output_path(args.output, args.overwrite, inputs=_files_of([args.trace]))
     lanes = load_lane_rules(args.lanes)
     if args.trace.is_dir():
         from ..jobs.across import render_across, report_across
@@ -158,7 +158,7 @@ def _run_diff(args) -> int:
     from ..jobs.diff_pair import diff_traces
 
     if args.output is not None:
-        check_output_path(args.output, args.overwrite)
+        check_output_path(args.output, args.overwrite, inputs=_files_of([args.a, args.b]))
     lanes = load_lane_rules(args.lanes)
     with workers_of(args) as workers:
         diff = diff_traces(args.a, args.b, workers, args.tp_bin, lanes, args.top)
@@ -167,6 +167,13 @@ def _run_diff(args) -> int:
     for line in changed:
         say(f"cgtrace: {line}: more than --fail-above {args.fail_above:g}%")
     return 1 if changed else 0
+
+
+def _files_of(inputs: list[Path]) -> list[Path]:
+    """The files an answer reads: each trace named, and a directory's rank traces."""
+    from ..jobs.rank_files import find_rank_files
+
+    return [file for path in inputs for file in (find_rank_files([path]) if path.is_dir() else [path])]
 
 
 def _answer(text: str, args: Any, what: str) -> None:

@@ -11,7 +11,7 @@ import stat
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Protocol, Union
+from typing import Callable, Iterator, Optional, Protocol, Sequence, Union
 
 from ..errors import CgtraceError
 from ..signals import stopping_deferred
@@ -41,10 +41,11 @@ def scratch_folder(prefix: str, parent: Optional[Path] = None) -> Iterator[Path]
         yield Path(folder)
 
 
-def check_output_path(path: Path, overwrite: bool) -> None:
+def check_output_path(path: Path, overwrite: bool, inputs: Sequence[Path] = ()) -> None:
     """Fail before any work is done when the output cannot or must not be written. Only a
     regular file is ever replaced: a symlink (dangling or not), FIFO or device node at the
-    path is someone else's (as root, `-o /dev/null --overwrite` would replace /dev/null)."""
+    path is someone else's (as root, `-o /dev/null --overwrite` would replace /dev/null), and
+    never one of the command's `inputs` (files), not even with --overwrite."""
     try:
         mode: Optional[int] = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -56,6 +57,9 @@ def check_output_path(path: Path, overwrite: bool) -> None:
     if mode is not None and not stat.S_ISREG(mode):
         raise CgtraceError(f"{path}: is a {file_kind(mode)}, which cgtrace never replaces, not even with --overwrite; "
                            "choose another path with -o")
+    if mode is not None and any(_same_file(path, source) for source in inputs):
+        raise CgtraceError(f"{path}: is an input of this command, which cgtrace never replaces, not even with "
+                           "--overwrite; choose another output path with -o")
     if mode is not None and not overwrite:
         raise CgtraceError(f"{path}: already exists; pass --overwrite to replace it or -o to choose another path")
     parent = _parent(path)
@@ -199,6 +203,13 @@ def atomic_output(path: Path, overwrite: bool, check: Optional[Check] = None) ->
         except OSError as error:
             raise write_failed(path, error) from None
         files.commit(check)
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    try:
+        return path.samefile(other)
+    except OSError:  # gone, or never there: not the output
+        return False
 
 
 def file_kind(mode: int) -> str:

@@ -105,7 +105,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
                            "cannot carry the arrows between ranks' parts); leave out --format")
     # Fail on an output that cannot be written: a single pipeline's (several pipelines' files
     # are named, and checked, once pass one has found them)
-    check_output_path(output_for_group(0, 1), options.overwrite)
+    check_output_path(output_for_group(0, 1), options.overwrite, inputs=files)
     sizes = sorted((json_size(path) for path in files), reverse=True)
     tuning = options.tuning
     jobs = max(1, jobs or tuning.default_jobs(sizes))
@@ -135,7 +135,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
             raise CgtraceError(f"--pp-group {pp_group}: the traces hold {len(groups)} pipeline(s), numbered from 0")
         outputs = {index: output_for_group(index, len(groups)) for index in chosen}
         for output in outputs.values():
-            check_output_path(output, options.overwrite)
+            check_output_path(output, options.overwrite, inputs=files)
         results = [_merge_pipeline(groups[index], index, output, options, workers, order_source, align)
                    for index, output in outputs.items()]
     for result in results:

@@ -96,7 +96,7 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
     trace, done = viewable(source)
     target = output or _beside(source, f"{trace.stem}_share")
     as_zip = target.suffix == ".zip"
-    _check_target(target, overwrite, as_zip)
+    _check_target(target, overwrite, as_zip, source)
     scratch = Path(tempfile.mkdtemp(prefix=".cgtrace-share-", dir=target.parent.absolute()))
     try:
         folder = scratch / (target.stem if as_zip else target.name)
@@ -133,10 +133,10 @@ def _beside(source: Path, name: str) -> Path:
     return source.with_name(name)
 
 
-def _check_target(target: Path, overwrite: bool, as_zip: bool) -> None:
+def _check_target(target: Path, overwrite: bool, as_zip: bool, source: Path) -> None:
     """A zip is a file like any output; a folder is replaced only if it is an earlier bundle."""
     if as_zip or not target.is_dir():
-        check_output_path(target, overwrite)
+        check_output_path(target, overwrite, inputs=[source])
         return
     if not overwrite:
         raise CgtraceError(f"{target}: already exists; pass --overwrite to replace it or -o to choose another path")
