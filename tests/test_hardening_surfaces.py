@@ -6,18 +6,22 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from typing import Callable
 
 import numpy as np
 import pytest
 
 from converter.errors import CgtraceError
-from converter.generator import write_pp_run
+from converter.generator import GeneratorConfig, write_pp_run, write_trace
 from converter.inputs.kineto_reader import parse_trace_text
 from converter.tuning import Tuning
+from tests.helpers import rows
+from tests.oracle import expected_from
 from tests.test_bad_input import assert_clean_error, run_cli, snapshot
 
 SMALL_PIECES = Tuning(piece_bytes=64 << 10)
+ANNOTATION_CATEGORIES = ("gpu_user_annotation", "cuda_graph_label")
 
 
 def _best_cpu_seconds(work: Callable[[], object], repeats: int = 3) -> float:
@@ -162,3 +166,31 @@ def test_an_output_that_is_an_input_is_refused_even_with_overwrite(tmp_path, two
 
     assert_clean_error(run_cli(tmp_path, *arguments), f"{arguments[arguments.index('-o') + 1]}: is an input",
                        tmp_path, before)
+
+
+def test_cgtraces_own_json_output_compacts_and_reports_again(tmp_path):
+    """Row 7: compacting or reporting `compact --format json` output failed its self-check
+    (51 measured slices before, 50 after): the kernel label spans it holds were counted as
+    measured, then derived a second time. The measured slices stay the original input's, and
+    the label spans are as many as the JSON holds, not twice that."""
+    source = write_trace(GeneratorConfig(seed=1, steps=2, graphs_per_step=2, kernels_per_replay=4),
+                         tmp_path / "trace.json")
+    assert run_cli(tmp_path, "compact", source, "--format", "json", "-o", "once.json", "-q").returncode == 0
+    once = tmp_path / "once.json"
+    before = snapshot(tmp_path)
+
+    again = run_cli(tmp_path, "compact", once, "-o", "again.perfetto-trace", "-q")
+    report = run_cli(tmp_path, "report", once, "--format", "json")
+
+    assert again.returncode == 0 and report.returncode == 0, again.stderr + report.stderr
+    assert json.loads(report.stdout)["gpus"]
+    measured = Counter((row["name"], row["ts"], row["dur"]) for row in rows(tmp_path / "again.perfetto-trace", f"""
+        select name, ts, dur from slice where coalesce(category, '') not in {ANNOTATION_CATEGORIES}"""))
+    assert measured == expected_from(source, skip_categories=ANNOTATION_CATEGORIES).slices
+    labels_in_json = sum(event.get("cat") == "cuda_graph_label" for event in json.loads(once.read_text())["traceEvents"])
+    [labels_again] = rows(tmp_path / "again.perfetto-trace",
+                          "select count(*) n from cgtrace_derived_slice where category = 'cuda_graph_label'")
+    assert labels_in_json > 0 and labels_again["n"] == labels_in_json
+    after = snapshot(tmp_path)
+    del after["again.perfetto-trace"]
+    assert after == before  # the input as it was, nothing else written
