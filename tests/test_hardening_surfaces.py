@@ -194,3 +194,24 @@ def test_cgtraces_own_json_output_compacts_and_reports_again(tmp_path):
     after = snapshot(tmp_path)
     del after["again.perfetto-trace"]
     assert after == before  # the input as it was, nothing else written
+
+
+def test_the_python_api_checks_its_arguments_as_the_command_line_does(tmp_path):
+    """Row 14: merge([]) raised IndexError, report(top=10**30) an SQL error naming a deleted
+    scratch file, and diff(A, A).beyond(-1) named 9 unchanged figures as moved past -1%."""
+    import converter
+
+    source = write_trace(GeneratorConfig(seed=1, steps=2, graphs_per_step=2, kernels_per_replay=4),
+                         tmp_path / "trace.json")
+    with pytest.raises(CgtraceError, match="no rank traces to merge"):
+        converter.merge([])
+    for top in (10**30, -1, 2.5, True):
+        with pytest.raises(CgtraceError, match="top="):
+            converter.report(source, top=top)
+    with pytest.raises(CgtraceError, match="jobs=0"):
+        converter.diff(source, source, jobs=0)
+    same = converter.diff(source, source, jobs=1)
+    assert same.beyond(0) == ()
+    for pct in (-1, float("inf"), float("nan")):
+        with pytest.raises(CgtraceError, match=r"beyond\("):
+            same.beyond(pct)

@@ -13,7 +13,8 @@ from ..errors import CgtraceError
 from ..fileio.regular import read_small_text
 from ..jobs.stopping import exit_status
 from ..lane_rules import load_lane_rules
-from .options import (MAX_TOP, QUERY_FILE_LIMIT, add_tp_bin, add_workers_options, int_from, output_path,
+from ..jobs.options import MAX_TOP
+from .options import (QUERY_FILE_LIMIT, add_tp_bin, add_workers_options, int_from, output_path,
                       percentage, port_number, print_summary, say, workers_of)
 
 

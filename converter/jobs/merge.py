@@ -98,6 +98,8 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     if align not in ALIGN_MODES:
         raise CgtraceError(f"align {align!r}: expected one of {', '.join(ALIGN_MODES)}")
     files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
+    if not files:
+        raise CgtraceError("no rank traces to merge; pass two or more rank trace files or a directory of them")
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
     if options.output_format != "perfetto":
