@@ -215,3 +215,42 @@ def test_the_python_api_checks_its_arguments_as_the_command_line_does(tmp_path):
     for pct in (-1, float("inf"), float("nan")):
         with pytest.raises(CgtraceError, match=r"beyond\("):
             same.beyond(pct)
+
+
+def _rank_with(tmp_path, change: Callable[[dict], None]):
+    [rank0, _] = write_pp_run(tmp_path / "ranks", pp_size=2, steps=1, seed=1, graphs_per_step=1,
+                              kernels_per_replay=2, microbatches=2)
+    document = json.loads(rank0.read_text())
+    change(document)
+    rank0.write_text(json.dumps(document))
+    return rank0, document
+
+
+def _huge_rank(document: dict) -> None:
+    document["distributedInfo"]["rank"] = 2**70
+
+
+def _huge_stage(document: dict) -> None:
+    for event in document["traceEvents"]:
+        if event.get("name") == "PP:1F0":
+            event["name"] = "PP:" + "1" * 100_000 + "F0"
+
+
+@pytest.mark.parametrize("change", [_huge_rank, _huge_stage], ids=["rank_2_70", "stage_of_100000_digits"])
+@pytest.mark.parametrize("command", [["report", "--format", "json"], ["report"], ["diff", "--format", "json"]],
+                         ids=["report_json", "report_text", "diff_json"])
+def test_numbers_beyond_int64_in_a_trace_are_no_rank_or_stage(tmp_path, change, command):
+    """Row 10: a rank of 2**70 crashed the JSON writer (Integer exceeds 64-bit range), a stage
+    of 100,000 digits int() (ValueError) in every format. Neither is a rank or stage: the
+    report answers without them, with every GPU of the trace."""
+    source, document = _rank_with(tmp_path, change)
+    traces = [source] * (2 if command[0] == "diff" else 1)
+
+    run = run_cli(tmp_path, command[0], *traces, *command[1:])
+
+    assert run.returncode == 0 and "Traceback" not in run.stderr, run.stderr[-1500:]
+    if command[0] == "report" and "json" in command:
+        gpu_pids = {event["pid"] for event in document["traceEvents"] if event.get("cat") == "kernel"}
+        figures = json.loads(run.stdout)
+        assert len(figures["gpus"]) == len(gpu_pids)
+        assert all("2361183241434822606848" not in gpu["gpu"] for gpu in figures["gpus"])

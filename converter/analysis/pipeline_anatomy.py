@@ -12,11 +12,11 @@ bound the stage's work and name what a wait was for, where the trace has them.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from ..kineto import COMMUNICATION_OPS, CPU_OP_CATEGORY, RECEIVE_OPS, TRANSFER_BUFFERS
+from ..kineto import (COMMUNICATION_OPS, CPU_OP_CATEGORY, RECEIVE_OPS, STAGELESS_PATTERN, TRANSFER_BUFFERS,
+                      is_number)
 from ..lane_rules import LaneRules
 from ..model.trace import rank_title
 from .intervals import Intervals, covered, intersect, subtract, union
@@ -39,7 +39,6 @@ ANATOMY_DEFINITIONS = {
                    "add up to the step exactly",
 }
 
-_GPIPE = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d+)$")
 _COMPUTE_ACTIONS = {"F", "B", "I", "W"}
 RankKey = tuple[int, int, bool]  # (PP rank, global rank, in a pipeline), as report.py ranks tracks
 Rows = Callable[[str], list[tuple[Any, ...]]]
@@ -71,9 +70,11 @@ def parse_action(name: str, rules: LaneRules) -> Optional[Action]:
         return Action("OVERLAP_F_B", None, None)
     match = rules.pp_match(name)
     if match is not None:
-        microbatch = match.group("microbatch")
-        return Action(match.group("action"), int(match.group("stage")), int(microbatch) if microbatch else None)
-    gpipe = _GPIPE.match(name)
+        stage, microbatch = match.group("stage"), match.group("microbatch")
+        if not (is_number(stage) and is_number(microbatch or "0")):
+            return None  # as the engine reads it: no stage, so no action
+        return Action(match.group("action"), int(stage), int(microbatch) if microbatch else None)
+    gpipe = STAGELESS_PATTERN.match(name)
     if gpipe is not None:
         return Action("F" if gpipe.group("action") == "Forward" else "B", None, int(gpipe.group("microbatch")))
     return None

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable, ContextManager
 import msgspec
 
 from .. import progress
+from ..kineto import MAX_RANK
 from ..engine.window import parse_steps, parse_window
 from ..jobs.options import ALIGN_MODES, MAX_JOBS, is_percentage, job_options, workers
 from ..jobs.rank_files import parse_rank_list
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
 
 EXIT_USAGE = 2
 QUERY_FILE_LIMIT = 1 << 20
-MAX_RANK = (1 << 31) - 1  # torch.distributed ranks are int32; pipelines are fewer
 
 
 def port_number(text: str) -> int:
