@@ -16,11 +16,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "converter"
 DESIGN = PACKAGE.parent / "docs" / "design.md"
 
 # Leaf utilities every part may use.
-_LEAVES = {"errors", "progress", "signals", "tuning"}
+_LEAVES = {"errors", "progress", "signals", "terminal", "tuning"}
 ALLOWED = {
     "errors": set(),
     "progress": set(),
     "signals": set(),
+    "terminal": set(),
     "tuning": set(),
     "heap": set(),
     "kineto": set(),

@@ -5,6 +5,7 @@ input untouched), or handled, in time that grows with the input, not its square.
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from typing import Callable
@@ -254,3 +255,37 @@ def test_numbers_beyond_int64_in_a_trace_are_no_rank_or_stage(tmp_path, change, 
         figures = json.loads(run.stdout)
         assert len(figures["gpus"]) == len(gpu_pids)
         assert all("2361183241434822606848" not in gpu["gpu"] for gpu in figures["gpus"])
+
+
+HOSTILE_NAME = "x\x1b]0;title\x07\x1b[31m"
+_RAW_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+def _one_escaped_line(run) -> str:
+    """stderr as one line, every control character in it escaped, the name's escape shown."""
+    assert "Traceback" not in run.stderr, run.stderr[-1500:]
+    assert not _RAW_CONTROL.search(run.stderr) and run.stderr.count("\n") == 1, repr(run.stderr)
+    assert "x\\x1b]0;title\\x07\\x1b[31m" in run.stderr or "a\\nb" in run.stderr, repr(run.stderr)
+    return run.stderr
+
+
+def test_control_characters_in_file_names_reach_the_terminal_escaped(tmp_path):
+    """Row 13: file names (given, or found in a directory) and -o paths holding ESC, BEL or a
+    newline were printed raw in errors and in summaries' last lines."""
+    source = write_trace(GeneratorConfig(seed=1, steps=1, graphs_per_step=1, kernels_per_replay=2),
+                         tmp_path / f"{HOSTILE_NAME}.json")
+    broken = tmp_path / "ranks" / f"rank0_{HOSTILE_NAME}_trace.json"
+    broken.parent.mkdir()
+    broken.write_text("not json")
+    (tmp_path / "ranks" / "rank1_trace.json").write_bytes(source.read_bytes())
+
+    errors = [run_cli(tmp_path, "report", tmp_path / f"{HOSTILE_NAME}missing.json"),
+              run_cli(tmp_path, "merge", tmp_path / "ranks")]
+    for run in errors:
+        assert run.returncode == 2
+        _one_escaped_line(run)
+    written = [run_cli(tmp_path, "convert", source, "-o", "a\nb.perfetto-trace"),
+               run_cli(tmp_path, "share", source, "-o", f"{HOSTILE_NAME}_bundle")]
+    for run in written:
+        assert run.returncode == 0
+        _one_escaped_line(run)

@@ -17,7 +17,8 @@ import orjson
 
 from .findings import as_text, waited_for
 from .intervals import Intervals
-from .query import format_table, terminal_safe
+from ..terminal import terminal_safe
+from .query import format_table
 from .report import Report, Timeline, gpu_label
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Callable, ContextManager
 import msgspec
 
 from .. import progress
+from ..terminal import terminal_safe
 from ..kineto import MAX_RANK
 from ..engine.window import parse_steps, parse_window
 from ..jobs.options import ALIGN_MODES, MAX_JOBS, is_percentage, job_options, workers
@@ -146,8 +147,9 @@ def print_summary(summary: dict, quiet: bool, human: str) -> None:
 
 
 def say(line: str) -> None:
-    """One line on stderr, on a line of its own even where progress was shown."""
+    """One line on stderr, on a line of its own even where progress was shown; what it names
+    (a file, a trace's name) escaped, so it stays one line and the terminal only shows it."""
     progress.finish()
-    print(line, file=sys.stderr)
+    print(terminal_safe(line), file=sys.stderr)
 
 
