@@ -5,7 +5,11 @@ input untouched), or handled, in time that grows with the input, not its square.
 from __future__ import annotations
 
 import json
+import os
 import re
+import resource
+import subprocess
+import sys
 import time
 from collections import Counter
 from typing import Callable
@@ -289,3 +293,39 @@ def test_control_characters_in_file_names_reach_the_terminal_escaped(tmp_path):
     for run in written:
         assert run.returncode == 0
         _one_escaped_line(run)
+
+
+def _on_a_full_disk(cwd, limit_kb: int, *arguments) -> subprocess.CompletedProcess:
+    """The command with writes past `limit_kb` failing (RLIMIT_FSIZE: a full disk without
+    root), TMPDIR and the cache folder inside `cwd`."""
+    def limited() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_kb << 10, limit_kb << 10))
+    for folder in ("tmp", "cache"):
+        (cwd / folder).mkdir(exist_ok=True)
+    environment = dict(os.environ, TMPDIR=str(cwd / "tmp"), XDG_CACHE_HOME=str(cwd / "cache"))
+    return subprocess.run([sys.executable, "-m", "converter.cli", *map(str, arguments)], cwd=cwd, capture_output=True,
+                          text=True, timeout=120, preexec_fn=limited, env=environment)
+
+
+def _short_line(run: subprocess.CompletedProcess, *expected: str) -> str:
+    assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-1500:]
+    [line] = run.stderr.splitlines()
+    assert len(line) < 300 and all(part in line for part in expected), line
+    return line
+
+
+def test_a_full_disk_or_missing_input_under_share_and_report_names_what_to_fix(tmp_path, two_ranks):
+    """Row 12: share of a missing Perfetto trace blamed the output; share onto a full disk
+    printed a 23-25 KB line, every failed copy of its UI; report DIR and share with a full
+    TMPDIR or cache folder advised -o, which they were not given."""
+    source = write_trace(GeneratorConfig(seed=1, steps=1, graphs_per_step=1, kernels_per_replay=2),
+                         tmp_path / "trace.json")
+    _short_line(run_cli(tmp_path, "share", "missing.perfetto-trace", "-o", "B"), "missing.perfetto-trace: no such file")
+    # First, while the cache holds no compacted trace: a limit the args fit under, the output not.
+    cache_full = _short_line(_on_a_full_disk(tmp_path, 8, "share", source, "-o", "C"),
+                             str(tmp_path / "cache"), "XDG_CACHE_HOME")
+    _short_line(_on_a_full_disk(tmp_path, 1024, "share", source, "-o", "B"), "B: cannot write the bundle")
+    tmp_full = _short_line(_on_a_full_disk(tmp_path, 16, "report", "ranks"), "TMPDIR")
+    assert "with -o" not in tmp_full and "with -o" not in cache_full
+    assert not (tmp_path / "B").exists() and not (tmp_path / "C").exists()
+    assert list((tmp_path / "tmp").iterdir()) == []

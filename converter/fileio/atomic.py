@@ -84,10 +84,24 @@ def remove_leftovers(path: Path) -> int:
     return removed
 
 
-def write_failed(path: Path, error: OSError) -> CgtraceError:
-    """The one message for an output that could not be written (a full disk, most often)."""
-    return CgtraceError(f"{path}: write failed ({error.strerror or error}); nothing was written; "
-                        "free disk space or choose another path with -o", io_error=error)
+class NotWritten(CgtraceError):
+    """An output, or scratch kept beside it, could not be written in `folder` (a full disk,
+    most often). Its advice is -o; a command whose user named no output words its own."""
+
+    def __init__(self, message: str, folder: Path, io_error: OSError):
+        super().__init__(message, io_error)
+        self.folder = folder
+        self.reason = io_error.strerror or str(io_error)
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        """Whole across a worker's pipe: pickling an exception keeps only its message."""
+        return NotWritten, (self.message, self.folder, self.io_error)
+
+
+def write_failed(path: Path, error: OSError) -> NotWritten:
+    """The one message for an output that could not be written."""
+    return NotWritten(f"{path}: write failed ({error.strerror or error}); nothing was written; "
+                      "free disk space or choose another path with -o", _parent(path), error)
 
 
 class AtomicFiles:

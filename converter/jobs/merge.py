@@ -33,7 +33,7 @@ from ..engine.transfers import RankOps, TransferEnd, Transfers, attach_transfer_
 from ..engine.transfers import summary as transfers_summary
 from ..engine.work_graph import RankWork, rank_work
 from ..errors import CgtraceError
-from ..fileio.atomic import atomic_output, check_output_path, scratch_folder
+from ..fileio.atomic import NotWritten, atomic_output, check_output_path, scratch_folder
 from ..inputs.source import json_size
 from ..model import ClockPlacement, RankIdentity
 from ..outputs.perfetto_writer import PerfettoWriter
@@ -304,11 +304,11 @@ def _saved(prepared: Prepared, snapshot: str) -> str:
     return snapshot
 
 
-def _scratch_failed(path: Path, doing: str, error: OSError) -> CgtraceError:
+def _scratch_failed(path: Path, doing: str, error: OSError) -> NotWritten:
     """The one message for the scratch folder beside the output running out (of space, most often)."""
-    return CgtraceError(f"{path.parent}: cannot {doing} ({error.strerror or error}); free space beside the output "
-                        "(the merge keeps its ranks there between passes) or write the output elsewhere with -o",
-                        io_error=error)
+    return NotWritten(f"{path.parent}: cannot {doing} ({error.strerror or error}); free space beside the output "
+                      "(the merge keeps its ranks there between passes) or write the output elsewhere with -o",
+                      path.parent, error)
 
 
 def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = False) -> tuple[list[list[RankInfo]], str]:

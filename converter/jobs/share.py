@@ -101,7 +101,7 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
     try:
         folder = scratch / (target.stem if as_zip else target.name)
         folder.mkdir()
-        shutil.copytree(web_dist, folder / "ui")
+        shutil.copytree(web_dist, folder / "ui", copy_function=_copy_or_stop)
         shutil.copyfile(trace, folder / trace.name)
         report = build_report(trace, tp_bin=tp_bin, shown_as=trace)
         (folder / "report.html").write_text(render(report, "html"))
@@ -113,7 +113,8 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
                                          f"folder run\n    {SERVE}\nwhich serves the folder at http://127.0.0.1:{PORT}/ "
                                          "and opens it in your browser (Ctrl-C stops).\n")
         _put_in_place(_zipped(folder) if as_zip else folder, target)
-    except OSError as error:
+    except (OSError, _CopyStopped) as failure:
+        error = failure.error if isinstance(failure, _CopyStopped) else failure
         raise CgtraceError(f"{target}: cannot write the bundle ({error.strerror or error}); "
                            "check the space and permissions there, or choose another path with -o") from None
     finally:
@@ -122,6 +123,22 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
     return {"input": str(source), "trace": str(trace), "made": done, "output": str(target),
             "how_to_open": f"{f'unzip {target}, then ' if as_zip else ''}open {folder_named}/index.html for the "
                            f"report; for the trace too run `python3 {folder_named}/open.py`"}
+
+
+class _CopyStopped(Exception):
+    """The first file of the UI that could not be copied: copytree goes on past an OSError and
+    reports every file (a full disk: hundreds), this stops it at the first."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error)
+        self.error = error
+
+
+def _copy_or_stop(source: str, target: str) -> None:
+    try:
+        shutil.copy2(source, target)
+    except OSError as error:
+        raise _CopyStopped(error) from None
 
 
 def _beside(source: Path, name: str) -> Path:
