@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -329,3 +330,36 @@ def test_a_full_disk_or_missing_input_under_share_and_report_names_what_to_fix(t
     assert "with -o" not in tmp_full and "with -o" not in cache_full
     assert not (tmp_path / "B").exists() and not (tmp_path / "C").exists()
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+_CTRL_C_WHILE_IMPORTING = """
+import os, runpy, signal, sys
+
+AT = sys.argv[1]
+
+class CtrlCAt:
+    '''Ctrl-C as the command's start-up imports reach a module: where it lands most often.'''
+    def find_spec(self, name, path=None, target=None):
+        if name == AT:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlCAt())
+sys.argv = ["cgtrace", "compact", "trace.json"]
+runpy.run_module("converter.cli", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("module", ["msgspec", "numpy", "converter.inputs.kineto_reader", "converter.cli.answers"])
+def test_ctrl_c_while_cgtrace_imports_is_one_line(tmp_path, module):
+    """Row 15: Ctrl-C in the first 0.1-0.4 s exited 130 with a 22-line traceback."""
+    source = write_trace(GeneratorConfig(seed=1, steps=1, graphs_per_step=1, kernels_per_replay=2),
+                         tmp_path / "trace.json")
+    before = snapshot(tmp_path)
+
+    run = subprocess.run([sys.executable, "-c", _CTRL_C_WHILE_IMPORTING, module], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
+
+    assert source.exists() and (run.returncode, run.stderr) == (130, "cgtrace: interrupted; nothing was written\n"), \
+        run.stderr[-1500:]
+    assert snapshot(tmp_path) == before
