@@ -363,3 +363,40 @@ def test_ctrl_c_while_cgtrace_imports_is_one_line(tmp_path, module):
     assert source.exists() and (run.returncode, run.stderr) == (130, "cgtrace: interrupted; nothing was written\n"), \
         run.stderr[-1500:]
     assert snapshot(tmp_path) == before
+
+
+def _status(port: int, path: str, host: str) -> int:
+    import http.client
+
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        connection.putrequest("GET", path, skip_host=True)
+        connection.putheader("Host", host)
+        connection.endheaders()
+        return connection.getresponse().status
+    finally:
+        connection.close()
+
+
+def test_the_share_bundles_server_answers_only_requests_addressed_to_it(tmp_path):
+    """Row 6: the bundle's open.py served the trace and folder listings to any Host (a page
+    that rebinds its DNS name to 127.0.0.1 could read them); view answered 403."""
+    source = write_trace(GeneratorConfig(seed=1, steps=1, graphs_per_step=1, kernels_per_replay=2),
+                         tmp_path / "trace.json")
+    assert run_cli(tmp_path, "share", source, "-o", "bundle", "-q").returncode == 0
+    bundle = tmp_path / "bundle"
+    [trace] = [path.name for path in bundle.glob("*.perfetto-trace")]
+    server = subprocess.Popen([sys.executable, "open.py", "--port", "0", "--no-browser"], cwd=bundle,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        port = int(re.search(r"127\.0\.0\.1:(\d+)/", server.stdout.readline()).group(1))
+        own = f"127.0.0.1:{port}"
+        assert [_status(port, f"/{trace}", host) for host in (own, f"localhost:{port}")] == [200, 200]
+        assert [_status(port, path, "evil.example.com") for path in (f"/{trace}", "/", "/index.html")] == [403] * 3
+        assert _status(port, f"/{trace}", f"evil.example.com:{port}") == 403
+        unindexed = next(path for path in (bundle / "ui").rglob("*") if path.is_dir() and
+                         not (path / "index.html").exists())
+        assert _status(port, f"/{unindexed.relative_to(bundle)}/", own) == 404  # no folder listings
+    finally:
+        server.terminate()
+        server.wait(timeout=10)

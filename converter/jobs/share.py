@@ -40,7 +40,26 @@ import functools, http.server, os, sys, threading, webbrowser
 
 folder = os.path.dirname(os.path.abspath(__file__))
 port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else {PORT}
-handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=folder)
+
+
+class OwnHostOnly(http.server.SimpleHTTPRequestHandler):
+    \"\"\"Files only to requests addressed to this server by name: a page of another site whose
+    name was made to point at 127.0.0.1 (DNS rebinding) sends its own name as Host. No
+    folder listings: the bundle's pages link what there is to open.\"\"\"
+
+    def send_head(self):
+        port = self.server.server_address[1]
+        if self.headers.get("Host") not in ("127.0.0.1:%d" % port, "localhost:%d" % port):
+            self.send_error(403)
+            return None
+        return super().send_head()
+
+    def list_directory(self, path):
+        self.send_error(404)
+        return None
+
+
+handler = functools.partial(OwnHostOnly, directory=folder)
 try:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
 except OSError:  # the port is taken: any free one
