@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 from typing import Callable
 
@@ -400,3 +401,25 @@ def test_the_share_bundles_server_answers_only_requests_addressed_to_it(tmp_path
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+def test_a_merge_says_what_a_ranks_base_time_put_out_of_range(tmp_path, two_ranks):
+    """Row 11: a rank whose baseTimeNanoseconds is 2**63 - 1 (accepted) lost nearly all its
+    events past int64 ns, and the merge said nothing. Its summary and last line say so, with
+    as many events as the oracle finds past the range; --strict refuses."""
+    text = two_ranks[1].read_text()
+    rank1 = json.loads(text)
+    rank1["baseTimeNanoseconds"] = 2**63 - 1
+    two_ranks[1].write_text(json.dumps(rank1))
+    past = sum(1 for event in json.loads(text, parse_float=Decimal)["traceEvents"]
+               if event.get("ph") != "M" and 2**63 - 1 + int(Decimal(event["ts"]) * 1000) > 2**63 - 1)
+
+    run = run_cli(tmp_path, "merge", "ranks", "-o", "m.perfetto-trace")
+
+    assert run.returncode == 0, run.stderr[-1500:]
+    summary = json.loads(run.stdout)
+    assert past > 100 and summary["events_skipped"] == past and summary["skipped_by_reason"] == {"ts_out_of_range": past}
+    assert f"({past} unusable events skipped; see skipped_by_reason)" in run.stderr
+    before = snapshot(tmp_path)
+    assert_clean_error(run_cli(tmp_path, "merge", "ranks", "-o", "strict.perfetto-trace", "--strict"),
+                       "ts_out_of_range", tmp_path, before)

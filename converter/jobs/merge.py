@@ -17,7 +17,7 @@ from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Container, Optional, cast
+from typing import Any, BinaryIO, Callable, Container, Iterable, Optional, cast
 
 import msgspec
 
@@ -143,7 +143,15 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     for result in results:
         result.update(ranks_at_once=None if scheduler else jobs, args_helpers=helpers,
                       workers=workers.where if workers else "this process")
-    return results[0] if len(results) == 1 else {"pipelines": results, "pp_order_source": order_source}
+    if len(results) == 1:
+        return results[0]
+    return {"pipelines": results, "pp_order_source": order_source,
+            "events_skipped": sum(result["events_skipped"] for result in results),
+            "skipped_by_reason": _summed(result["skipped_by_reason"] for result in results)}
+
+
+def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    return dict(sum(map(Counter, counts), Counter()))
 
 
 def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions,
@@ -216,6 +224,10 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         "pp_unshard_compute_pairs": sum(r["pp_unshard_compute_pairs"] for r in per_rank),
         "pp_unshard_compute_unmatched": sum(r["pp_unshard_compute_unmatched"] for r in per_rank),
         "critical_path": {"steps": len(paths), "segments": path_slices},
+        # Said at the top, as a compact says it: a rank whose events were skipped (a base time
+        # that puts them past int64 ns) is no longer missed in a list of ranks.
+        "events_skipped": sum(r["events_skipped"] for r in per_rank),
+        "skipped_by_reason": _summed(r["skipped_by_reason"] for r in per_rank),
         "per_rank_compaction": per_rank,
         "output_bytes": output.stat().st_size,
     }
