@@ -423,3 +423,18 @@ def test_a_merge_says_what_a_ranks_base_time_put_out_of_range(tmp_path, two_rank
     before = snapshot(tmp_path)
     assert_clean_error(run_cli(tmp_path, "merge", "ranks", "-o", "strict.perfetto-trace", "--strict"),
                        "ts_out_of_range", tmp_path, before)
+
+
+def test_ranks_whose_pp_groups_contradict_are_refused_naming_both(tmp_path, two_ranks):
+    """Row 8: rank 0 listing mesh_pp [1, 0] and rank 1 [0, 1] merged, exit 0, as two
+    "pipelines" with both ranks at PP rank 1 in each."""
+    document = json.loads(two_ranks[1].read_text())
+    [mesh_pp] = [group for group in document["distributedInfo"]["pg_config"] if group.get("pg_desc") == "mesh_pp"]
+    mesh_pp["ranks"] = mesh_pp["ranks"][::-1]
+    two_ranks[1].write_text(json.dumps(document))
+    before = snapshot(tmp_path)
+
+    run = run_cli(tmp_path, "merge", "ranks")
+
+    assert_clean_error(run, "contradicts", tmp_path, before)
+    assert "rank0_trace.json" in run.stderr and "rank1_trace.json" in run.stderr

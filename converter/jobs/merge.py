@@ -349,6 +349,7 @@ def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = Fals
     pipelines = []
     for group in sorted(groups, key=min):
         members = [by_rank[rank] for rank in group if rank in by_rank]
+        _check_agreement(group, members, infos)
         if len(members) < len(group) and not partial:
             missing = ", ".join(map(str, sorted(set(group) - set(by_rank))[:8]))
             raise CgtraceError(f"{(members or infos)[0].file}: pipeline {list(group)} lacks the trace of global "
@@ -356,6 +357,17 @@ def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = Fals
         if len(members) >= 2 or not partial:
             pipelines.append(members)
     return pipelines, "distributedInfo.pg_config"
+
+
+def _check_agreement(group: tuple[int, ...], members: list[RankInfo], infos: list[RankInfo]) -> None:
+    """Every rank a PP group lists lists that group, in that order: else two ranks disagree on
+    the pipeline (`[1, 0]` against `[0, 1]`), and either order would be a guess."""
+    listing = next(info for info in infos if info.pp_group == group)
+    other = next((member for member in members if member.pp_group and member.pp_group != group), None)
+    if other is not None:
+        raise CgtraceError(f"{other.file}: its PP group {list(other.pp_group or ())} contradicts {listing.file}'s "
+                           f"{list(group)} (distributedInfo.pg_config); the traces disagree on the pipeline: merge "
+                           "one run's traces, or fix their pg_config")
 
 
 @dataclass
