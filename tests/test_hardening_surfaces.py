@@ -4,17 +4,20 @@ input untouched), or handled, in time that grows with the input, not its square.
 
 from __future__ import annotations
 
+import errno
+import gzip
 import json
 import os
 import re
 import resource
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
 from decimal import Decimal
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 import pytest
@@ -438,3 +441,89 @@ def test_ranks_whose_pp_groups_contradict_are_refused_naming_both(tmp_path, two_
 
     assert_clean_error(run, "contradicts", tmp_path, before)
     assert "rank0_trace.json" in run.stderr and "rank1_trace.json" in run.stderr
+
+
+class _Profiler:
+    """What trace_handler uses of torch.profiler.profile; `fail_after` bytes written, the
+    export dies, as a profiler killed or out of disk half-way does."""
+
+    def __init__(self, trace: bytes, fail_after: Optional[int] = None):
+        self.trace, self.fail_after, self.step_num = trace, fail_after, 3
+
+    def export_chrome_trace(self, path: str) -> None:
+        with open(path, "wb") as stream:
+            stream.write(self.trace[:self.fail_after])
+            if self.fail_after is not None:
+                raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _left_behind(folder) -> list[str]:
+    """Hidden, temporary or empty files: what a failed step must not leave."""
+    return sorted(path.name for path in folder.iterdir()
+                  if path.name.startswith(".") or path.name.endswith(".tmp") or path.stat().st_size == 0)
+
+
+@pytest.fixture
+def kineto(tmp_path) -> bytes:
+    return write_trace(GeneratorConfig(seed=1, steps=1, graphs_per_step=1, kernels_per_replay=2),
+                       tmp_path / "kineto.json").read_bytes()
+
+
+def test_the_handler_never_raises_and_leaves_nothing_partial(tmp_path, kineto, monkeypatch):
+    """Row 3: the keep / gzip / drop step ran outside the guard: a full disk while gzipping or
+    a .gz path that cannot be written raised into the training loop, left a 0-byte or partial
+    .json.gz and counted no failure; an export that died half-way left a hidden file."""
+    import converter
+
+    died = converter.trace_handler(tmp_path / "died", worker_name="w")
+    died(_Profiler(kineto, fail_after=1000))
+    assert died.failures == 1 and list((tmp_path / "died").iterdir()) == []
+
+    blocked = converter.trace_handler(tmp_path / "blocked", worker_name="w", gzip_json=True)
+    (tmp_path / "blocked" / "w.step3.pt.trace.json.gz").mkdir(parents=True)
+    blocked(_Profiler(kineto))
+    assert blocked.failures == 1 and (tmp_path / "blocked" / "w.step3.pt.trace.json").read_bytes() == kineto
+    assert _left_behind(tmp_path / "blocked") == []
+
+    def disk_fills(source, target, length=0):
+        target.write(source.read(4096))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    full = converter.trace_handler(tmp_path / "full", worker_name="w", gzip_json=True)
+    with monkeypatch.context() as patch:
+        patch.setattr("converter.api.handler.shutil.copyfileobj", disk_fills)
+        full(_Profiler(kineto))
+    assert full.failures == 1 and "No space left" in (full.last_error or "")
+    assert sorted(path.name for path in (tmp_path / "full").iterdir()) == [
+        "w.step3.pt.trace.json", "w.step3.pt.trace.perfetto-trace"]
+    assert _left_behind(tmp_path / "full") == []
+
+
+@pytest.mark.parametrize("keep", ["gzip_json", "keep_json=False"])
+def test_six_threads_on_one_handler_and_step_never_raise(tmp_path, kineto, keep):
+    """Row 3: 6 threads exporting the same rank and step into one directory raised
+    FileNotFoundError / OSError into 5 of them. Each call returns; what is there is whole."""
+    import converter
+
+    handler = converter.trace_handler(tmp_path / "out", worker_name="w", gzip_json=keep == "gzip_json",
+                                      keep_json=keep == "gzip_json")
+    raised: list[BaseException] = []
+
+    def step() -> None:
+        try:
+            handler(_Profiler(kineto))
+        except BaseException as error:  # noqa: BLE001 (what the test looks for)
+            raised.append(error)
+
+    threads = [threading.Thread(target=step) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    assert raised == [] and handler.failures <= 6
+    out = tmp_path / "out"
+    assert _left_behind(out) == []
+    if keep == "gzip_json" and (out / "w.step3.pt.trace.json.gz").exists():
+        assert gzip.decompress((out / "w.step3.pt.trace.json.gz").read_bytes()) == kineto
+    assert rows(out / "w.step3.pt.trace.perfetto-trace", "select count(*) n from slice")[0]["n"] > 0
