@@ -7,7 +7,10 @@ runs it. Linear work grows about 4x; more than 5x is the sign of a quadratic.
 
 Cases: `not-json`, a trace whose first event's ts is NaN, n events (`report`, refused);
 `cut-like-string`, a valid trace of 20,000 events with one args string of n `},{` across the
-first piece's end (`convert`). Prints JSON: CPU seconds of the command at n and 4n, and the ratio.
+first piece's end (`convert`); `report-steps` and `diff-steps`, a GPU trace of n ProfilerSteps of
+10 kernels each (`report`, `diff` of it with itself); `report-pipeline`, a generated 2-rank
+pipeline of n steps, merged first (not timed), then reported. Prints JSON: CPU seconds of the
+command at n and 4n, and the ratio.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ from pathlib import Path
 from typing import Callable
 
 REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from converter.generator import write_pp_run  # noqa: E402
+
 PIECE_BYTES = 1 << 20  # the reader's default piece
 
 
@@ -47,9 +55,43 @@ def cut_like_string(n: int, folder: Path) -> tuple[Path, list[str]]:
     return path, ["convert", str(path), "-q", "--overwrite", "-o", str(folder / "out.perfetto-trace")]
 
 
+def _many_steps(n: int, folder: Path) -> Path:
+    events: list[dict] = []
+    for step in range(n):
+        events.append({"name": f"ProfilerStep#{step}", "cat": "user_annotation", "ph": "X", "ts": 100 * step,
+                       "dur": 90, "pid": 1, "tid": 1})
+        events += [{"name": f"k{k}", "cat": "kernel", "ph": "X", "ts": 100 * step + 1 + 8 * k, "dur": 5, "pid": 0,
+                    "tid": 7, "args": {"device": 0, "stream": 7}} for k in range(10)]
+    path = folder / f"steps_{n}.json"
+    path.write_text(json.dumps({"traceEvents": events}))
+    return path
+
+
+def report_steps(n: int, folder: Path) -> tuple[Path, list[str]]:
+    path = _many_steps(n, folder)
+    return path, ["report", str(path), "--format", "json"]
+
+
+def diff_steps(n: int, folder: Path) -> tuple[Path, list[str]]:
+    path = _many_steps(n, folder)
+    return path, ["diff", str(path), str(path), "--format", "json"]
+
+
+def report_pipeline(n: int, folder: Path) -> tuple[Path, list[str]]:
+    ranks = write_pp_run(folder / f"ranks_{n}", pp_size=2, steps=n, seed=1, graphs_per_step=1, kernels_per_replay=2,
+                         microbatches=2)
+    merged = folder / f"pipeline_{n}.perfetto-trace"
+    subprocess.run([sys.executable, "-m", "converter.cli", "merge", str(ranks[0].parent), "-o", str(merged), "-q",
+                    "--overwrite"], cwd=REPO, capture_output=True, check=True)
+    return merged, ["report", str(merged), "--format", "json"]
+
+
 CASES: dict[str, tuple[Callable[[int, Path], tuple[Path, list[str]]], int]] = {
     "not-json": (not_json, 25_000),
     "cut-like-string": (cut_like_string, 4_000),
+    "report-steps": (report_steps, 1_000),
+    "diff-steps": (diff_steps, 1_000),
+    "report-pipeline": (report_pipeline, 200),
 }
 
 

@@ -26,7 +26,7 @@ from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
 from converter.inputs.kineto_reader import parse_trace_text
 from converter.tuning import Tuning
-from tests.helpers import rows
+from tests.helpers import rows, write_json
 from tests.oracle import expected_from
 from tests.test_bad_input import assert_clean_error, run_cli, snapshot
 
@@ -527,3 +527,67 @@ def test_six_threads_on_one_handler_and_step_never_raise(tmp_path, kineto, keep)
     if keep == "gzip_json" and (out / "w.step3.pt.trace.json.gz").exists():
         assert gzip.decompress((out / "w.step3.pt.trace.json.gz").read_bytes()) == kineto
     assert rows(out / "w.step3.pt.trace.perfetto-trace", "select count(*) n from slice")[0]["n"] > 0
+
+
+def _many_steps(steps: int, kernels_per_step: int = 10) -> dict:
+    """A GPU trace of `steps` ProfilerSteps, each with a few kernels."""
+    events: list[dict] = []
+    for step in range(steps):
+        events.append({"name": f"ProfilerStep#{step}", "cat": "user_annotation", "ph": "X", "ts": 100 * step,
+                       "dur": 90, "pid": 1, "tid": 1})
+        events += [{"name": f"k{k}", "cat": "kernel", "ph": "X", "ts": 100 * step + 1 + 8 * k, "dur": 5, "pid": 0,
+                    "tid": 7, "args": {"device": 0, "stream": 7}} for k in range(kernels_per_step)]
+    return {"traceEvents": events}
+
+
+def _command_cpu_seconds(cwd, *arguments) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run = run_cli(cwd, *arguments)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    assert run.returncode == 0, run.stderr[-1500:]
+    return after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime
+
+
+@pytest.mark.parametrize("command", ["report", "diff"])
+def test_report_and_diff_of_4x_the_steps_cost_at_most_5x(tmp_path, command):
+    """Row 4: every GPU slice was joined with every step window in SQL: 1,000 -> 4,000 steps of
+    10 kernels took 4.5 -> 46 s of CPU. Now both figures are two key lookups per slice."""
+    cpu = []
+    for steps in (500, 2_000):
+        source = write_json(tmp_path / f"steps{steps}.json", _many_steps(steps))
+        traces = [source] * (2 if command == "diff" else 1)
+        cpu.append(_command_cpu_seconds(tmp_path, command, *traces, "--format", "json", "-o", f"{steps}.json"))
+    assert cpu[1] < 5 * cpu[0], cpu
+    figures = json.loads((tmp_path / "2000.json").read_text())
+    if command == "report":  # all 2,000 steps there, each with its 10 kernels' 50 us busy
+        [gpu] = figures["gpus"]
+        assert len(gpu["steps"]) == 2_000 and {step["compute_busy_ns"] for step in gpu["steps"]} == {50_000}
+        assert {kernel["count"] for kernel in figures["top_kernels"]} == {2_000}
+
+
+@pytest.fixture(scope="module")
+def merged_pipelines(tmp_path_factory) -> dict[int, Path]:
+    folder = tmp_path_factory.mktemp("pipelines")
+    merged = {}
+    for steps in (50, 200):
+        ranks = write_pp_run(folder / f"ranks{steps}", pp_size=2, steps=steps, seed=1, graphs_per_step=1,
+                             kernels_per_replay=2, microbatches=2)
+        merged[steps] = folder / f"merged{steps}.perfetto-trace"
+        assert run_cli(folder, "merge", ranks[0].parent, "-o", merged[steps], "-q").returncode == 0
+    return merged
+
+
+def test_the_report_of_a_merged_pipeline_with_4x_the_steps_costs_at_most_5x(merged_pipelines):
+    """Row 4: the pipeline anatomy and the RECV/SEND figures intersected whole-trace interval
+    lists once per step (200 -> 800 steps: 2.4 -> 21 s; here 50 -> 200 steps took 7x the
+    CPU). Each step now takes its part of them by bisection."""
+    from converter.analysis.report import build_report
+
+    build_report(merged_pipelines[50])  # trace_processor's module compiled and cached first
+    cpu = [_best_cpu_seconds(lambda: build_report(merged_pipelines[steps]), repeats=2) for steps in (50, 200)]
+    assert cpu[1] < 5 * cpu[0], cpu
+    stages = build_report(merged_pipelines[200]).figures["pipeline"]["stages"]
+    assert len(stages) == 2 * 200
+    for row in stages:  # the parts add up to the step, as defined
+        assert sum(row[part] for part in ("compute_ns", "warmup_ns", "drain_ns", "recv_wait_ns", "exposed_comm_ns",
+                                          "other_ns")) == row["step_ns"]
