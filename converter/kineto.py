@@ -51,6 +51,14 @@ def is_cpu_compute(name: str, category: str) -> bool:
 MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 ns: beyond, trace_processor drops or wraps them
 PROFILER_STEP_PREFIX = "ProfilerStep#"  # a profiler step's slice: the prefix, then its number
 _PROFILER_STEP = re.compile(rf"^{PROFILER_STEP_PREFIX}(\d{{1,18}})$")  # more digits are no step number int() takes
+# ScheduleGPipe's record_function names: no stage (it is the rank's PP rank), no send or receive.
+STAGELESS_PATTERN = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
+
+
+def is_number(digits: str) -> bool:
+    """Whether a PP pattern's stage or microbatch text is one: user patterns may allow any
+    digits, and one beyond int64 is no stage."""
+    return len(digits) <= 18
 
 
 _THREAD_NAME = re.compile(r"thread (-?\d+) \((.+)\)")  # Kineto's thread names hold the tid
@@ -109,9 +117,13 @@ def group_ranks(value: Any) -> Optional[tuple[int, ...]]:
     return None
 
 
+MAX_RANK = (1 << 31) - 1  # torch.distributed ranks are int32; a larger one overflows every int64 column
+
+
 def is_rank(value: Any) -> bool:
-    """A torch.distributed rank: a non-negative int (JSON's `true` is no rank, though Python's bool is an int)."""
-    return type(value) is int and value >= 0
+    """A torch.distributed rank: an int from 0 to MAX_RANK (JSON's `true` is no rank, though
+    Python's bool is an int)."""
+    return type(value) is int and 0 <= value <= MAX_RANK
 
 
 class RankHeader(msgspec.Struct, frozen=True):
@@ -160,7 +172,8 @@ def rank_header(metadata: dict, source: str) -> RankHeader:
     rank, world_size = info["rank"], info.get("world_size")
     invalid = [(name, value) for name, value in (("rank", rank), ("world_size", world_size))
                if not (is_rank(value) or (name == "world_size" and value is None))]
-    problem = next((f"distributedInfo.{name} is {value!r:.40}, not a non-negative integer; fix the trace's header"
+    problem = next((f"distributedInfo.{name} is {value!r:.40}, not an integer from 0 to {MAX_RANK}; fix the trace's "
+                    "header"
                     for name, value in invalid), None)
     usable_rank = rank if is_rank(rank) else None
     config = info.get("pg_config")

@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 
+from .terminal import terminal_safe
+
 _DELAY_S = 1.0
 # Thread id -> the exception that thread raises at its next progress point.
 _stops: dict[int, type[BaseException]] = {}
@@ -35,7 +37,7 @@ class Progress:
             return
         self.last_draw = now
         self.shown = True
-        sys.stderr.write(f"\r\x1b[2Kcgtrace: {message}")
+        sys.stderr.write(f"\r\x1b[2Kcgtrace: {terminal_safe(message)}")
         sys.stderr.flush()
 
     def done(self) -> None:

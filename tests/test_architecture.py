@@ -16,11 +16,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / "converter"
 DESIGN = PACKAGE.parent / "docs" / "design.md"
 
 # Leaf utilities every part may use.
-_LEAVES = {"errors", "progress", "signals", "tuning"}
+_LEAVES = {"errors", "progress", "signals", "terminal", "tuning"}
 ALLOWED = {
     "errors": set(),
     "progress": set(),
     "signals": set(),
+    "terminal": set(),
     "tuning": set(),
     "heap": set(),
     "kineto": set(),
@@ -37,7 +38,7 @@ ALLOWED = {
     "jobs": {"heap", "kineto", "lane_rules", "model", "fileio", "inputs", "engine", "outputs", "tp", "analysis",
              "generator"},  # heap: a finished job's model kept to the end of a command
     # The Python API: the commands as functions, over the jobs and the analysis.
-    "api": {"lane_rules", "engine", "jobs", "analysis", "tp"},
+    "api": {"lane_rules", "fileio", "engine", "jobs", "analysis", "tp"},  # fileio: the handler writes atomically
     "cli": {"__init__", "api", "heap", "kineto", "lane_rules", "model", "fileio", "inputs", "engine", "outputs", "tp",
             "analysis", "jobs"},
 }

@@ -103,7 +103,7 @@ ERROR_CASES = [
     E("input_is_directory", DIR, "is a directory"),
     E("output_exists", VALID, "already exists", pre=("trace.perfetto-trace",)),
     E("output_exists_with_o", VALID, "already exists", "-o", "{out}", pre=("out.perfetto-trace",)),
-    E("output_is_the_input", VALID, "already exists", "-o", "{in}"),
+    E("output_is_the_input", VALID, "is an input", "-o", "{in}"),
     E("output_dir_missing", VALID, "does not exist", "-o", "{nodir}"),
     E("output_is_directory", VALID, "is a directory", "-o", "{out}", "--overwrite",
       pre=("out.perfetto-trace/",)),

@@ -41,13 +41,13 @@ def test_a_trace_that_would_loop_trace_processor_ends_in_one_line(tmp_path, comm
         assert run.returncode == 2 and run.stderr.startswith("cgtrace: error: trace.json: ")
 
 
-@pytest.mark.parametrize("value", ["abc", "0", "-5", "inf", "nan"])
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "inf", "nan", "1e10", "604801"])
 def test_a_bad_limit_is_refused(tmp_path, value):
     (tmp_path / "trace.json").write_text(LOOPING % "1")
     run = cgtrace(["query", "trace.json", "select 1"], tmp_path, value)
     assert run.returncode == 2
     assert run.stderr.splitlines() == [f"cgtrace: error: cannot open trace trace.json: {ENV}={value}: not a time "
-                                       "limit; set it to a number of seconds above 0"]
+                                       "limit; set it to a number of seconds above 0, at most 604800 (a week)"]
 
 
 def test_the_default_limit_grows_with_the_trace(monkeypatch):

@@ -2,15 +2,19 @@
 
 The report's figures are unions, differences and overlaps of busy intervals that SQL has
 already merged per lane group; on sorted lists each is one linear sweep, cheaper here than
-another round of SQL.
+another round of SQL. A figure per step takes the step's part of a whole-trace list by
+bisection (`clip`, `covered`), so a step costs what it holds, not the whole trace: the
+report stays n log n in steps.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from typing import Iterable
+from bisect import bisect_left, bisect_right
+from itertools import accumulate
+from typing import Callable, Iterable, Sequence, TypeVar
 
 Intervals = list[tuple[int, int]]
+Item = TypeVar("Item")
 
 
 def union(intervals: Iterable[tuple[int, int]]) -> Intervals:
@@ -48,15 +52,56 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     return subtract(a, subtract(a, b))
 
 
+def clip(intervals: Intervals, start: int, end: int) -> Intervals:
+    """The parts of `intervals` inside [start, end)."""
+    first = bisect_right(intervals, start, key=_end)
+    last = bisect_left(intervals, end, lo=first, key=_start)
+    inside = intervals[first:last]
+    if inside:
+        inside[0] = (max(inside[0][0], start), inside[0][1])
+        inside[-1] = (inside[-1][0], min(inside[-1][1], end))
+    return inside
+
+
 def covered(intervals: Intervals, windows: Intervals) -> list[int]:
     """For each window, how much of it `intervals` covers."""
-    ends = [end for _, end in intervals]
-    totals = []
-    for window_start, window_end in windows:
-        total = 0
-        i = bisect_right(ends, window_start)
-        while i < len(intervals) and intervals[i][0] < window_end:
-            total += min(intervals[i][1], window_end) - max(intervals[i][0], window_start)
-            i += 1
-        totals.append(total)
-    return totals
+    return [sum(end - start for start, end in clip(intervals, window_start, window_end))
+            for window_start, window_end in windows]
+
+
+def by_window(items: Sequence[Item], span: Callable[[Item], tuple[int, int]], windows: Intervals) -> list[list[Item]]:
+    """For each of `windows` (sorted by start; a profile's steps), the items whose span
+    overlaps it, in the items' order: each item is placed by bisection, so this costs the
+    items and what they overlap, not items times windows."""
+    found: list[list[Item]] = [[] for _ in windows]
+    reach = list(accumulate((end for _, end in windows), max))  # no earlier window ends later
+    for item in items:
+        start, end = span(item)
+        at = bisect_right(reach, start)
+        while at < len(windows) and windows[at][0] < end:
+            if windows[at][1] > start:
+                found[at].append(item)
+            at += 1
+    return found
+
+
+def latest_open(spans: Sequence[tuple[int, int]], moments: Iterable[int]) -> list[int]:
+    """For each moment, the index of the last of `spans` (sorted by start) open then, or -1:
+    scanned back from the last one begun by then only while an earlier one may still be open,
+    so the usual answer, the latest begun, costs a bisection."""
+    reach = list(accumulate((end for _, end in spans), max))
+    found = []
+    for at in moments:
+        index = bisect_right(spans, at, key=_start) - 1
+        while index >= 0 and reach[index] > at and spans[index][1] <= at:
+            index -= 1
+        found.append(index if index >= 0 and spans[index][1] > at else -1)
+    return found
+
+
+def _start(interval: tuple[int, int]) -> int:
+    return interval[0]
+
+
+def _end(interval: tuple[int, int]) -> int:
+    return interval[1]

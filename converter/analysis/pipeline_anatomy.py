@@ -12,14 +12,14 @@ bound the stage's work and name what a wait was for, where the trace has them.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from ..kineto import COMMUNICATION_OPS, CPU_OP_CATEGORY, RECEIVE_OPS, TRANSFER_BUFFERS
+from ..kineto import (COMMUNICATION_OPS, CPU_OP_CATEGORY, RECEIVE_OPS, STAGELESS_PATTERN, TRANSFER_BUFFERS,
+                      is_number)
 from ..lane_rules import LaneRules
 from ..model.trace import rank_title
-from .intervals import Intervals, covered, intersect, subtract, union
+from .intervals import Intervals, by_window, clip, covered, intersect, latest_open, subtract, union
 
 ANATOMY_DEFINITIONS = {
     "stage compute": "per PP rank: a rank with GPU lanes computes while a compute lane is busy; a CPU-only rank "
@@ -39,7 +39,6 @@ ANATOMY_DEFINITIONS = {
                    "add up to the step exactly",
 }
 
-_GPIPE = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d+)$")
 _COMPUTE_ACTIONS = {"F", "B", "I", "W"}
 # The stage parts (each a `<key>` figure of a stage row) as every table and bar names them, in order.
 STAGE_PARTS = (("compute_ns", "compute"), ("warmup_ns", "warm-up"), ("drain_ns", "drain"),
@@ -74,9 +73,11 @@ def parse_action(name: str, rules: LaneRules) -> Optional[Action]:
         return Action("OVERLAP_F_B", None, None)
     match = rules.pp_match(name)
     if match is not None:
-        microbatch = match.group("microbatch")
-        return Action(match.group("action"), int(match.group("stage")), int(microbatch) if microbatch else None)
-    gpipe = _GPIPE.match(name)
+        stage, microbatch = match.group("stage"), match.group("microbatch")
+        if not (is_number(stage) and is_number(microbatch or "0")):
+            return None  # as the engine reads it: no stage, so no action
+        return Action(match.group("action"), int(stage), int(microbatch) if microbatch else None)
+    gpipe = STAGELESS_PATTERN.match(name)
     if gpipe is not None:
         return Action("F" if gpipe.group("action") == "Forward" else "B", None, int(gpipe.group("microbatch")))
     return None
@@ -134,17 +135,13 @@ def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: 
                          if (action := parse_action(name, rules)) is not None), key=lambda block: block[:2])
         stage.actions = [(action, start, end) for start, end, action in blocks]
         recv_blocks = [(start, end, action) for start, end, action in blocks if action.action.startswith("RECV_")]
-        for name, start, end in named:
-            if name.startswith(RECEIVE_OPS):
-                stage.receives.append(Receive(start, end, _enclosing(recv_blocks, start)))
+        ops = [(start, end) for name, start, end in named if name.startswith(RECEIVE_OPS)]
+        # Each receive op is for the RECV block it starts in (the latest one open then).
+        enclosing = latest_open([(start, end) for start, end, _ in recv_blocks], (start for start, _ in ops))
+        stage.receives += [Receive(start, end, recv_blocks[block][2] if block >= 0 else None)
+                           for (start, end), block in zip(ops, enclosing)]
         stage.receives += [Receive(start, end, action) for start, end, action in recv_blocks]
     return sorted((stage for stage in found.values() if stage.steps), key=lambda stage: stage.pp_rank)
-
-
-def _enclosing(blocks: list[tuple[int, int, Action]], at: int) -> Optional[Action]:
-    """The RECV block a receive op starts in (the latest one open at `at`)."""
-    inside = [action for start, end, action in blocks if start <= at < end]
-    return inside[-1] if inside else None
 
 
 def _cpu_ops(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], ranks: set[RankKey]
@@ -170,21 +167,44 @@ def _cpu_ops(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], ranks: set
             for rank, (work, blocking, comms) in found.items()}
 
 
-def stage_parts(stage: StageInput, start: int, end: int) -> dict[str, Any]:
+@dataclass
+class _StepInputs:
+    """What of a stage one step holds: its receives and compute actions (those overlapping it)."""
+
+    receives: list[Receive]
+    actions: list[tuple[Action, int, int]]
+
+
+class _Stage:
+    """A stage's whole-trace lists made once, and what each of its steps holds, so a step's
+    parts cost what the step holds (a per-step pass over whole-trace lists was quadratic in
+    steps: 800 steps of a merged pipeline took minutes)."""
+
+    def __init__(self, stage: StageInput):
+        self.stage = stage
+        computing = [(action, start, end) for action, start, end in stage.actions if action.computes]
+        self.computing = union((start, end) for _, start, end in computing)
+        self.receiving = union((receive.start, receive.end) for receive in stage.receives)
+        steps = [(start, end) for _, start, end in stage.steps]
+        self.steps = [_StepInputs(receives, actions) for receives, actions in zip(
+            by_window(stage.receives, lambda r: (r.start, r.end), steps),
+            by_window(computing, lambda block: (block[1], block[2]), steps))]
+
+
+def stage_parts(stage: _Stage, start: int, end: int, holds: _StepInputs) -> dict[str, Any]:
     """One step's parts (they add up to `end - start`) and what each receive wait was for."""
-    step = [(start, end)]
-    compute = intersect(stage.compute, step)
-    bounds = intersect(compute, union((s, e) for action, s, e in stage.actions if action.computes)) or compute
-    idle = subtract(step, compute)
+    compute = clip(stage.stage.compute, start, end)
+    bounds = intersect(compute, clip(stage.computing, start, end)) or compute
+    idle = subtract([(start, end)], compute)
     first, last = (bounds[0][0], bounds[-1][1]) if bounds else (end, end)
     warmup, drain = intersect(idle, [(start, first)]), intersect(idle, [(last, end)])
     middle = subtract(subtract(idle, warmup), drain)
-    receiving = intersect(middle, union((r.start, r.end) for r in stage.receives))
-    exposed = intersect(subtract(middle, receiving), stage.communication)
+    receiving = intersect(middle, clip(stage.receiving, start, end))
+    exposed = intersect(subtract(middle, receiving), clip(stage.stage.communication, start, end))
     other = subtract(subtract(middle, receiving), exposed)
     return {"compute_ns": _length(compute), "warmup_ns": _length(warmup), "drain_ns": _length(drain),
             "recv_wait_ns": _length(receiving), "exposed_comm_ns": _length(exposed), "other_ns": _length(other),
-            "recv_waits": _attributed(receiving, [r for r in stage.receives if r.start < end and r.end > start])}
+            "recv_waits": _attributed(receiving, holds.receives)}
 
 
 def _length(intervals: Intervals) -> int:
@@ -215,8 +235,9 @@ def anatomy(stages: list[StageInput]) -> Optional[dict[str, Any]]:
               if action.stage is not None and action.computes}
     rows = []
     for stage in stages:
-        for name, start, end in stage.steps:
-            parts = stage_parts(stage, start, end)
+        made = _Stage(stage)
+        for (name, start, end), holds in zip(stage.steps, made.steps):
+            parts = stage_parts(made, start, end, holds)
             for wait in parts["recv_waits"]:
                 sender = holder.get(wait["from_stage"])
                 wait["from_pp_rank"] = sender.pp_rank if sender else None
@@ -224,17 +245,17 @@ def anatomy(stages: list[StageInput]) -> Optional[dict[str, Any]]:
             rows.append({"pp_rank": stage.pp_rank, "global_rank": stage.global_rank,
                          "rank": rank_title(stage.pp_rank, stage.global_rank, stage.in_pipeline), "step": name,
                          "start_ns": start, "step_ns": end - start, **parts,
-                         "actions": _compute_actions(stage, start, end)})
+                         "actions": _compute_actions(stage, start, end, holds.actions)})
     return {"stages": rows}
 
 
-def _compute_actions(stage: StageInput, start: int, end: int) -> list[dict[str, Any]]:
+def _compute_actions(stage: StageInput, start: int, end: int, actions: list[tuple[Action, int, int]]
+                     ) -> list[dict[str, Any]]:
     """The step's compute actions (per action, stage and microbatch, in the order they began)
     and how long the stage computed inside each (its blocks may be cut by gaps)."""
     blocks: dict[Action, list[tuple[int, int]]] = {}
-    for action, s, e in stage.actions:
-        if action.computes and s < end and e > start:
-            blocks.setdefault(action, []).append((max(s, start), min(e, end)))
+    for action, s, e in actions:
+        blocks.setdefault(action, []).append((max(s, start), min(e, end)))
     return [{"action": action.action, "stage": action.stage, "microbatch": action.microbatch,
              "start_ns": spans[0][0], "compute_ns": sum(covered(stage.compute, union(spans)))}
             for action, spans in sorted(blocks.items(), key=lambda item: item[1][0][0])]

@@ -12,21 +12,11 @@ import orjson
 from perfetto.trace_processor.api import TraceProcessor, TraceProcessorException
 
 from ..errors import CgtraceError
+from ..terminal import terminal_safe
 from ..tp import open_trace
 
 # trace_processor's SQL errors read "Traceback ...\n  File "stdin" line L col C\n    <sql line>\n    ^\n<message>".
 _ERROR_PLACE = re.compile(r'line (\d+) col (\d+)\n(.*)\n( *)\^')
-# Control characters (C0, DEL, C1) as escapes: a trace's names reach the terminal in tables and
-# text reports, where ESC, BEL or an OSC 52 sequence would act (set the clipboard, the title).
-_ESCAPES = str.maketrans({**{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7f, 0xa0))},
-                          **{"\n": "\\n", "\r": "\\r", "\t": "\\t"}})
-
-
-def terminal_safe(text: str) -> str:
-    """`text` with its control characters escaped, for a terminal (JSON and CSV keep them)."""
-    return text.translate(_ESCAPES)
-
-
 class Result:
     """Column names and rows (tuples of None, int, float, str or bytes) of one query."""
 

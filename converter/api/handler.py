@@ -9,13 +9,13 @@ leaves the JSON in place, so nothing profiled is lost.
 
 from __future__ import annotations
 
-import gzip
 import json
 import logging
 import os
 import shutil
 import socket
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +49,8 @@ class TraceHandler:
     written: list[Path] = field(default_factory=list)   # every file written, in order
     failures: int = 0                                    # traces whose export or compaction failed
     last_error: Optional[str] = None
+    # Profilers on several threads may share one handler: its counts stay exact.
+    _counting: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def __call__(self, profiler: ChromeTraceExporter) -> None:
         try:
@@ -60,21 +62,26 @@ class TraceHandler:
         try:
             self._compact(exported)
         except Exception as error:
-            message = error.message if isinstance(error, CgtraceError) else f"{exported}: {error!r}"
-            self._failed(f"{message} (the JSON is kept: run `cgtrace compact {exported}` once fixed)")
+            self._failed(f"{_said(error, exported)} (the JSON is kept: run `cgtrace compact {exported}` once fixed)")
             self.written.append(exported)
             return
-        self.written.append(self._keep_or_drop(exported))
+        try:
+            self.written.append(self._keep_or_drop(exported))
+        except Exception as error:  # a full disk while gzipping, a run beside this one that took the file
+            self._failed(f"{_said(error, exported)} (the JSON is kept as exported, if it is still there)")
 
     def _export(self, profiler: ChromeTraceExporter) -> Path:
         """The Kineto JSON under its final name, `<worker>.step<N>.pt.trace.json`."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        scratch = self.directory / f".cgtrace-{os.getpid()}-{time.time_ns()}.pt.trace.json"
-        profiler.export_chrome_trace(str(scratch))
-        step = getattr(profiler, "step_num", None)
-        name = f"{self.worker_name or _worker(scratch)}.{f'step{step}' if step is not None else time.time_ns()}"
-        exported = self.directory / f"{name}.pt.trace.json"
-        os.replace(scratch, exported)
+        scratch = self.directory / f".cgtrace-{os.getpid()}-{threading.get_ident()}-{time.time_ns()}.pt.trace.json"
+        try:
+            profiler.export_chrome_trace(str(scratch))
+            step = getattr(profiler, "step_num", None)
+            name = f"{self.worker_name or _worker(scratch)}.{f'step{step}' if step is not None else time.time_ns()}"
+            exported = self.directory / f"{name}.pt.trace.json"
+            os.replace(scratch, exported)
+        finally:
+            scratch.unlink(missing_ok=True)  # an export that died half-way leaves no hidden file
         return exported
 
     def _compact(self, exported: Path) -> None:
@@ -87,21 +94,29 @@ class TraceHandler:
         self.written.extend(written_files(summary))
 
     def _keep_or_drop(self, exported: Path) -> Path:
+        """The JSON kept, gzipped (whole or not at all: a full disk leaves no partial .gz) or dropped."""
+        from ..fileio.atomic import atomic_output
+
         if not self.keep_json:
-            exported.unlink()
+            exported.unlink(missing_ok=True)  # a run beside this one may have dropped it already
             return exported
         if not self.gzip_json:
             return exported
         packed = exported.with_name(exported.name + ".gz")
-        with open(exported, "rb") as source, gzip.open(packed, "wb", compresslevel=6) as target:
+        with open(exported, "rb") as source, atomic_output(packed, overwrite=True) as target:
             shutil.copyfileobj(source, target, 1 << 20)
-        exported.unlink()
+        exported.unlink(missing_ok=True)
         return packed
 
     def _failed(self, message: str) -> None:
-        self.failures += 1
-        self.last_error = message
+        with self._counting:
+            self.failures += 1
+            self.last_error = message
         _LOG.error("cgtrace: %s", message)
+
+
+def _said(error: Exception, exported: Path) -> str:
+    return error.message if isinstance(error, CgtraceError) else f"{exported}: {error!r}"
 
 
 def _worker(exported: Path) -> str:

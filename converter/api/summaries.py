@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, NamedTuple
 
+from ..errors import CgtraceError
+
 if TYPE_CHECKING:
     from ..analysis.report import Report
 
@@ -176,7 +178,10 @@ class DiffSummary:
     def beyond(self, pct: float) -> tuple[str, ...]:
         """The figures `--fail-above pct` gates on that moved more than `pct` percent, a line each."""
         from ..analysis.diff import beyond
+        from ..jobs.options import is_percentage
 
+        if not is_percentage(pct):
+            raise CgtraceError(f"beyond({pct!r}): expected a percentage, 0 or more (0: any change fails)")
         return tuple(beyond(dict(self.figures), pct))
 
     def text(self) -> str:

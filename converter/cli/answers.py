@@ -13,7 +13,8 @@ from ..errors import CgtraceError
 from ..fileio.regular import read_small_text
 from ..jobs.stopping import exit_status
 from ..lane_rules import load_lane_rules
-from .options import (MAX_TOP, QUERY_FILE_LIMIT, add_tp_bin, add_workers_options, int_from, output_path,
+from ..jobs.options import MAX_TOP
+from .options import (QUERY_FILE_LIMIT, add_tp_bin, add_workers_options, int_from, output_path,
                       percentage, port_number, print_summary, say, workers_of)
 
 
@@ -149,7 +150,7 @@ def _run_report(args) -> int:
     from ..jobs.readable import as_perfetto
 
     if args.output is not None:
-        check_output_path(args.output, args.overwrite)
+        check_output_path(args.output, args.overwrite, inputs=_files_of([args.trace]))
     lanes = load_lane_rules(args.lanes)
     if args.trace.is_dir():
         from ..jobs.across import render_across, report_across
@@ -176,7 +177,7 @@ def _run_diff(args) -> int:
     from ..jobs.diff_pair import diff_traces
 
     if args.output is not None:
-        check_output_path(args.output, args.overwrite)
+        check_output_path(args.output, args.overwrite, inputs=_files_of([args.a, args.b]))
     lanes = load_lane_rules(args.lanes)
     with workers_of(args) as workers:
         diff = diff_traces(args.a, args.b, workers, args.tp_bin, lanes, args.top)
@@ -191,6 +192,13 @@ def _say_absent(note: Optional[str]) -> None:
     """An answer across a directory that lacks some of the run's ranks says so on stderr too."""
     if note:
         say(f"cgtrace: warning: {note}; the answer covers the traces that are here")
+
+
+def _files_of(inputs: list[Path]) -> list[Path]:
+    """The files an answer reads: each trace named, and a directory's rank traces."""
+    from ..jobs.rank_files import find_rank_files
+
+    return [file for path in inputs for file in (find_rank_files([path]) if path.is_dir() else [path])]
 
 
 def _answer(text: str, args: Any, what: str) -> None:

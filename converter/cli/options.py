@@ -11,8 +11,10 @@ from typing import TYPE_CHECKING, Callable, ContextManager
 import msgspec
 
 from .. import progress
+from ..terminal import terminal_safe
+from ..kineto import MAX_RANK
 from ..engine.window import parse_steps, parse_window
-from ..jobs.options import ALIGN_MODES, job_options, workers
+from ..jobs.options import ALIGN_MODES, MAX_JOBS, is_percentage, job_options, workers
 from ..jobs.rank_files import parse_rank_list
 from ..jobs.runner import JobOptions
 from ..lane_rules import load_lane_rules
@@ -21,10 +23,7 @@ if TYPE_CHECKING:
     from ..jobs.executors import Workers  # the executors load when a command runs tasks
 
 EXIT_USAGE = 2
-MAX_TOP = 100_000
 QUERY_FILE_LIMIT = 1 << 20
-MAX_JOBS = 1024  # ranks held at once; far beyond any machine's cores
-MAX_RANK = (1 << 31) - 1  # torch.distributed ranks are int32; pipelines are fewer
 
 
 def port_number(text: str) -> int:
@@ -34,12 +33,12 @@ def port_number(text: str) -> int:
 
 
 def percentage(text: str) -> float:
-    """--fail-above: a percentage, 0 or more (0: any change fails)."""
+    """--fail-above, checked as jobs/options.py's is_percentage says."""
     try:
         value = float(text)
     except ValueError:
         value = -1.0
-    if not 0 <= value < float("inf"):
+    if not is_percentage(value):
         raise argparse.ArgumentTypeError(f"{text!r} is not a percentage (a number, 0 or more)")
     return value
 
@@ -148,8 +147,9 @@ def print_summary(summary: dict, quiet: bool, human: str) -> None:
 
 
 def say(line: str) -> None:
-    """One line on stderr, on a line of its own even where progress was shown."""
+    """One line on stderr, on a line of its own even where progress was shown; what it names
+    (a file, a trace's name) escaped, so it stays one line and the terminal only shows it."""
     progress.finish()
-    print(line, file=sys.stderr)
+    print(terminal_safe(line), file=sys.stderr)
 
 

@@ -52,7 +52,10 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
     grouping is given); returns the summary figures."""
     grouping = grouping or RuleLanes(rules)
     table = trace.slices
-    measured_before = _fingerprint(table, rules.annotation_categories)
+    # A trace cgtrace compacted before (its Chrome JSON read again) holds kernel label spans:
+    # they are derived afresh here, so the earlier ones go, and neither counts as measured.
+    earlier_labels = np.flatnonzero(table.in_categories({derived.KERNEL_LABEL}))
+    measured_before = _fingerprint(table, rules.annotation_categories | {derived.KERNEL_LABEL})
     gpu_mask = table.in_categories(rules.gpu_categories)
     process_of_track, processes = table.track_keys(_process_of)
     stream_of_track, _ = table.track_keys(_THREAD)  # read before any slice leaves its stream
@@ -63,7 +66,7 @@ def compact(trace: Trace, rules: LaneRules, grouping: Optional[LaneGrouping] = N
     step_starts = sorted(start for start, _ in step_ranges(trace).values())
     launch_of = dict(zip(map(_TARGET, trace.flows), map(_SOURCE, trace.flows)))  # a kernel's row -> its launch's
     per_gpu = []
-    merged_away: list[int] = []  # dropped once every GPU is done: until then every row stays put
+    merged_away = earlier_labels.tolist()  # dropped once every GPU is done: until then every row stays put
     for process, rows in _by_process(table, gpu_mask, process_of_track):
         by_stream = _by_stream(table, rows, stream_of_track)  # before packing moves the slices off their streams
         gpu = _pack_lanes(trace, processes[process], rows, grouping, summary)

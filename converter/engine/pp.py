@@ -12,7 +12,6 @@ split where another action of the same stage began after the current run's fragm
 
 from __future__ import annotations
 
-import re
 from bisect import bisect_left
 from collections import defaultdict
 from operator import attrgetter
@@ -21,7 +20,7 @@ from typing import Any, Callable, Optional
 import msgspec
 import numpy as np
 
-from ..kineto import profiler_step
+from ..kineto import STAGELESS_PATTERN, is_number, profiler_step
 from ..lane_rules import LaneRules, Match
 from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace, derived
 from ..model.columns import first_positions, grouped_in_order, sorted_distinct
@@ -140,8 +139,6 @@ class Extent(msgspec.Struct, frozen=True):
 
 # Which annotations a trace's PP blocks came from (the summary's `pp_annotations`).
 GPU_PP, CPU_PP, STAGELESS, NO_PP = "GPU PP annotations", "CPU PP annotations only", "stage-less", "none"
-# ScheduleGPipe's record_function names: no stage (it is the rank's PP rank), no send or receive.
-STAGELESS_PATTERN = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
 _STAGELESS_ACTION = {"Forward": "F", "Backward": "B"}
 _BLOCK_START = attrgetter("start")
 
@@ -267,12 +264,6 @@ def _key_part(match: Match, stage_of_all: Optional[int]) -> tuple[int, str, Opti
     action, microbatch = match.group("action"), match.group("microbatch")
     return int(_stage(match, stage_of_all)), _STAGELESS_ACTION.get(action, action), \
         int(microbatch) if microbatch else None
-
-
-def is_number(digits: str) -> bool:
-    """Whether a pattern's stage or microbatch text is one: user patterns may allow any digits,
-    and one beyond int64 is no stage."""
-    return len(digits) <= 18
 
 
 def _stage(match: Match, stage_of_all: Optional[int]) -> str:

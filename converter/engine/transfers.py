@@ -26,10 +26,11 @@ from typing import Optional
 
 import numpy as np
 
+from ..kineto import STAGELESS_PATTERN, is_number
 from ..lane_rules import LaneRules
 from ..model import FlowEnd, SliceRow, Trace
 from .clock import Bound
-from .pp import CROSS_RANK_FLOW_BASE, STAGELESS_PATTERN, add_arrival_marker, is_number
+from .pp import CROSS_RANK_FLOW_BASE, add_arrival_marker
 
 SEND, RECEIVE = "c10d::send", "c10d::recv_"
 _BACKWARD_COMPUTE = "autograd::engine::evaluate_function"

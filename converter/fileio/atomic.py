@@ -11,7 +11,7 @@ import stat
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Protocol, Union
+from typing import Callable, Iterator, Optional, Protocol, Sequence, Union
 
 from ..errors import CgtraceError
 from ..signals import stopping_deferred
@@ -41,10 +41,11 @@ def scratch_folder(prefix: str, parent: Optional[Path] = None) -> Iterator[Path]
         yield Path(folder)
 
 
-def check_output_path(path: Path, overwrite: bool) -> None:
+def check_output_path(path: Path, overwrite: bool, inputs: Sequence[Path] = ()) -> None:
     """Fail before any work is done when the output cannot or must not be written. Only a
     regular file is ever replaced: a symlink (dangling or not), FIFO or device node at the
-    path is someone else's (as root, `-o /dev/null --overwrite` would replace /dev/null)."""
+    path is someone else's (as root, `-o /dev/null --overwrite` would replace /dev/null), and
+    never one of the command's `inputs` (files), not even with --overwrite."""
     try:
         mode: Optional[int] = os.lstat(path).st_mode
     except FileNotFoundError:
@@ -56,6 +57,9 @@ def check_output_path(path: Path, overwrite: bool) -> None:
     if mode is not None and not stat.S_ISREG(mode):
         raise CgtraceError(f"{path}: is a {file_kind(mode)}, which cgtrace never replaces, not even with --overwrite; "
                            "choose another path with -o")
+    if mode is not None and any(_same_file(path, source) for source in inputs):
+        raise CgtraceError(f"{path}: is an input of this command, which cgtrace never replaces, not even with "
+                           "--overwrite; choose another output path with -o")
     if mode is not None and not overwrite:
         raise CgtraceError(f"{path}: already exists; pass --overwrite to replace it or -o to choose another path")
     parent = _parent(path)
@@ -80,10 +84,24 @@ def remove_leftovers(path: Path) -> int:
     return removed
 
 
-def write_failed(path: Path, error: OSError) -> CgtraceError:
-    """The one message for an output that could not be written (a full disk, most often)."""
-    return CgtraceError(f"{path}: write failed ({error.strerror or error}); nothing was written; "
-                        "free disk space or choose another path with -o", io_error=error)
+class NotWritten(CgtraceError):
+    """An output, or scratch kept beside it, could not be written in `folder` (a full disk,
+    most often). Its advice is -o; a command whose user named no output words its own."""
+
+    def __init__(self, message: str, folder: Path, io_error: OSError):
+        super().__init__(message, io_error)
+        self.folder = folder
+        self.reason = io_error.strerror or str(io_error)
+
+    def __reduce__(self) -> tuple[type, tuple[object, ...]]:
+        """Whole across a worker's pipe: pickling an exception keeps only its message."""
+        return NotWritten, (self.message, self.folder, self.io_error)
+
+
+def write_failed(path: Path, error: OSError) -> NotWritten:
+    """The one message for an output that could not be written."""
+    return NotWritten(f"{path}: write failed ({error.strerror or error}); nothing was written; "
+                      "free disk space or choose another path with -o", _parent(path), error)
 
 
 class AtomicFiles:
@@ -199,6 +217,13 @@ def atomic_output(path: Path, overwrite: bool, check: Optional[Check] = None) ->
         except OSError as error:
             raise write_failed(path, error) from None
         files.commit(check)
+
+
+def _same_file(path: Path, other: Path) -> bool:
+    try:
+        return path.samefile(other)
+    except OSError:  # gone, or never there: not the output
+        return False
 
 
 def file_kind(mode: int) -> str:

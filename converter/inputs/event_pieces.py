@@ -7,9 +7,12 @@ reader can release the input's pages as it goes.
 
 A cut goes between two events, at `}` `,` `{`. The same bytes can occur inside a string or a
 nested value; then the piece does not decode on its own (a cut inside a string leaves it
-unterminated, one inside a nested value leaves a bracket open), and the piece grows to the
-next candidate. So a piece that decodes holds exactly whole events, and any document this
-cannot cut cleanly is read whole by the caller instead.
+unterminated, one inside a nested value leaves a bracket open). The piece then ends where its
+last event does, found by walking its strings and brackets once from its first event: growing
+it a candidate at a time re-copies and re-decodes it per candidate, quadratic where a string
+holds thousands of them or the text is not JSON at all. So a piece that decodes holds exactly
+whole events, and any document this cannot cut cleanly (one that is not valid JSON included)
+is read whole by the caller instead, which names the error.
 """
 
 from __future__ import annotations
@@ -23,6 +26,9 @@ from ..tuning import DEFAULT_TUNING
 
 _KEY = re.compile(rb'"traceEvents"\s*:\s*\[')
 _BOUNDARY = re.compile(rb"\}[ \t\r\n]*,[ \t\r\n]*\{")
+# One bracket outside strings, and all before it (strings whole, escapes included): what the
+# walk to an event's end sees, a few steps per event however many strings it holds.
+_NEXT_BRACKET = re.compile(rb'[^"\[\]{}]*+(?:"[^"\\]*+(?:\\.[^"\\]*+)*+"[^"\[\]{}]*+)*+([\[\]{}])', re.DOTALL)
 NON_SPACE = re.compile(rb"[^ \t\r\n]")
 HEADER_DECODER = msgspec.json.Decoder(dict[str, msgspec.Raw])   # a document's top-level keys, values raw
 RAW_LIST_DECODER = msgspec.json.Decoder(list[msgspec.Raw])      # an array's elements, raw
@@ -106,18 +112,33 @@ def iter_pieces(text, layout: EventsLayout, decoders: Callable[[], Sequence[msgs
     while start < end:
         search_from = start + piece_bytes
         chosen = decoders()
-        while True:
-            match = _BOUNDARY.search(text, search_from, end) if search_from < end else None
-            cut, next_start = (match.start() + 1, match.end() - 1) if match else (end, end)
+        match = _BOUNDARY.search(text, search_from, end) if search_from < end else None
+        cut, next_start = (match.start() + 1, match.end() - 1) if match else (end, end)
+        events = _decoded(_bracketed(text, start, cut), chosen)
+        if events is None and match is not None:
+            cut, next_start = _end_of_event_past(text, start, search_from, end)
             events = _decoded(_bracketed(text, start, cut), chosen)
-            if events is None:
-                if match is None:
-                    raise PiecesFailed()
-                search_from = match.end()
-                continue
-            yield events, start, cut
-            start = next_start
-            break
+        if events is None:
+            raise PiecesFailed()
+        yield events, start, cut
+        start = next_start
+
+
+def _end_of_event_past(text, start: int, search_from: int, end: int) -> tuple[int, int]:
+    """(the cut after the first event of those from `start` that ends at or past
+    `search_from`, where the next event starts): strings and brackets walked once. Text that
+    is not JSON gives some cut, which then does not decode."""
+    depth = 0
+    for token in _NEXT_BRACKET.finditer(text, start, end):
+        bracket = token[1]
+        if bracket in (b"{", b"["):
+            depth += 1
+        elif bracket in (b"}", b"]"):
+            depth -= 1
+            if depth <= 0 and token.end() > search_from:
+                boundary = _BOUNDARY.match(text, token.start(1), end)
+                return (boundary.start() + 1, boundary.end() - 1) if boundary else (end, end)
+    return end, end
 
 
 def piece_events(text, start: int, end: int, decoder: msgspec.json.Decoder = RAW_LIST_DECODER) -> list:

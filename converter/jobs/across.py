@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import orjson
 
-from ..analysis.query import Result, format_table, open_checked, run_sql, terminal_safe
+from ..analysis.query import Result, format_table, open_checked, run_sql
 from ..analysis.findings import across_findings, as_text
 from ..analysis.pipeline_anatomy import ANATOMY_DEFINITIONS, STAGE_PARTS
 from ..analysis.report import DEFINITIONS, build_report
@@ -30,6 +30,7 @@ from ..errors import CgtraceError
 from ..fileio.atomic import GZIP_SUFFIX
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import roles_document
+from ..terminal import terminal_safe
 from .executors import Outcome, Workers, for_cluster, run_tasks
 from .rank_files import MERGED_OUTPUT_NAME, RankAccount, account_for_ranks, find_rank_files, is_rank_trace_name, named
 from .readable import as_perfetto
@@ -91,9 +92,11 @@ def _answers(directory: Path, outcomes: list[Outcome]) -> list[Any]:
     """Every trace's answer, or one line naming the traces that could not be read and the run's
     ranks with no trace here: an answer over the others would pass for the whole run's."""
     failed = [outcome for outcome in outcomes if outcome.error is not None]
-    bug = next((outcome.exception for outcome in failed if not isinstance(outcome.exception, CgtraceError)), None)
-    if bug is not None:
-        raise bug
+    # A bug, or a failure of this machine (a full disk: io_error) rather than of a trace, is its own line.
+    stop = next((outcome.exception for outcome in failed if not isinstance(outcome.exception, CgtraceError)
+                 or outcome.exception.io_error is not None), None)
+    if stop is not None:
+        raise stop
     if failed:
         absent = rank_account(directory).note()
         raise CgtraceError(f"{directory}: {len(failed)} of {len(outcomes)} traces could not be read "

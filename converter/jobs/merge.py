@@ -17,7 +17,7 @@ from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Container, Optional, cast
+from typing import Any, BinaryIO, Callable, Container, Iterable, Optional, cast
 
 import msgspec
 
@@ -33,7 +33,7 @@ from ..engine.transfers import RankOps, TransferEnd, Transfers, attach_transfer_
 from ..engine.transfers import summary as transfers_summary
 from ..engine.work_graph import RankWork, rank_work
 from ..errors import CgtraceError
-from ..fileio.atomic import atomic_output, check_output_path, scratch_folder
+from ..fileio.atomic import NotWritten, atomic_output, check_output_path, scratch_folder
 from ..inputs.source import json_size
 from ..model import ClockPlacement, RankIdentity
 from ..outputs.perfetto_writer import PerfettoWriter
@@ -98,6 +98,8 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     if align not in ALIGN_MODES:
         raise CgtraceError(f"align {align!r}: expected one of {', '.join(ALIGN_MODES)}")
     files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
+    if not files:
+        raise CgtraceError("no rank traces to merge; pass two or more rank trace files or a directory of them")
     if len(files) < 2:
         raise CgtraceError(f"{files[0]}: a merge needs at least two rank traces; use `cgtrace compact` for one")
     if options.output_format != "perfetto":
@@ -105,7 +107,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
                            "cannot carry the arrows between ranks' parts); leave out --format")
     # Fail on an output that cannot be written: a single pipeline's (several pipelines' files
     # are named, and checked, once pass one has found them)
-    check_output_path(output_for_group(0, 1), options.overwrite)
+    check_output_path(output_for_group(0, 1), options.overwrite, inputs=files)
     sizes = sorted((json_size(path) for path in files), reverse=True)
     tuning = options.tuning
     jobs = max(1, jobs or tuning.default_jobs(sizes))
@@ -145,14 +147,16 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
                                + "; pass all ranks of a pipeline" + _unread(failed, account))
         outputs = {index: output_for_group(index, len(groups)) for index in chosen}
         for output in outputs.values():
-            check_output_path(output, options.overwrite)
+            check_output_path(output, options.overwrite, inputs=files)
         results = [_merge_pipeline(groups[index], index, output, options, workers, order_source, align)
                    for index, output in outputs.items()]
     for result in results:
         result.update(ranks_at_once=None if scheduler else jobs, args_helpers=helpers,
                       workers=workers.where if workers else "this process")
     summary: dict[str, Any] = results[0] if len(results) == 1 and not broken else {
-        "pipelines": results, "pp_order_source": order_source}
+        "pipelines": results, "pp_order_source": order_source,
+        "events_skipped": sum(result["events_skipped"] for result in results),
+        "skipped_by_reason": _summed(result["skipped_by_reason"] for result in results)}
     if broken or failed or account.missing:  # every intact pipeline written; what was left out, and why
         summary.update(broken_pipelines=broken, failed=failed, rank_account=account.as_json())
     return summary
@@ -205,6 +209,10 @@ def _scanned(workers: Optional[Workers], tasks: list, files: list[str]) -> list[
     if stop is not None:
         raise stop
     return outcomes
+
+
+def _summed(counts: Iterable[dict[str, int]]) -> dict[str, int]:
+    return dict(sum(map(Counter, counts), Counter()))
 
 
 def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, options: JobOptions,
@@ -277,6 +285,10 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         "pp_unshard_compute_pairs": sum(r["pp_unshard_compute_pairs"] for r in per_rank),
         "pp_unshard_compute_unmatched": sum(r["pp_unshard_compute_unmatched"] for r in per_rank),
         "critical_path": {"steps": len(paths), "segments": path_slices},
+        # Said at the top, as a compact says it: a rank whose events were skipped (a base time
+        # that puts them past int64 ns) is no longer missed in a list of ranks.
+        "events_skipped": sum(r["events_skipped"] for r in per_rank),
+        "skipped_by_reason": _summed(r["skipped_by_reason"] for r in per_rank),
         "per_rank_compaction": per_rank,
         "output_bytes": output.stat().st_size,
     }
@@ -365,11 +377,11 @@ def _saved(prepared: Prepared, snapshot: str) -> str:
     return snapshot
 
 
-def _scratch_failed(path: Path, doing: str, error: OSError) -> CgtraceError:
+def _scratch_failed(path: Path, doing: str, error: OSError) -> NotWritten:
     """The one message for the scratch folder beside the output running out (of space, most often)."""
-    return CgtraceError(f"{path.parent}: cannot {doing} ({error.strerror or error}); free space beside the output "
-                        "(the merge keeps its ranks there between passes) or write the output elsewhere with -o",
-                        io_error=error)
+    return NotWritten(f"{path.parent}: cannot {doing} ({error.strerror or error}); free space beside the output "
+                      "(the merge keeps its ranks there between passes) or write the output elsewhere with -o",
+                      path.parent, error)
 
 
 def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = False) -> tuple[list[list[RankInfo]], str]:
@@ -399,9 +411,21 @@ def _pipelines(infos: list[RankInfo], assume_aligned: bool, partial: bool = Fals
     pipelines = []
     for group in sorted(groups, key=min):
         members = [by_rank[rank] for rank in group if rank in by_rank]
+        _check_agreement(group, members, infos)
         if len(members) >= 2 or not partial:  # a pipeline lacking ranks is named (_broken), not merged
             pipelines.append(members)
     return pipelines, "distributedInfo.pg_config"
+
+
+def _check_agreement(group: tuple[int, ...], members: list[RankInfo], infos: list[RankInfo]) -> None:
+    """Every rank a PP group lists lists that group, in that order: else two ranks disagree on
+    the pipeline (`[1, 0]` against `[0, 1]`), and either order would be a guess."""
+    listing = next(info for info in infos if info.pp_group == group)
+    other = next((member for member in members if member.pp_group and member.pp_group != group), None)
+    if other is not None:
+        raise CgtraceError(f"{other.file}: its PP group {list(other.pp_group or ())} contradicts {listing.file}'s "
+                           f"{list(group)} (distributedInfo.pg_config); the traces disagree on the pipeline: merge "
+                           "one run's traces, or fix their pg_config")
 
 
 @dataclass

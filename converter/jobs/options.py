@@ -28,6 +28,21 @@ PathLike = Union[str, os.PathLike[str]]  # what open() takes, typed
 # the base times; "none" only keeps the base times (no estimate). Here, not in clock.py: the
 # command line lists them without loading the estimate.
 ALIGN_MODES = ("auto", "base-time", "none")
+MAX_TOP = 100_000  # kernels a report or diff lists; SQL's LIMIT takes no more than 2**63 - 1
+MAX_JOBS = 1024  # ranks held at once; far beyond any machine's cores
+
+
+def whole_number(option: str, value: object, low: int, high: int) -> int:
+    """An int option of the API, checked as the command line bounds it: where it stops
+    meaning anything (0 jobs) or fitting (SQL's LIMIT)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise CgtraceError(f"{option}={value!r}: expected a whole number from {low} to {high}")
+    return value
+
+
+def is_percentage(value: object) -> bool:
+    """--fail-above: a percentage, 0 or more (0: any change fails), finite."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf")
 
 
 def job_options(compact: bool, lanes: Optional[LaneRules] = None, *, relane: bool = False, strict: bool = False,
@@ -81,4 +96,6 @@ def workers(jobs: Optional[int], scheduler: Optional[str]) -> ContextManager[Wor
     here: a command on one trace runs no tasks."""
     from .executors import open_workers, scheduler_address
 
+    if jobs is not None:
+        whole_number("jobs", jobs, 1, MAX_JOBS)
     return open_workers(jobs or Tuning.for_this_machine().cores, scheduler_address(scheduler))

@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator, Optional
 
-from ..fileio.atomic import scratch_folder
+from ..errors import CgtraceError
+from ..fileio.atomic import NotWritten, scratch_folder
 from ..lane_rules import LaneRules, load_lane_rules
 from .runner import PROFILER_OUTPUT, JobOptions, default_output_path, run_job
 
@@ -25,5 +26,10 @@ def as_perfetto(path: Path, compact: bool, lanes: Optional[LaneRules] = None) ->
         return
     with scratch_folder("cgtrace-") as folder:
         output = folder / default_output_path(path).name
-        run_job(path, output, JobOptions(compact=compact, lanes=lanes or load_lane_rules(), args_strategy="auto"))
+        try:
+            run_job(path, output, JobOptions(compact=compact, lanes=lanes or load_lane_rules(), args_strategy="auto"))
+        except NotWritten as error:  # the user named no output: the temporary folder is what to free or move
+            raise CgtraceError(f"{path}: cannot make a temporary Perfetto trace of it in {folder.parent} "
+                               f"({error.reason}); free some space there or point "
+                               "TMPDIR at a disk with room", io_error=error.io_error) from None
         yield output

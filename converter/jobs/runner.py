@@ -105,9 +105,7 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
     """convert (or, with `options.compact`, compact) one trace; returns the summary."""
     rules = options.lanes if options.compact else None
     if not options.split_steps:  # which step files it writes is known once it is read (_write_steps)
-        check_output_path(output_path, options.overwrite)
-        if output_path.exists() and input_path.exists() and output_path.samefile(input_path):
-            raise CgtraceError(f"{output_path}: is the input file; choose another output path with -o")
+        check_output_path(output_path, options.overwrite, inputs=[input_path])
     prepared = prepare(input_path, options, rules, written_here=True)
     trace, summary = prepared.trace, prepared.summary
     if options.ends_command:
@@ -218,7 +216,7 @@ def _write_steps(trace: Trace, input_path: Path, output_path: Path, options: Job
         output_path.name.removesuffix(packed).rsplit(".", 1)[0]
     paths = {step: output_path.with_name(f"{stem}_step{step}{suffix}") for step in sorted(ranges)}
     for path in paths.values():
-        check_output_path(path, options.overwrite)
+        check_output_path(path, options.overwrite, inputs=[input_path])
     written, expected = [], {}
     with AtomicFiles(options.overwrite) as files:
         for step, path in paths.items():

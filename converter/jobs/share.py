@@ -40,7 +40,26 @@ import functools, http.server, os, sys, threading, webbrowser
 
 folder = os.path.dirname(os.path.abspath(__file__))
 port = int(sys.argv[sys.argv.index("--port") + 1]) if "--port" in sys.argv else {PORT}
-handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=folder)
+
+
+class OwnHostOnly(http.server.SimpleHTTPRequestHandler):
+    \"\"\"Files only to requests addressed to this server by name: a page of another site whose
+    name was made to point at 127.0.0.1 (DNS rebinding) sends its own name as Host. No
+    folder listings: the bundle's pages link what there is to open.\"\"\"
+
+    def send_head(self):
+        port = self.server.server_address[1]
+        if self.headers.get("Host") not in ("127.0.0.1:%d" % port, "localhost:%d" % port):
+            self.send_error(403)
+            return None
+        return super().send_head()
+
+    def list_directory(self, path):
+        self.send_error(404)
+        return None
+
+
+handler = functools.partial(OwnHostOnly, directory=folder)
 try:
     server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
 except OSError:  # the port is taken: any free one
@@ -94,14 +113,14 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
     directory of rank traces merged first) to `output`: a folder, or a .zip holding one."""
     web_dist = find_web_dist()
     trace, done = viewable(source)
-    target = output or source.with_name(f"{trace.stem}_share")
+    target = output or _beside(source, f"{trace.stem}_share")
     as_zip = target.suffix == ".zip"
-    _check_target(target, overwrite, as_zip)
+    _check_target(target, overwrite, as_zip, source)
     scratch = Path(tempfile.mkdtemp(prefix=".cgtrace-share-", dir=target.parent.absolute()))
     try:
         folder = scratch / (target.stem if as_zip else target.name)
         folder.mkdir()
-        shutil.copytree(web_dist, folder / "ui")
+        shutil.copytree(web_dist, folder / "ui", copy_function=_copy_or_stop)
         shutil.copyfile(trace, folder / trace.name)
         report = build_report(trace, tp_bin=tp_bin, shown_as=trace)
         (folder / "report.html").write_text(render(report, "html"))
@@ -113,7 +132,8 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
                                          f"folder run\n    {SERVE}\nwhich serves the folder at http://127.0.0.1:{PORT}/ "
                                          "and opens it in your browser (Ctrl-C stops).\n")
         _put_in_place(_zipped(folder) if as_zip else folder, target)
-    except OSError as error:
+    except (OSError, _CopyStopped) as failure:
+        error = failure.error if isinstance(failure, _CopyStopped) else failure
         raise CgtraceError(f"{target}: cannot write the bundle ({error.strerror or error}); "
                            "check the space and permissions there, or choose another path with -o") from None
     finally:
@@ -124,10 +144,35 @@ def share(source: Path, output: Optional[Path], overwrite: bool, tp_bin: Optiona
                            f"report; for the trace too run `python3 {folder_named}/open.py`"}
 
 
-def _check_target(target: Path, overwrite: bool, as_zip: bool) -> None:
+class _CopyStopped(Exception):
+    """The first file of the UI that could not be copied: copytree goes on past an OSError and
+    reports every file (a full disk: hundreds), this stops it at the first."""
+
+    def __init__(self, error: OSError):
+        super().__init__(error)
+        self.error = error
+
+
+def _copy_or_stop(source: str, target: str) -> None:
+    try:
+        shutil.copy2(source, target)
+    except OSError as error:
+        raise _CopyStopped(error) from None
+
+
+def _beside(source: Path, name: str) -> Path:
+    """`name` in the folder that holds `source`, also where `source` is `.` or ends in `..`."""
+    if source.name in ("", ".."):
+        source = Path(os.path.abspath(source))
+    if not source.name:
+        raise CgtraceError(f"{source}: has no folder above it to write the bundle in; choose where with -o")
+    return source.with_name(name)
+
+
+def _check_target(target: Path, overwrite: bool, as_zip: bool, source: Path) -> None:
     """A zip is a file like any output; a folder is replaced only if it is an earlier bundle."""
     if as_zip or not target.is_dir():
-        check_output_path(target, overwrite)
+        check_output_path(target, overwrite, inputs=[source])
         return
     if not overwrite:
         raise CgtraceError(f"{target}: already exists; pass --overwrite to replace it or -o to choose another path")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Optional
 
 from ..errors import CgtraceError
+from ..fileio.atomic import NotWritten
 from ..fileio.cache import cache_dir
 from .merge import merge_ranks
 from .rank_files import default_merge_output, find_rank_files
@@ -28,6 +29,9 @@ KEPT = 4  # results view keeps: traces can be gigabytes
 def viewable(path: Path, kept_in: Optional[Path] = None) -> tuple[Path, str]:
     """(the trace to open, what was done to get it, for the user). `kept_in`: where results
     are kept (default: the cache folder's `view/`)."""
+    if not path.exists():
+        dangling = " (a symbolic link to nothing)" if path.is_symlink() else ""
+        raise CgtraceError(f"{path}: no such file{dangling}; check the path and try again")
     if path.is_dir():
         files = find_rank_files([path])
         if not files:
@@ -44,7 +48,10 @@ def viewable(path: Path, kept_in: Optional[Path] = None) -> tuple[Path, str]:
     if output.is_file():
         return output, f"opening {output}, compacted earlier from {path}"
     _make_room(folder)
-    run_job(path, output, JobOptions(compact=True, overwrite=True, args_strategy="auto"))
+    try:
+        run_job(path, output, JobOptions(compact=True, overwrite=True, args_strategy="auto"))
+    except NotWritten as error:
+        raise _not_kept(error) from None
     return output, f"compacted {path} -> {output} (kept for the next view)"
 
 
@@ -53,12 +60,22 @@ def _merged(directory: Path, files: list[Path], folder: Path) -> tuple[Path, str
     if kept:
         return kept[0], f"opening {kept[0]}, merged earlier from {len(files)} rank traces in {directory}"
     _make_room(folder)
-    summary = merge_ranks([directory], lambda group, groups: folder / default_merge_output([directory], group,
+    try:
+        summary = merge_ranks([directory], lambda group, groups: folder / default_merge_output([directory], group,
                                                                                           groups).name,
-                          JobOptions(overwrite=True, args_strategy="auto"))
+                              JobOptions(overwrite=True, args_strategy="auto"))
+    except NotWritten as error:
+        raise _not_kept(error) from None
     outputs = [Path(pipeline["output"]) for pipeline in summary.get("pipelines", [summary])]
     others = f"; the other pipelines are in {', '.join(map(str, outputs[1:]))}" if len(outputs) > 1 else ""
     return outputs[0], f"merged {len(files)} rank traces -> {outputs[0]} (kept for the next view){others}"
+
+
+def _not_kept(error: NotWritten) -> CgtraceError:
+    """A write into the cache folder that failed, worded for it: the user named no output, so
+    the advice is the folder's, not -o."""
+    return CgtraceError(f"{error.folder}: cannot keep the trace view makes here ({error.reason}); free some space there "
+                        "or set XDG_CACHE_HOME to a folder with room", io_error=error.io_error)
 
 
 def _digest(files: list[Path]) -> str:

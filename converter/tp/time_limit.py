@@ -23,6 +23,9 @@ ENV = "CGTRACE_TP_TIMEOUT"
 # per MB of (uncompressed) trace leaves room to spare, and no trace gets less than a minute.
 _SECONDS_PER_BYTE = 1e-6
 _LEAST_SECONDS = 60.0
+# The most $CGTRACE_TP_TIMEOUT may set: a week is no limit in practice, and a timer's wait
+# overflows past about 9e9 s (threading.TIMEOUT_MAX), in every thread that would start one.
+MOST_SECONDS = 7 * 24 * 3600
 
 
 class TimeLimitExceeded(CgtraceError):
@@ -43,8 +46,9 @@ class TimeLimit:
             self.seconds = float(configured)
         except ValueError:
             self.seconds = math.nan
-        if not 0 < self.seconds < math.inf:
-            raise CgtraceError(f"{ENV}={configured}: not a time limit; set it to a number of seconds above 0")
+        if not 0 < self.seconds <= MOST_SECONDS:
+            raise CgtraceError(f"{ENV}={configured}: not a time limit; set it to a number of seconds above 0, "
+                               f"at most {MOST_SECONDS} (a week)")
 
     @contextlib.contextmanager
     def watch(self, stop: Callable[[], None]) -> Iterator[None]:
