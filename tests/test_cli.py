@@ -114,3 +114,21 @@ def test_the_pandas_extra(tmp_path):
     with open_trace(output) as tp:
         frame = tp.query("select name, dur from slice").as_pandas_dataframe()
     assert frame.to_dict("records") == [{"name": "gemm", "dur": 5000}]
+
+
+def test_every_command_takes_q_and_then_says_nothing_on_stderr(tmp_path, capsys):
+    """README: every command takes -q; report, diff and query say nothing on stderr with it."""
+    from converter.cli import _COMMANDS
+
+    for command in _COMMANDS:
+        with pytest.raises(SystemExit) as done, redirect_stdout(io.StringIO()) as shown:
+            main([command, "--help"])
+        assert done.value.code == 0 and "-q, --quiet" in shown.getvalue(), command
+    trace = write_trace(GeneratorConfig(steps=2, graphs_per_step=2, kernels_per_replay=4, seed=2),
+                        tmp_path / "trace.json")
+    capsys.readouterr()
+    for arguments in (["report", trace, "-o", tmp_path / "r.json", "--format", "json"],
+                      ["diff", trace, trace, "-o", tmp_path / "d.json", "--format", "json"],
+                      ["query", trace, "select count(*) from cgtrace_slice"]):
+        assert main([*map(str, arguments), "-q"]) == 0
+        assert capsys.readouterr().err == "", arguments[0]

@@ -14,7 +14,7 @@ from ..fileio.regular import read_small_text
 from ..jobs.stopping import exit_status
 from ..lane_rules import load_lane_rules
 from ..jobs.options import MAX_TOP
-from .options import (QUERY_FILE_LIMIT, add_tp_bin, add_workers_options, int_from, output_path,
+from .options import (QUERY_FILE_LIMIT, add_quiet, add_tp_bin, add_workers_options, int_from, output_path,
                       percentage, port_number, print_summary, say, workers_of)
 
 
@@ -30,6 +30,7 @@ def _add_query(commands: Any) -> None:
                        help="table: keep long cells whole (by default they are cut, marked …, to fit the terminal)")
     add_tp_bin(query)
     add_workers_options(query)
+    add_quiet(query)
     query.set_defaults(run=_run_query)
 
 
@@ -38,6 +39,7 @@ def _add_sql(commands: Any) -> None:
         "sql", help="print the cgtrace_* SQL tables, to paste into the Perfetto UI or any trace_processor",
         description="Print the statements that define cgtrace's SQL tables (cgtrace_slice, cgtrace_track, "
                     "cgtrace_step, ...: docs/cli.md#sql-tables), as `cgtrace query` defines them before a query.")
+    add_quiet(sql)
     sql.set_defaults(run=_run_sql)
 
 
@@ -78,6 +80,7 @@ def _add_view(commands: Any) -> None:
                       help="port on 127.0.0.1 (default 9001, the only one ui.perfetto.dev fetches from)")
     view.add_argument("--offline", action="store_true", help="serve the UI too: no internet needed")
     view.add_argument("--no-browser", action="store_true", help="only print the URL")
+    add_quiet(view)
     view.set_defaults(run=_run_view)
 
 
@@ -89,7 +92,7 @@ def _add_share(commands: Any) -> None:
     share.add_argument("trace", type=Path, metavar="TRACE", help="what view takes: a trace, profiler output, a folder")
     share.add_argument("-o", "--output", type=output_path, metavar="DIR_OR_ZIP", help="default: <trace>_share")
     share.add_argument("--overwrite", action="store_true", help="replace OUT (a folder only if share wrote it)")
-    share.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
+    add_quiet(share)
     add_tp_bin(share)
     share.set_defaults(run=_run_share)
 
@@ -111,6 +114,7 @@ def _add_answer_options(command: Any, top_help: str) -> None:
                               "own lanes always win")
     add_tp_bin(command)
     add_workers_options(command)
+    add_quiet(command)
 
 
 def _run_query(args) -> int:
@@ -211,7 +215,8 @@ def _answer(text: str, args: Any, what: str) -> None:
         return
     with atomic_output(args.output, args.overwrite) as stream:
         stream.write(text.encode())
-    say(f"cgtrace: wrote {args.format} {what} -> {args.output}")
+    if not args.quiet:
+        say(f"cgtrace: wrote {args.format} {what} -> {args.output}")
 
 
 def _run_view(args) -> int:
@@ -219,7 +224,7 @@ def _run_view(args) -> int:
     from ..jobs.viewable import viewable
 
     trace, done = viewable(args.trace)
-    if done:
+    if done and not args.quiet:
         say(f"cgtrace: {done}")
     gc.enable()  # main() turns GC off for conversions; a server runs for hours
     try:

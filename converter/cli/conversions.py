@@ -14,7 +14,7 @@ from typing import Any, Callable
 from ..jobs.options import merge_outputs
 from ..jobs.runner import COMPACTED_TAG, default_output_path, run_job
 from ..lane_rules import DEFAULT_LANES_TOML
-from .options import (EXIT_USAGE, add_lane_options, add_merge_options, add_output_options, add_split_option,
+from .options import (EXIT_USAGE, add_lane_options, add_quiet, add_merge_options, add_output_options, add_split_option,
                       add_workers_options, job_options_of, print_summary, say)
 
 
@@ -65,6 +65,7 @@ def _add_lanes(commands: Any) -> None:
     lanes = commands.add_parser("lanes", help="show the lane rules compact uses",
                                 description="Print the built-in lane rules in the --lanes TOML format.")
     lanes.add_argument("--print-default", action="store_true", help="print the built-in rules")
+    add_quiet(lanes)
     lanes.set_defaults(run=lambda args: _run_lanes(args, lanes))
 
 
@@ -75,6 +76,7 @@ def _add_demo(commands: Any) -> None:
     demo.add_argument("directory", type=Path, nargs="?", default=Path("cgtrace-demo"), metavar="DIR")
     demo.add_argument("--overwrite", action="store_true",
                       help="write into a DIR that holds other files (an earlier demo's DIR needs no flag)")
+    add_quiet(demo)
     demo.set_defaults(run=_run_demo)
 
 
@@ -172,7 +174,7 @@ def _run_demo(args) -> int:
     from ..jobs.demo import run_demo
 
     summary = run_demo(args.directory, overwrite=args.overwrite)
-    print_summary(summary, quiet=False, human=summary.pop("how_to_open"))
+    print_summary(summary, args.quiet, human=summary.pop("how_to_open"))
     return 0
 
 

@@ -59,12 +59,17 @@ def add_output_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--verify", action="store_true",
                          help="reload the output in trace_processor and check it before reporting success")
     add_tp_bin(command)
-    command.add_argument("-q", "--quiet", action="store_true", help="no human summary line on stderr")
+    add_quiet(command)
     cut = command.add_mutually_exclusive_group()
     cut.add_argument("--window", type=parse_window, metavar="START:END",
                      help="keep only what overlaps this window, in ms from the trace start")
     cut.add_argument("--steps", type=parse_steps, metavar="N[-M]",
                      help="keep only ProfilerStep#N (to #M); slices crossing the edge are kept whole")
+
+
+def add_quiet(command: argparse.ArgumentParser) -> None:
+    """-q, which every command takes: no progress and no human line on stderr (errors still are)."""
+    command.add_argument("-q", "--quiet", action="store_true", help="no progress or summary line on stderr")
 
 
 def add_tp_bin(command: argparse.ArgumentParser) -> None:
