@@ -22,7 +22,9 @@ from converter.model import TrackRole
 from .helpers import SHARED_TRACES, compact_file, track_roles
 from .test_critical_path import check_report, path_segments, rank_events, step_windows
 
-GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")  # 2021 traces: capitalised
+KERNELS = ("kernel", "Kernel")
+RUNTIME = ("cuda_runtime", "Runtime")
 KINDS = {"compute", "transfer", "launch", "wait"}
 UNTRACED_ON_THREAD = "untraced time on the thread after "
 
@@ -42,7 +44,7 @@ def last_gpu_ends(events: list, windows: dict[int, tuple[int, int]]) -> dict[int
     runtime call that began in it (the call's `correlation`, which every kernel of a
     cudaGraphLaunch replay shares)."""
     launched_at = {e["args"]["correlation"]: start for e, start, _ in events
-                   if e.get("cat") == "cuda_runtime" and "correlation" in e.get("args", {})}
+                   if e.get("cat") in RUNTIME and "correlation" in e.get("args", {})}
     ends = {}
     for step, (first, last) in windows.items():
         ends[step] = max(end for e, start, end in events if e.get("cat") in GPU_CATEGORIES and end > start
@@ -60,7 +62,7 @@ def check_path(steps: dict[int, list[dict]], events: list) -> None:
         spans.setdefault(e["name"], []).append((start, end))
     kernels_on: dict[tuple, list[tuple[int, int]]] = {}
     for e, start, end in events:
-        if e.get("cat") == "kernel" and end > start:
+        if e.get("cat") in KERNELS and end > start:
             kernels_on.setdefault((e["pid"], e["tid"]), []).append((start, end))
     assert steps and set(steps) <= set(windows)
     for step, segments in steps.items():
@@ -156,9 +158,11 @@ def test_path_only_where_asked(tmp_path):
     assert not [role for role in track_roles(output) if role.role is TrackRole.CRITICAL_PATH]
 
 
-@pytest.mark.parametrize("name", ["hta_cuda_graph_rank0.json.gz", "hta_nccl_a100.json.gz"])
+@pytest.mark.parametrize("name", ["hta_cuda_graph_rank0.json.gz", "hta_nccl_a100.json.gz",
+                                  "kineto_2021_resnet50_old_format.json.gz"])
 def test_real_gpu_traces(tmp_path, name):
-    """Real GPU traces (CUDA graphs; NCCL): a path per step, checked against the input."""
+    """Real GPU traces (CUDA graphs; NCCL; a 2021 trace, its CPU work named Operator and
+    Runtime, its threads' ids text): a path per step, checked against the input."""
     source = SHARED_TRACES / name
     if not source.is_file():
         pytest.skip("../shared/traces is absent")

@@ -50,7 +50,8 @@ from ..model.args import decode_json
 # A segment of a critical path is one of the derived path kinds (wait: nothing of the path ran).
 KINDS = derived.PATH_KINDS  # a node's kind is its index here
 COMPUTE, TRANSFER, LAUNCH, WAIT = KINDS
-_CPU_WORK = ("cpu_op", "cuda_runtime", "cuda_driver")
+_OLD_CATEGORIES = {"Operator": kineto.CPU_OP_CATEGORY, "Runtime": "cuda_runtime"}  # 2021 traces' names for them
+_CPU_WORK = ("cpu_op", "cuda_runtime", "cuda_driver", *_OLD_CATEGORIES)
 # Calls that wait for the GPU or for another stream: time spent waiting, never work.
 _SYNCHRONISATIONS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                                "cudaStreamWaitEvent"})
@@ -337,7 +338,8 @@ def _kinds(trace: Trace, owner: np.ndarray, on_gpu: np.ndarray, launch: np.ndarr
     in_communication = transfer_names[names]
     buffer = np.fromiter((text.startswith(kineto.TRANSFER_BUFFERS) for text in texts), np.bool_, len(texts))[names]
     pairs, pair = np.unique(names.astype(np.int64) * len(texts) + categories, return_inverse=True)
-    computing = np.fromiter((kineto.is_cpu_compute(texts[code // len(texts)], texts[code % len(texts)])
+    computing = np.fromiter((kineto.is_cpu_compute(texts[code // len(texts)],
+                                                   _OLD_CATEGORIES.get(texts[code % len(texts)], texts[code % len(texts)]))
                              for code in pairs.tolist()), np.bool_, len(pairs))[pair]
     in_compute = computing.copy()
     nested = np.flatnonzero(pieces.parent >= 0)
