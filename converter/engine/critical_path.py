@@ -25,7 +25,7 @@ unchanged.
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Sequence
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 import enum
 
@@ -185,8 +185,9 @@ def _walk(graph: _Graph, step: int, first: int, last: int, launched: bool) -> Op
                 segments.append(_gap(graph, node, edge, cursor))
                 cursor = edge.ready
         node = edge.node
-    clipped = (s._replace(start=max(s.start, first)) for s in reversed(segments))
-    return StepPath(step, first, end, tuple(s for s in clipped if s.end > s.start))
+    segments.reverse()  # only the first few can begin before the step (a rank still in the previous one)
+    return StepPath(step, first, end, tuple(s if s.start >= first else s._replace(start=first)
+                                            for s in segments if s.end > max(s.start, first)))
 
 
 def _step_work(graph: _Graph, first: int, last: int, launched: bool) -> np.ndarray:
@@ -266,6 +267,23 @@ def _ready(graph: _Graph, node: int, cursor: int) -> _Edge:
     return best
 
 
+def _level_runs(paths: list[StepPath]) -> Iterator[tuple[int, int, float]]:
+    """Each path's segments as (start, end, counter level), adjacent ones of one level joined:
+    the same levels, in fewer spans for highest_levels to sort."""
+    for path in paths:
+        run: Optional[tuple[int, int, float]] = None
+        for segment in path.segments:
+            level = _LEVELS[segment.kind]
+            if run is not None and run[2] == level and run[1] == segment.start:
+                run = (run[0], segment.end, level)
+                continue
+            if run is not None:
+                yield run
+            run = (segment.start, segment.end, level)
+        if run is not None:
+            yield run
+
+
 def add_path_tracks(root: Trace, parent: Optional[Track], paths: list[StepPath],
                     ranks: Sequence[Optional[RankIdentity]]) -> int:
     """The paths as slices on extra tracks under `parent` (None: at the top): a group, then a
@@ -278,8 +296,7 @@ def add_path_tracks(root: Trace, parent: Optional[Track], paths: list[StepPath],
     # Collapsed, the group's own row draws what the path does, a counter: a row of rows draws nothing.
     group = root.add_track(Track(name=GROUP_NAME, parent=parent, orders_children=True, is_counter=True,
                                  scale=PATH_SCALE))
-    root.counters += [CounterSample(ts, level, group) for ts, level in highest_levels(
-        (segment.start, segment.end, _LEVELS[segment.kind]) for path in paths for segment in path.segments)]
+    root.counters += [CounterSample(ts, level, group) for ts, level in highest_levels(_level_runs(paths))]
     layers: dict[int, list[tuple[Track, int]]] = {}  # position -> its rows and where each row's slices end
     encoder = msgspec.json.Encoder()
     placed: list[tuple[Segment, str, Track, bytes]] = []  # each slice, added at once at the end
