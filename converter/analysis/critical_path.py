@@ -1,6 +1,7 @@
-"""The critical path a merge wrote into its trace (engine/critical_path.py), read back per step.
+"""The critical path a merge (or a compact asked for it) wrote into its trace
+(engine/critical_path.py), read back per step.
 
-The merge keeps each segment as a slice on a track whose role is critical_path, its kind, step
+The trace keeps each segment as a slice on a track whose role is critical_path, its kind, step
 and rank in the slice's args; the report reads them here, so its figures and the trace agree,
 and sums them per step and per rank for the text and HTML summaries.
 """
@@ -16,17 +17,19 @@ Rows = Callable[[str], list[tuple[Any, ...]]]
 
 
 CRITICAL_PATH_DEFINITIONS = {
-    "critical path": "derived, per step of a merge: the chain of work across ranks that set the step "
-                     "time, found by walking back from the step's last work to end, at each piece of work, to "
-                     "the work before it that was ready last (on its thread or stream, its launch, a "
-                     "synchronisation's GPU work, the send whose data a receive waited for, the last rank to "
-                     "start a collective); its segments tile "
+    "critical path": "derived, per step of a merge, or of one trace compacted with --critical-path: the chain "
+                     "of work (across ranks, in a merge) that set the step time, found by walking back from the "
+                     "step's last work to end, at each piece of work, to the work before it that was ready last "
+                     "(on its thread or stream, its launch, a synchronisation's GPU work, the send whose data a "
+                     "receive waited for, the last rank to start a collective); the step's work is what ran "
+                     "inside it and, in one compacted trace, the GPU work its calls launched; its segments tile "
                      "the step from its first rank's ProfilerStep start to that last work's end",
     "path kinds": "compute: a compute lane's GPU work, or a CPU op's own time inside an op that counts as stage "
                   "compute; transfer: communication work, a receive running on from its data's arrival or a "
-                  "collective from its last rank's start, data in flight, a transfer queued on another thread; launch: a CPU call that launched GPU work; "
-                  "wait: a synchronisation, or time nothing traced ran on the path's thread or stream, each "
-                  "named for what it waited for",
+                  "collective from its last rank's start, data in flight, a transfer queued on another thread; "
+                  "launch: a CPU call that launched GPU work; wait: a synchronisation (a call that waits for "
+                  "the GPU, a copy it made that returned only once done among them), or time nothing traced "
+                  "ran on the path's thread or stream, each named for what it waited for",
 }
 
 

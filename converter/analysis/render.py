@@ -66,8 +66,9 @@ def _stages_table(figures: dict) -> Table:
 
 
 def _path_tables(figures: dict) -> list[Table]:
-    """A merge's critical path per step (its length and time per kind), then per step and rank
-    (where it ran, and the work it spent most in); none where the trace has no path."""
+    """The critical path (a merge's, or a compacted trace's) per step: its length and time per
+    kind; then per step and rank, where it ran and the work it spent most in; none where the
+    trace has no path."""
     steps = figures.get("critical_path", [])
     kinds = [f"{kind} ms" for kind in PATH_KINDS]
     return [Table("Critical path (derived): what set each step's time",
@@ -76,11 +77,16 @@ def _path_tables(figures: dict) -> list[Table]:
                    for step in steps], list(range(1, 2 + len(PATH_KINDS)))),
             Table("Critical path per rank: its time there, and the work it spent most in",
                   ["step", "rank", "on path ms"] + kinds + ["most time in"],
-                  [[str(step["step"]), f"rank {rank['pp_rank']} (global {rank['global_rank']})",
-                    ms(rank["on_path_ns"])] + [ms(rank["kinds_ns"][kind]) for kind in PATH_KINDS]
+                  [[str(step["step"]), _path_rank(rank), ms(rank["on_path_ns"])]
+                   + [ms(rank["kinds_ns"][kind]) for kind in PATH_KINDS]
                    + [f"{rank['most']['kind']}: {rank['most']['name']}: {ms(rank['most']['ns'])} ms"]
                    for step in steps for rank in step["ranks"]],
                   list(range(2, 3 + len(PATH_KINDS))), wrap=3 + len(PATH_KINDS))]
+
+
+def _path_rank(rank: dict) -> str:
+    """The rank a path ran on as the report names it; a compacted trace that names no rank is itself."""
+    return "this trace" if rank["global_rank"] is None else f"rank {rank['pp_rank']} (global {rank['global_rank']})"
 
 
 def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
@@ -255,9 +261,9 @@ def _strip(timeline: Timeline, origin: int, scale: float, path: list[dict]) -> s
 
 def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:
     """Per rank, one strip over the steps: PP blocks by kind, RECV and SEND, and the bubble; and
-    where the merge found a critical path, its segments on that rank in a band below. Without PP
+    where the trace holds a critical path, its segments on that rank in a band below. Without PP
     blocks (a CPU-only pipeline, data-parallel ranks) the strips hold the steps and the path alone."""
-    on_rank: dict[int, list[dict]] = {}
+    on_rank: dict[Optional[int], list[dict]] = {}  # None: a compacted trace that names no rank
     for step in critical_path:
         for segment in step["segments"]:
             on_rank.setdefault(segment["pp_rank"], []).append(segment)
@@ -272,10 +278,10 @@ def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:
             f'<span class="key"><svg width="12" height="12"><rect data-path="{kind}" width="12" height="12"/></svg> '
             f'{kind}</span>' for kind, _ in _PATH_COLORS)
     rows = "".join(f'<tr class="rank"><th class="wrap">{html.escape(t.label)}</th>'
-                   f'<td>{_strip(t, origin, scale, on_rank.get(t.pp_rank, []) if t.pp_rank is not None else [])}</td></tr>'
+                   f'<td>{_strip(t, origin, scale, on_rank.get(t.pp_rank, []))}</td></tr>'
                    for t in timelines)
     path_note = (" Below each rank, the step's critical path where it ran on that rank: the chain of compute, "
-                 "launches, transfers and waits, across ranks, that set the step time.") if critical_path else ""
+                 "launches, transfers and waits (across ranks, in a merge) that set the step time.") if critical_path else ""
     what = ("PP blocks by kind (top band), RECV and SEND blocks (middle), the bubble (bottom: no compute lane "
             "busy)." if blocks else "the steps, from the first rank's start (no GPU draws PP blocks here).")
     return (f"<h2>{'Pipeline timeline' if blocks else 'Timeline'}: {ms(end - origin)} ms, steps marked by lines</h2>"
@@ -288,11 +294,10 @@ def _path_timelines(critical_path: list[dict]) -> list[Timeline]:
     ranks: dict[int, Timeline] = {}
     for step in critical_path:
         for rank in step["ranks"]:
-            ranks.setdefault(rank["pp_rank"], Timeline(f"rank {rank['pp_rank']} (global {rank['global_rank']})",
-                                                       [], {}, [], rank["pp_rank"]))
+            ranks.setdefault(rank["pp_rank"], Timeline(_path_rank(rank), [], {}, [], rank["pp_rank"]))
     for timeline in ranks.values():
         timeline.steps += [(str(step["step"]), step["start_ns"], step["end_ns"]) for step in critical_path]
-    return [ranks[rank] for rank in sorted(ranks)]
+    return sorted(ranks.values(), key=lambda timeline: timeline.pp_rank or 0)
 
 
 def render_html(report: Report) -> str:

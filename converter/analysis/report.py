@@ -314,7 +314,7 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
     }
     if pipeline is not None:
         figures["pipeline"] = pipeline
-    if critical:  # a merge wrote its critical path
+    if critical:  # a merge, or a compact asked to, wrote its critical path
         figures["critical_path"] = critical
     if trace.clocks:  # a merge that moved its ranks' clocks
         figures["clocks"] = trace.clocks

@@ -58,9 +58,10 @@ def convert(trace: PathLike, output: Optional[PathLike] = None, *, overwrite: bo
 def compact(trace: PathLike, output: Optional[PathLike] = None, *, lanes: Optional[PathLike] = None,
             relane: bool = False, json: bool = False, overwrite: bool = False, strict: bool = False,
             verify: bool = False, window: Optional[str] = None, steps: Optional[str] = None,
-            split_steps: bool = False) -> CompactSummary:
+            split_steps: bool = False, critical_path: bool = False) -> CompactSummary:
     """`cgtrace compact`: each GPU's streams repacked into a few named lanes; `lanes` is a
-    lane-rules TOML file, `json=True` writes Chrome JSON instead of Perfetto.
+    lane-rules TOML file, `json=True` writes Chrome JSON instead of Perfetto, `critical_path=True`
+    adds each step's critical path.
 
     >>> from converter import compact
     >>> done = compact(folder / "trace.json", steps="1")
@@ -74,7 +75,7 @@ def compact(trace: PathLike, output: Optional[PathLike] = None, *, lanes: Option
     target = Path(output) if output is not None else default_output_path(source, COMPACTED_TAG, output_format)
     options = job_options(True, lane_rules(lanes), relane=relane, strict=strict, window=cut(window, steps),
                           split_steps=split_steps, output_format=output_format, overwrite=overwrite,
-                          verify=verify)
+                          verify=verify, critical_path=critical_path)
     return CompactSummary.of(run_job(_one_trace(source, "compact"), target, options))
 
 

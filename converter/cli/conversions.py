@@ -41,6 +41,9 @@ def _add_compact(commands: Any) -> None:
     add_lane_options(compact)
     compact.add_argument("--format", choices=("perfetto", "json"), default="perfetto",
                          help="json: Chrome JSON (lanes as threads) for JSON-only tools")
+    compact.add_argument("--critical-path", action="store_true",
+                         help="also derive each profiler step's critical path (CPU ops, launches, GPU streams, "
+                              "synchronisations) and write it on rows at the top; about twice the time")
     compact.add_argument("--merge-pp-ranks", action="store_true",
                          help="TRACE is a directory of rank traces: merge them (same as `cgtrace merge`)")
     add_merge_options(compact)

@@ -130,7 +130,8 @@ def job_options_of(args: argparse.Namespace, compact: bool, ends_command: bool =
     return job_options(compact, load_lane_rules(getattr(args, "lanes", None)), strict=args.strict,
                        window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
                        relane=getattr(args, "relane", False), output_format=getattr(args, "format", "perfetto"),
-                       overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command)
+                       overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command,
+                       critical_path=getattr(args, "critical_path", False))
 
 
 

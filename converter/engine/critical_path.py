@@ -1,7 +1,12 @@
-"""The critical path of each step across a merge's ranks: the chain of work that set the step time.
+"""The critical path of each step: the chain of work that set the step time, across a merge's
+ranks or within one compacted trace.
 
-Ranks are joined by a pipeline's arrows or by their collectives (data-parallel ranks). The walk
-starts at the last node to end in the step (across ranks) and goes backwards: at each node it
+A merge's ranks are joined by a pipeline's arrows or by their collectives (data-parallel
+ranks); a trace on its own is one rank. A step's work is what ran inside it (from its first
+rank's ProfilerStep start to its last one's end) and, in a trace on its own, the GPU work its
+CPU calls launched, which runs on after the CPU's step ends where nothing synchronises (a
+merge's step ends with its last rank's). The walk starts at the last node of
+the step's work to end (across ranks; GPU work where the step has any) and goes backwards: at each node it
 takes, of the node's predecessors (work_graph.py: same track, launch, arrival, the last rank to
 start a collective), the one that was ready last, until it reaches the step's start; a rank
 still in the previous step is followed there and cut at the step's start. Where the
@@ -12,15 +17,15 @@ rank (a collective kernel, to its last rank's kernel, from that one's start). So
 tile the path with no gap or overlap, on the merge's one clock. The path is derived: inferred
 from the measured slices, which name no dependency.
 
-The path is written into the merged trace as extra tracks (one per rank, role critical_path
-under one group at the top of the pipeline) whose slices copy the names and times of the
-segments: the measured slices themselves stay where they are, unchanged.
+The path is written into the trace as extra tracks (one per rank, role critical_path, under one
+group: at the top of a merge's pipeline, or at the top of a compacted trace) whose slices copy
+the names and times of the segments: the measured slices themselves stay where they are,
+unchanged.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import NamedTuple, Optional
+from typing import Iterator, NamedTuple, Optional, Sequence
 
 import enum
 
@@ -34,6 +39,7 @@ from .work_graph import COMPUTE, KINDS, LAUNCH, TRANSFER, WAIT, RankWork
 GROUP_NAME = "Critical path (per step)"  # short: a counter's row has less room for its title
 IN_FLIGHT = "in flight"  # a transfer between its send's end and its arrival
 UNTRACED_BEFORE = "untraced: before the rank's first traced work"  # a path that reaches a rank's first node
+UNRANKED_ROW = "this trace"  # the path's row in a trace that names no rank
 _ROWS_PER_RANK = 16  # a rank's rows in the group: its own, then overlap layers
 _LEVELS = {COMPUTE: COMPUTING, TRANSFER: OTHER_WORK, LAUNCH: OTHER_WORK, WAIT: 0.0}  # the group row's counter
 
@@ -48,8 +54,7 @@ class Segment(NamedTuple):
     held_by: str = ""  # how: its data came ("data from"), or its collective's last kernel began ("held up by")
 
 
-@dataclass(frozen=True)
-class StepPath:
+class StepPath(msgspec.Struct, frozen=True):
     step: int
     start: int   # the step's start across ranks (its first ProfilerStep#N)
     end: int     # when the last work of the step ended
@@ -122,24 +127,26 @@ def _previous_on_track(tracks: np.ndarray, starts: np.ndarray, ends: np.ndarray)
 
 
 def critical_paths(ranks: list[RankWork]) -> list[StepPath]:
-    """Each step's critical path, for the steps every rank that names steps names alike."""
+    """Each step's critical path, for the steps every rank that names steps names alike: within
+    one rank's trace, or across several ranks that arrows or collectives join."""
     named = [work.steps for work in ranks if work.steps]
     if not named:
         return []
     graph = _Graph(ranks)
-    if not graph.arrivals:  # no arrow or collective joins the ranks: no path runs across them
+    if len(ranks) > 1 and not graph.arrivals:  # no arrow or collective joins the ranks: no path runs across them
         return []
     steps = sorted(set.intersection(*(set(steps) for steps in named)))
-    return [path for path in (_walk(graph, step, min(s[step][0] for s in named), max(s[step][1] for s in named))
-                              for step in steps) if path is not None]
+    return [path for path in (_walk(graph, step, min(s[step][0] for s in named), max(s[step][1] for s in named),
+                                    launched=len(ranks) == 1) for step in steps) if path is not None]
 
 
-def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]:
-    """The path of the step from `first` to `last`, built backwards from its last work. It
+def _walk(graph: _Graph, step: int, first: int, last: int, launched: bool) -> Optional[StepPath]:
+    """The path of the step from `first` to `last`, built backwards from its last work (with
+    the GPU work its calls `launched`, where asked: _step_work). It
     follows a rank back past `first` where the rank was still in the previous step, and is cut
     there; a rank with nothing before (its first traced work) waits from `first`. A node already
     on the path ends the walk, so it ends on any graph."""
-    inside = np.flatnonzero((graph.start >= first) & (graph.end <= last))
+    inside = _step_work(graph, first, last, launched)
     on_gpu = inside[graph.gpu[inside]]
     if len(on_gpu):  # the GPUs' work sets the step; the CPU's last op often only waits for it
         inside = on_gpu
@@ -178,8 +185,20 @@ def _walk(graph: _Graph, step: int, first: int, last: int) -> Optional[StepPath]
                 segments.append(_gap(graph, node, edge, cursor))
                 cursor = edge.ready
         node = edge.node
-    clipped = (s._replace(start=max(s.start, first)) for s in reversed(segments))
-    return StepPath(step, first, end, tuple(s for s in clipped if s.end > s.start))
+    segments.reverse()  # only the first few can begin before the step (a rank still in the previous one)
+    return StepPath(step, first, end, tuple(s if s.start >= first else s._replace(start=first)
+                                            for s in segments if s.end > max(s.start, first)))
+
+
+def _step_work(graph: _Graph, first: int, last: int, launched: bool) -> np.ndarray:
+    """The nodes of the step from `first` to `last`: those that ran inside it, and where
+    `launched`, the GPU work a call inside it launched (queued by the step, it runs on past a
+    CPU's step end)."""
+    inside = (graph.start >= first) & (graph.end <= last)
+    if launched:
+        launch_start = graph.start[np.maximum(graph.launch, 0)]
+        inside |= (graph.launch >= 0) & (launch_start >= first) & (launch_start < last)
+    return np.flatnonzero(inside)
 
 
 class _Relation(enum.Enum):
@@ -248,10 +267,28 @@ def _ready(graph: _Graph, node: int, cursor: int) -> _Edge:
     return best
 
 
-def add_path_tracks(root: Trace, parent: Track, paths: list[StepPath], ranks: list[RankIdentity]) -> int:
-    """The paths as slices on extra tracks under `parent`: a group, then a row per rank in merge
-    order; each slice's args say its kind, step and rank. A rank's steps overlap where its
-    neighbours' do (a pipeline's ranks start a step at different times), and one row's slices
+def _level_runs(paths: list[StepPath]) -> Iterator[tuple[int, int, float]]:
+    """Each path's segments as (start, end, counter level), adjacent ones of one level joined:
+    the same levels, in fewer spans for highest_levels to sort."""
+    for path in paths:
+        run: Optional[tuple[int, int, float]] = None
+        for segment in path.segments:
+            level = _LEVELS[segment.kind]
+            if run is not None and run[2] == level and run[1] == segment.start:
+                run = (run[0], segment.end, level)
+                continue
+            if run is not None:
+                yield run
+            run = (segment.start, segment.end, level)
+        if run is not None:
+            yield run
+
+
+def add_path_tracks(root: Trace, parent: Optional[Track], paths: list[StepPath],
+                    ranks: Sequence[Optional[RankIdentity]]) -> int:
+    """The paths as slices on extra tracks under `parent` (None: at the top): a group, then a
+    row per rank in merge order; each slice's args say its kind, step and rank (where the trace
+    names one: a trace on its own may name none). A rank's steps overlap where its neighbours' do (a pipeline's ranks start a step at different times), and one row's slices
     must not, so a step that would overlap the row's last goes to a second row of the rank
     (its overlap layer). How many slices."""
     if not paths:
@@ -259,34 +296,38 @@ def add_path_tracks(root: Trace, parent: Track, paths: list[StepPath], ranks: li
     # Collapsed, the group's own row draws what the path does, a counter: a row of rows draws nothing.
     group = root.add_track(Track(name=GROUP_NAME, parent=parent, orders_children=True, is_counter=True,
                                  scale=PATH_SCALE))
-    root.counters += [CounterSample(ts, level, group) for ts, level in highest_levels(
-        (segment.start, segment.end, _LEVELS[segment.kind]) for path in paths for segment in path.segments)]
+    root.counters += [CounterSample(ts, level, group) for ts, level in highest_levels(_level_runs(paths))]
     layers: dict[int, list[tuple[Track, int]]] = {}  # position -> its rows and where each row's slices end
     encoder = msgspec.json.Encoder()
-    count = 0
+    placed: list[tuple[Segment, str, Track, bytes]] = []  # each slice, added at once at the end
     for path in paths:
         by_rank: dict[int, list[Segment]] = {}
         for segment in path.segments:
             by_rank.setdefault(segment.position, []).append(segment)
         for position, segments in by_rank.items():
+            identity = ranks[position]
             rows = layers.setdefault(position, [])
             layer = next((k for k, (_, end) in enumerate(rows) if end <= segments[0].start), len(rows))
             if layer == len(rows):
                 home = rows[0][0] if rows else None
-                rows.append((root.add_track(Track(name=ranks[position].title, parent=group,
+                rows.append((root.add_track(Track(name=identity.title if identity else UNRANKED_ROW, parent=group,
                                                   order=(position + 1) * _ROWS_PER_RANK + layer,
                                                   role=TrackRole.CRITICAL_PATH, home=home, layer=layer)), 0))
             track = rows[layer][0]
             rows[layer] = (track, segments[-1].end)
-            identity = ranks[position]
             for segment in segments:
-                fields = {"kind": segment.kind, "step": path.step, "pp_rank": identity.pp_rank,
-                          "global_rank": identity.global_rank}
+                fields: dict[str, object] = {"kind": segment.kind, "step": path.step}
+                if identity is not None:
+                    fields.update(pp_rank=identity.pp_rank, global_rank=identity.global_rank)
                 name = segment.name
-                if segment.peer >= 0:
-                    fields["from_global_rank"] = ranks[segment.peer].global_rank
-                    name = f"{name}: {segment.held_by} {ranks[segment.peer].title}"
-                root.slices.append(segment.start, segment.end - segment.start, name, derived.CRITICAL_PATH,
-                                   root.args.add(encoder.encode(fields)), track)
-                count += 1
-    return count
+                peer = ranks[segment.peer] if segment.peer >= 0 else None
+                if peer is not None:
+                    fields["from_global_rank"] = peer.global_rank
+                    name = f"{name}: {segment.held_by} {peer.title}"
+                placed.append((segment, name, track, encoder.encode(fields)))
+    starts = np.fromiter((segment.start for segment, _, _, _ in placed), np.int64, len(placed))
+    ends = np.fromiter((segment.end for segment, _, _, _ in placed), np.int64, len(placed))
+    first_args = root.args.add_many([fields for _, _, _, fields in placed])
+    root.slices.extend(starts, ends - starts, [name for _, name, _, _ in placed], [derived.CRITICAL_PATH] * len(placed),
+                       np.arange(first_args, first_args + len(placed)), [track for _, _, track, _ in placed])
+    return len(placed)

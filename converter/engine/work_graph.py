@@ -1,4 +1,5 @@
-"""A merge's work as a dependency graph in columns, for its critical path.
+"""A rank's work as a dependency graph in columns, for its critical path (a merge's, or one
+compacted trace's).
 
 Nodes cover every moment of work, so no time spent inside an op can fall between nodes:
 
@@ -13,8 +14,8 @@ Nodes cover every moment of work, so no time spent inside an op can fall between
 Annotations are containers, not nodes; a synchronisation is a node that waits. Each node's kind
 says what its time is (compute, launch, transfer, wait): a piece inside a communication op is a
 transfer, a piece inside an op the report counts as compute (kineto.is_cpu_compute) is compute.
-Each rank's nodes come from pass two of a merge, on the pipeline's clock, with these edges into
-a node:
+Each rank's nodes come from pass two of a merge, on the pipeline's clock, or from a compacted
+trace on its own, with these edges into a node:
 
 - its same-track predecessor: the node of its stream or thread that ended last before it began;
 - the node of its device (any stream of its GPU, any thread of its rank's CPU) that ended last
@@ -37,28 +38,28 @@ Nothing here moves or changes a slice: the graph is read from the rank's trace.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
 from typing import NamedTuple, Optional
 
+import msgspec
 import numpy as np
 
 from .. import kineto
 from ..model import LaneKind, Trace, Track, TrackRole, derived
 from ..model.args import decode_json
-from .clock import find_collectives
 
 # A segment of a critical path is one of the derived path kinds (wait: nothing of the path ran).
 KINDS = derived.PATH_KINDS  # a node's kind is its index here
 COMPUTE, TRANSFER, LAUNCH, WAIT = KINDS
-_CPU_WORK = ("cpu_op", "cuda_runtime", "cuda_driver")
+_OLD_CATEGORIES = {"Operator": kineto.CPU_OP_CATEGORY, "Runtime": "cuda_runtime"}  # 2021 traces' names for them
+_CPU_WORK = ("cpu_op", "cuda_runtime", "cuda_driver", *_OLD_CATEGORIES)
 # Calls that wait for the GPU or for another stream: time spent waiting, never work.
 _SYNCHRONISATIONS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
                                "cudaStreamWaitEvent"})
 
 
-@dataclass
-class RankWork:
-    """One rank's nodes as columns (index = node), their names, and its ends of cross-rank arrows."""
+class RankWork(msgspec.Struct):
+    """One rank's nodes as columns (index = node), their names, and its ends of cross-rank arrows.
+    (A msgspec Struct, not a dataclass: a one-trace compact builds one, and loads no dataclasses.)"""
 
     start: np.ndarray    # int64 ns, on the pipeline's clock
     end: np.ndarray
@@ -70,12 +71,12 @@ class RankWork:
     device: np.ndarray   # int64: where it ran: a GPU node's GPU (its lanes' container), else the rank's CPU
     waited: np.ndarray   # int64: for a synchronisation, the GPU node it waited for (the last to end in it), else -1
     names: list[str]
-    sends: dict[int, int] = field(default_factory=dict)              # flow id -> sending node
-    arrivals: list[tuple[int, int, int]] = field(default_factory=list)  # (flow id, receiving node, arrival time)
-    steps: dict[int, tuple[int, int]] = field(default_factory=dict)  # ProfilerStep number -> (start, end)
+    sends: dict[int, int] = msgspec.field(default_factory=dict)              # flow id -> sending node
+    arrivals: list[tuple[int, int, int]] = msgspec.field(default_factory=list)  # (flow id, receiving node, arrival time)
+    steps: dict[int, tuple[int, int]] = msgspec.field(default_factory=dict)  # ProfilerStep number -> (start, end)
     # node -> (channel, kind, k): its k-th NCCL collective kernel of a kind on a channel, which
     # every rank in the collective runs as its own k-th (clock.find_collectives' channels)
-    collectives: dict[int, tuple[str, str, int]] = field(default_factory=dict)
+    collectives: dict[int, tuple[str, str, int]] = msgspec.field(default_factory=dict)
 
     def __len__(self) -> int:
         return len(self.start)
@@ -91,8 +92,10 @@ def _lane_kind(track: Track) -> Optional[LaneKind]:
     return group.kind if group is not None else None
 
 
-def rank_work(trace: Trace) -> RankWork:
-    """The rank's work graph, read after its arrow ends are attached (trace.flow_ends)."""
+def rank_work(trace: Trace, with_partners: bool = True) -> RankWork:
+    """The rank's work graph, read after its arrow ends are attached (trace.flow_ends);
+    `with_partners`: key its NCCL collective kernels to match other ranks' (a merge's; a trace
+    on its own has no partners to join, and its compact does not load the clock's machinery)."""
     table = trace.slices
     texts = table.texts
     gpu_category = np.fromiter((text in kineto.GPU_CATEGORIES for text in texts), np.bool_, len(texts))
@@ -129,13 +132,23 @@ def rank_work(trace: Trace) -> RankWork:
     synchronising = np.fromiter((text in _SYNCHRONISATIONS for text in texts), np.bool_, len(texts))[table.name[owner]]
     kind = _kinds(trace, owner, gpu, launch, ops, op_pieces)
     kind[synchronising] = KINDS.index(WAIT)
+    waited = _waited(start, end, gpu, synchronising)
+    copying = np.fromiter((text in kineto.GPU_CATEGORIES and text not in kineto.KERNEL_CATEGORIES
+                           for text in texts), np.bool_, len(texts))[table.cat[owner]] & gpu
+    calls, copies = _blocking_copies(start, end, launch, copying)
+    # Such a call synchronises: it waits, from its start, for its copy and the stream's work
+    # before it; the copy then depends on that work, not on a launch still running.
+    kind[calls] = KINDS.index(WAIT)
+    waited[calls] = copies
+    launch[copies] = -1
     names, name = np.unique(table.name[owner], return_inverse=True)
     work = RankWork(start, end, track, name.astype(np.int64), kind, launch, gpu,
                     np.where(gpu, gpus[table.track[owner]], int(gpus.max(initial=-1)) + 1),
-                    _waited(start, end, gpu, synchronising), [texts[i] for i in names.tolist()])
+                    waited, [texts[i] for i in names.tolist()])
     receiving = np.where(gpu, kind == KINDS.index(TRANSFER), receive_name[table.name[owner]])
     _arrow_ends(trace, work, lanes, work_ids, node_of, receiving)
-    work.collectives = _collectives(trace, work)
+    if with_partners:
+        work.collectives = _collectives(trace, work)
     for slice_ in table.rows(table.named(lambda text: kineto.profiler_step(text) is not None)):
         if slice_.cat not in kineto.GPU_ANNOTATION_CATEGORIES:
             number = kineto.profiler_step(slice_.name)
@@ -292,6 +305,21 @@ def _waited(starts: np.ndarray, ends: np.ndarray, gpu: np.ndarray, synchronising
     return waited
 
 
+def _blocking_copies(starts: np.ndarray, ends: np.ndarray, launch: np.ndarray,
+                     copying: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The CPU calls that waited for a copy or set they launched (cudaMemcpy, or an async one
+    to pageable memory: the call returns once the copy is done, which waits for the work before
+    it on its stream), each with that copy: a call whose copy began after it did and ended
+    before it returned; the last copy to end where it launched several."""
+    copies = np.flatnonzero(copying & (launch >= 0))
+    calls = launch[copies]
+    inside = (starts[calls] < starts[copies]) & (ends[copies] <= ends[calls])
+    copies, calls = copies[inside], calls[inside]
+    order = np.lexsort((ends[copies], calls))
+    last = np.concatenate([calls[order][1:] != calls[order][:-1], [True]]) if len(order) else np.zeros(0, np.bool_)
+    return calls[order][last], copies[order][last]
+
+
 def _kinds(trace: Trace, owner: np.ndarray, on_gpu: np.ndarray, launch: np.ndarray, ops: np.ndarray,
            pieces: _Pieces) -> np.ndarray:
     """Each node's kind. GPU work on a communication lane transfers, other GPU work computes.
@@ -310,7 +338,8 @@ def _kinds(trace: Trace, owner: np.ndarray, on_gpu: np.ndarray, launch: np.ndarr
     in_communication = transfer_names[names]
     buffer = np.fromiter((text.startswith(kineto.TRANSFER_BUFFERS) for text in texts), np.bool_, len(texts))[names]
     pairs, pair = np.unique(names.astype(np.int64) * len(texts) + categories, return_inverse=True)
-    computing = np.fromiter((kineto.is_cpu_compute(texts[code // len(texts)], texts[code % len(texts)])
+    computing = np.fromiter((kineto.is_cpu_compute(texts[code // len(texts)],
+                                                   _OLD_CATEGORIES.get(texts[code % len(texts)], texts[code % len(texts)]))
                              for code in pairs.tolist()), np.bool_, len(pairs))[pair]
     in_compute = computing.copy()
     nested = np.flatnonzero(pieces.parent >= 0)
@@ -342,6 +371,8 @@ def _inherited(flags: np.ndarray, parent: np.ndarray, nested: np.ndarray) -> np.
 def _collectives(trace: Trace, work: RankWork) -> dict[int, tuple[str, str, int]]:
     """The rank's NCCL collective kernels as clock.find_collectives finds them (per channel, in
     issue order), on their nodes: a kernel is the GPU node that ends when it does."""
+    from .clock import find_collectives  # a merge's machinery: a one-trace compact never loads it
+
     on_gpu = np.flatnonzero(work.gpu)
     on_gpu = on_gpu[np.argsort(work.end[on_gpu], kind="stable")]
     found: dict[int, tuple[str, str, int]] = {}

@@ -1,4 +1,5 @@
-"""The one job sequence: read -> window -> compact -> PP arrows -> layout -> write -> verify.
+"""The one job sequence: read -> window -> compact -> PP arrows -> critical path -> layout ->
+write -> verify.
 
 convert and compact run it whole; a merge runs its first half per rank (`prepare`) and
 writes each rank's part itself. Every option combination is checked here, once: a
@@ -48,6 +49,9 @@ class JobOptions(msgspec.Struct, frozen=True):
     compact: bool = False
     lanes: LaneRules = msgspec.field(default_factory=load_lane_rules)  # parsed once, by whoever makes the options
     relane: bool = False  # lane by the rules also where the exporter already laned (kineto.INLINE_LANED)
+    # compact: derive each step's critical path (engine/critical_path.py) and write it on rows of
+    # its own; asked for, as it costs a real trace's compact as much again or more (docs/cli.md#compact)
+    critical_path: bool = False
     strict: bool = False
     window: Optional[Window] = None
     split_steps: bool = False
@@ -113,6 +117,8 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
     if prepared.pp_annotations != NO_PP:
         summary.update(link_rank_local(trace, prepared.blocks))
         summary["flows"] = len(trace.flows)
+    if options.compact and options.critical_path:
+        summary["critical_path"] = _add_critical_path(trace)
     summary["overlaps_moved"] = separate_overlaps(trace, options.tuning)
     summary["tracks"] = len(trace.tracks) + len(trace.processes)
     summary["slices"] = len(trace.slices) - trace.instant_count()
@@ -127,6 +133,17 @@ def run_job(input_path: Path, output_path: Path, options: JobOptions) -> dict[st
         summary["verified"] = verified[output_path]
     summary.update(input=str(input_path), output=str(output_path), output_bytes=output_path.stat().st_size)
     return summary
+
+
+def _add_critical_path(trace: Trace) -> dict[str, int]:
+    """Each step's critical path within the trace, on rows of its own at the top; read before
+    overlaps move, so the work graph's nodes keep their own lane or thread."""
+    from ..engine.critical_path import add_path_tracks, critical_paths  # only a compact that asks loads them
+    from ..engine.work_graph import rank_work
+
+    progress.stage("finding each step's critical path")
+    paths = critical_paths([rank_work(trace, with_partners=False)])
+    return {"steps": len(paths), "segments": add_path_tracks(trace, None, paths, [trace.rank])}
 
 
 def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], written_here: bool = False) -> Prepared:
