@@ -79,7 +79,7 @@ def test_every_question_of_the_cookbook_runs_on_every_trace(traces):
             query(trace, sql)  # exit 0, or the test fails naming the query's error on stderr
 
 
-def test_lane_group_busy_and_compute_per_step_equal_the_report(traces):
+def test_gpu_lane_group_and_step_figures_equal_the_report(traces):
     for name, trace in traces.items():
         figures = report(trace)
         busy: dict[int, Counter] = defaultdict(Counter)
@@ -91,6 +91,8 @@ def test_lane_group_busy_and_compute_per_step_equal_the_report(traces):
         steps = sorted((row["compute_busy_ns"], row["bubble_ns"]) for row in query(trace, question("Compute and bubble")))
         assert steps == sorted((step["compute_busy_ns"], step["bubble_ns"]) for gpu in figures["gpus"]
                                for step in gpu["steps"] if step["compute_busy_ns"]), name
+        gpus = sorted((row["busy_ns"], row["exposed_comm_ns"]) for row in query(trace, question("Busy time and")))
+        assert gpus == sorted((gpu["busy_ns"], gpu["exposed_comm_ns"]) for gpu in figures["gpus"]), name
         kernels = [(row["name"], row["count"], row["total_ns"]) for row in query(trace, question("The kernels"))]
         assert kernels == [(k["name"], k["count"], k["total_ns"]) for k in figures["top_kernels"]], name
 
