@@ -317,3 +317,16 @@ def test_docs_define_each_diff_term_as_the_code_does():
     section = reference.split("<!-- diff definitions", 1)[1].split("<!-- end of diff definitions", 1)[0]
     flat = " ".join(section.split())
     assert all(f"**{term}**: {meaning}." in flat for term, meaning in DIFF_DEFINITIONS.items())
+
+
+def test_the_html_title_tells_two_runs_of_one_name_apart(tmp_path):
+    """Two runs' merges share one file name: the title names each by the folder that differs."""
+    for run, seed in (("runA", 1), ("runB", 2)):
+        (tmp_path / run).mkdir()
+        write_trace(GeneratorConfig(steps=2, graphs_per_step=2, kernels_per_replay=4, seed=seed),
+                    tmp_path / run / "trace.json")
+    out = tmp_path / "diff.html"
+    assert main(["diff", str(tmp_path / "runA" / "trace.json"), str(tmp_path / "runB" / "trace.json"),
+                 "--format", "html", "-o", str(out), "-q"]) == 0
+    [title] = re.findall(r"<title>(.*?)</title>", out.read_text())
+    assert title == escape("cgtrace diff: runA/trace.json -> runB/trace.json")

@@ -23,10 +23,21 @@ def render_diff(diff: dict[str, Any], fmt: str) -> str:
     if fmt == "html":
         lead = [f"<h2>Findings</h2><ul>{''.join(f'<li>{html.escape(line)}</li>' for line in _findings(diff))}</ul>",
                 "<p class=note>Bars: each delta against the largest in its table; blue up, orange down.</p>"]
-        return html_page(f"cgtrace diff: {Path(diff['a']['trace']).name} -> {Path(diff['b']['trace']).name}",
+        return html_page(f"cgtrace diff: {' -> '.join(_told_apart(diff['a']['trace'], diff['b']['trace']))}",
                          _sides(diff), lead, _tables(diff, lambda name: name), diff["definitions"])
     findings = "\nFindings\n" + "".join(f"  - {line}\n" for line in _findings(diff))
     return text_page(f"cgtrace diff: {_sides(diff)}", findings, _tables(diff, short_name), diff["definitions"])
+
+
+def _told_apart(a: str, b: str) -> tuple[str, str]:
+    """A's and B's traces by their names, with as many of their folders as tell them apart
+    (two runs' merges share one name: runA/pp_traces_merged... -> runB/pp_traces_merged...)."""
+    parts_a, parts_b = Path(a).parts, Path(b).parts
+    for depth in range(1, max(len(parts_a), len(parts_b)) + 1):
+        short_a, short_b = Path(*parts_a[-depth:]), Path(*parts_b[-depth:])
+        if short_a != short_b:
+            return str(short_a), str(short_b)
+    return a, b  # one trace against itself
 
 
 def _sides(diff: dict[str, Any]) -> str:
