@@ -77,9 +77,10 @@ def nccl_time_per_step(path: Path) -> dict[str, float]:
 
 
 def gated_beyond(diff: dict, pct: float) -> int:
-    """How many rows --fail-above PCT must name: every gated section's rows changed beyond it."""
-    return sum(abs(row["delta_ns"]) * 100 > pct * row["a_ns"] for key in ("gpus", "lane_groups", "stages")
-               for row in diff[key])
+    """How many rows --fail-above PCT must name: every gated section's rows changed beyond it and
+    beyond the noise floor."""
+    return sum(abs(row["delta_ns"]) * 100 > pct * row["a_ns"] and abs(row["delta_ns"]) > diff["noise_floor_ns"]
+               for key in ("gpus", "lane_groups", "stages") for row in diff[key])
 
 
 def findings(diff: dict) -> dict[str, dict]:
@@ -139,7 +140,8 @@ def test_halved_nccl_reads_as_communication_down_by_half(real_pair, capsys):
     assert all(line.startswith("cgtrace: ") and line.endswith("more than --fail-above 10%") for line in err)
     for row in lanes:
         named = any(f"{row['group']} busy down" in line for line in err)
-        assert named == (row["kind"] == "communication" and abs(row["delta_ns"]) * 100 > 10 * row["a_ns"])
+        assert named == (row["kind"] == "communication" and abs(row["delta_ns"]) * 100 > 10 * row["a_ns"]
+                         and abs(row["delta_ns"]) > diff["noise_floor_ns"])
 
 
 def test_a_trace_against_itself_is_all_zero(real_pair, capsys):
@@ -330,3 +332,17 @@ def test_the_html_title_tells_two_runs_of_one_name_apart(tmp_path):
                  "--format", "html", "-o", str(out), "-q"]) == 0
     [title] = re.findall(r"<title>(.*?)</title>", out.read_text())
     assert title == escape("cgtrace diff: runA/trace.json -> runB/trace.json")
+
+
+def test_a_change_below_the_noise_floor_is_no_finding_and_fails_nothing():
+    """A drain 62% shorter by 26 us in a 15 ms step is jitter (issue 53): under 0.5% of A's mean
+    step it is unchanged and --fail-above passes over it; 2 ms is a finding and fails."""
+    def figures(name, drain_ns, recv_ns):
+        return stage_figures(name, [stage(0, "ProfilerStep#1", compute=5 * MS, drain=drain_ns, recv_wait=recv_ns,
+                                          other=15 * MS - 5 * MS - drain_ns - recv_ns)])
+    diff = diff_reports(figures("a", 42_000, 2 * MS), figures("b", 16_000, 4 * MS))
+    assert diff["noise_floor_ns"] == 75_000
+    found = findings(diff)
+    assert found["stage.drain"]["unchanged"] and found["stage.drain"]["text"].startswith("Stage drain unchanged")
+    assert not found["stage.recv_wait"]["unchanged"]
+    assert [line.split(": ")[1].split(" ")[1] for line in beyond(diff, 50)] == ["recv"]

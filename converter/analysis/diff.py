@@ -18,6 +18,10 @@ from ..model import LaneKind
 from .report import gpu_label
 
 UNCHANGED_PCT = 1.0  # a finding within this percentage of A's figure reads "unchanged"
+# ... or within this share of A's mean step (the noise floor, in ns): a warm-up 3.2% longer by
+# 4 us, a drain 62% shorter by 26 us in a 15 ms step (real torch pipelines profiled twice) is
+# the jitter of a profiled step, not a change.
+NOISE_SHARE = 0.005
 
 # The diff's own terms, each defined once; the report's definitions follow them in the output.
 DIFF_DEFINITIONS = {
@@ -34,9 +38,10 @@ DIFF_DEFINITIONS = {
     "kernel time": "a kernel's time in the window, summed over its slices and GPUs",
     "kind time": "the busy time of a kind's lane groups, summed over them and over GPUs",
     "delta": "B's figure minus A's; change: the delta as a percentage of A's figure (none where A's is 0); "
-             f"unchanged: a change of at most {UNCHANGED_PCT:g}%",
+             f"unchanged: a change of at most {UNCHANGED_PCT:g}%, or of at most {NOISE_SHARE:.1%} of A's mean "
+             "step (the noise floor, noise_floor_ns): a finding must exceed both",
     "fail-above": "--fail-above PCT exits 1 when a gated figure changes by more than PCT percent of A's (one "
-                  "that is 0 in A and not in B, by any PCT): per GPU its step, busy, compute busy and exposed "
+                  "that is 0 in A and not in B, by any PCT) and by more than the noise floor: per GPU its step, busy, compute busy and exposed "
                   "communication, each lane group's busy time, each stage part; single steps and kernels are "
                   "not gated",
 }
@@ -56,10 +61,12 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 10) -> dict[st
         step_rows += _step_rows(gpu_a, gpu_b)
     kernel_rows = _kernel_rows(a, b)
     stage_rows = _stage_rows(a, b, names)
+    steps, _ = _step_figures(gpu_rows, stage_rows)
+    floor = round(NOISE_SHARE * sum(row["a_ns"] for row in steps) / len(steps)) if steps else 0
     return {
         "a": a["input"], "b": b["input"],
-        "definitions": {**DIFF_DEFINITIONS, **a["definitions"]},
-        "findings": _findings(gpu_rows, lane_rows, kernel_rows, stage_rows),
+        "definitions": {**DIFF_DEFINITIONS, **a["definitions"]}, "noise_floor_ns": floor,
+        "findings": _findings(gpu_rows, lane_rows, kernel_rows, stage_rows, floor),
         "gpus": gpu_rows, "lane_groups": lane_rows, "steps": step_rows,
         "kernels": kernel_rows[:max(top, 0)], "stages": stage_rows,
     }
@@ -198,50 +205,60 @@ def _most(rows: list[dict[str, Any]], where: Callable[[dict[str, Any]], str], wo
     return f"; most {word} {most}" if len(deltas) > 1 and deltas[most] else ""
 
 
-def _finding(key: str, subject: str, figures: dict[str, Any], unit: str = " per step", detail: str = "") -> dict:
-    unchanged = abs(figures["delta_ns"]) * 100 <= UNCHANGED_PCT * figures["a_ns"]
-    text = f"{subject[:1].upper()}{subject[1:]} {_movement(figures, unit)}" + ("" if unchanged else detail)
+def _finding(key: str, subject: str, figures: dict[str, Any], floor: int, unit: str = " per step",
+             detail: str = "") -> dict:
+    unchanged = _within_noise(figures, floor)
+    text = f"{subject[:1].upper()}{subject[1:]} {_movement(figures, floor, unit)}" + ("" if unchanged else detail)
     return {"key": key, "subject": subject, "text": text, "unchanged": unchanged, **figures}
 
 
-def _movement(figures: dict[str, Any], unit: str = " per step") -> str:
+def _within_noise(figures: dict[str, Any], floor: int) -> bool:
+    """A change within UNCHANGED_PCT of A's figure, or within the noise floor (ns)."""
+    return abs(figures["delta_ns"]) * 100 <= UNCHANGED_PCT * figures["a_ns"] or abs(figures["delta_ns"]) <= floor
+
+
+def _movement(figures: dict[str, Any], floor: int, unit: str = " per step") -> str:
     """A figure's change in words: "down 48.0% (-3.100 ms per step)", "unchanged (2.000 ms)"."""
     a, delta = figures["a_ns"], figures["delta_ns"]
-    if abs(delta) * 100 <= UNCHANGED_PCT * a:
+    if _within_noise(figures, floor):
         return f"unchanged ({a / 1e6:.3f} ms{unit})"
     if not a:
         return f"up from 0 to {figures['b_ns'] / 1e6:.3f} ms{unit}"
     return f"{'up' if delta > 0 else 'down'} {abs(100 * delta / a):.1f}% ({delta / 1e6:+.3f} ms{unit})"
 
 
+def _step_figures(gpu_rows: list[dict], stage_rows: list[dict]) -> tuple[list[dict], Callable[[dict], str]]:
+    """The step time rows of GPUs, or of the PP ranks of a pipeline without GPUs (CPU-only), and
+    how a row names where it is."""
+    steps = [row for row in gpu_rows if row["figure"] == "step"]
+    return (steps, _on_gpu) if steps else ([row for row in stage_rows if row["part"] == "step"], _on_rank)
+
+
 def _findings(gpu_rows: list[dict], lane_rows: list[dict], kernel_rows: list[dict],
-              stage_rows: list[dict]) -> list[dict[str, Any]]:
+              stage_rows: list[dict], floor: int) -> list[dict[str, Any]]:
     """The headline changes, each under a key CI can gate on: step time, time per lane kind,
-    exposed communication, the kernel that moved most, each stage part."""
+    exposed communication, the kernel that moved most, each stage part; `floor`: the noise floor."""
     found = []
-    # The step time of GPUs, or of the PP ranks of a pipeline without GPUs (CPU-only).
-    steps, place = [row for row in gpu_rows if row["figure"] == "step"], _on_gpu
-    if not steps:
-        steps, place = [row for row in stage_rows if row["part"] == "step"], _on_rank
+    steps, place = _step_figures(gpu_rows, stage_rows)
     if steps:
         total = _summed(steps)
         mean = _compared(total["a_ns"] / len(steps), total["b_ns"] / len(steps))
-        found.append(_finding("step_time", "step time", mean, unit="", detail=_most(steps, place, "on")))
+        found.append(_finding("step_time", "step time", mean, floor, unit="", detail=_most(steps, place, "on")))
     for kind in LaneKind:
         rows = [row for row in lane_rows if row["kind"] == kind.value]
         if rows:
-            found.append(_finding(f"kind.{kind.value}", f"{kind.value} time", _summed(rows),
+            found.append(_finding(f"kind.{kind.value}", f"{kind.value} time", _summed(rows), floor,
                                   detail=_most(rows, lambda row: row["group"])))
     if gpu_rows:
         exposed = [row for row in gpu_rows if row["figure"] == "exposed communication"]
-        found.append(_finding("exposed_communication", "exposed communication", _summed(exposed),
+        found.append(_finding("exposed_communication", "exposed communication", _summed(exposed), floor,
                               detail=_most(exposed, _on_gpu, "on")))
-    kernel = _finding("top_kernel", f"kernel {kernel_rows[0]['name']}", kernel_rows[0]) if kernel_rows else None
+    kernel = _finding("top_kernel", f"kernel {kernel_rows[0]['name']}", kernel_rows[0], floor) if kernel_rows else None
     if kernel and not kernel["unchanged"]:  # the kernel that moved most, where one moved
         found.append(kernel)
     for part in dict.fromkeys(row["part"] for row in stage_rows if row["part"] != "step"):
         rows = [row for row in stage_rows if row["part"] == part]
-        found.append(_finding(f"stage.{part}", f"stage {part.replace('_', ' ')}", _summed(rows),
+        found.append(_finding(f"stage.{part}", f"stage {part.replace('_', ' ')}", _summed(rows), floor,
                               detail=_most(rows, _on_rank, "on")))
     return found
 
@@ -263,6 +280,8 @@ _GATED: tuple[tuple[str, Callable[[dict[str, Any]], str]], ...] = (
 
 
 def beyond(diff: dict[str, Any], pct: float) -> list[str]:
-    """The gated figures that changed by more than `pct` percent of A's, one line each."""
-    return [f"{name(row)} {_movement(row)}" for section, name in _GATED for row in diff[section]
-            if abs(row["delta_ns"]) * 100 > pct * row["a_ns"]]
+    """The gated figures that changed by more than `pct` percent of A's and by more than the
+    noise floor, one line each."""
+    floor = diff["noise_floor_ns"]
+    return [f"{name(row)} {_movement(row, floor)}" for section, name in _GATED for row in diff[section]
+            if abs(row["delta_ns"]) * 100 > pct * row["a_ns"] and abs(row["delta_ns"]) > floor]
