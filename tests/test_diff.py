@@ -346,3 +346,18 @@ def test_a_change_below_the_noise_floor_is_no_finding_and_fails_nothing():
     assert found["stage.drain"]["unchanged"] and found["stage.drain"]["text"].startswith("Stage drain unchanged")
     assert not found["stage.recv_wait"]["unchanged"]
     assert [line.split(": ")[1].split(" ")[1] for line in beyond(diff, 50)] == ["recv"]
+
+
+def test_different_schedules_are_warned_of_before_their_stage_parts():
+    """1F1B against an interleaved schedule bounds a stage's warm-up and drain differently: the
+    diff says so first, naming the rank's stages and compute actions on each side (issue 53)."""
+    def run(name, stages, per_step):
+        row = stage(0, "ProfilerStep#1", compute=5 * MS, warmup=1 * MS)
+        row["actions"] = [{"action": "F", "stage": stages[i % len(stages)], "microbatch": i, "start_ns": 0,
+                           "compute_ns": 1} for i in range(per_step)]
+        return stage_figures(name, [row])
+    one = run("a", [0], 8)
+    assert diff_reports(one, run("b", [0], 8))["warnings"] == []
+    [warning] = diff_reports(one, run("b", [0, 2], 16))["warnings"]
+    assert warning.startswith("PP rank 0 (global 4) runs a different schedule in B: stages [0] with 8 compute "
+                              "actions per step in A, [0, 2] with 16 in B")

@@ -66,6 +66,7 @@ def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 10) -> dict[st
     return {
         "a": a["input"], "b": b["input"],
         "definitions": {**DIFF_DEFINITIONS, **a["definitions"]}, "noise_floor_ns": floor,
+        "warnings": _schedule_warnings(a, b),
         "findings": _findings(gpu_rows, lane_rows, kernel_rows, stage_rows, floor),
         "gpus": gpu_rows, "lane_groups": lane_rows, "steps": step_rows,
         "kernels": kernel_rows[:max(top, 0)], "stages": stage_rows,
@@ -159,6 +160,32 @@ def _kernel_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     rows = [{"name": name, **_compared(totals_a.get(name, 0), totals_b.get(name, 0))}
             for name in {**totals_a, **totals_b}]
     return sorted((row for row in rows if row["delta_ns"]), key=lambda row: (-abs(row["delta_ns"]), row["name"]))
+
+
+def _schedule(figures: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], float]]:
+    """Per rank (its title), the stages its compute actions name and how many it runs per step:
+    what bounds a stage's warm-up and drain."""
+    by_rank: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for row in figures.get("pipeline", {}).get("stages", []):
+        by_rank[row["rank"]].append(row)
+    return {rank: (tuple(sorted({action["stage"] for row in rows for action in row.get("actions", [])
+                                 if action["stage"] is not None})),
+                   sum(len(row.get("actions", [])) for row in rows) / len(rows)) for rank, rows in by_rank.items()}
+
+
+def _schedule_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+    """Where A and B run different schedules (stages per rank, compute actions per step), their
+    warm-up, drain and receive waits are bounded differently: a change there is no like for like."""
+    schedule_a, schedule_b = _schedule(a), _schedule(b)
+    warnings = []
+    for rank in schedule_a.keys() & schedule_b.keys():
+        (stages_a, actions_a), (stages_b, actions_b) = schedule_a[rank], schedule_b[rank]
+        if stages_a != stages_b or actions_a != actions_b:
+            warnings.append(f"{rank} runs a different schedule in B: stages {list(stages_a)} with {actions_a:g} "
+                            f"compute actions per step in A, {list(stages_b)} with {actions_b:g} in B; its "
+                            "warm-up, drain and receive waits are bounded differently, so their changes are no "
+                            "like-for-like comparison")
+    return sorted(warnings)
 
 
 def _stage_means(figures: dict[str, Any]) -> dict[int, tuple[int, dict[str, float]]]:

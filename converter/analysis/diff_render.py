@@ -46,8 +46,10 @@ def _sides(diff: dict[str, Any]) -> str:
 
 
 def _findings(diff: dict[str, Any]) -> list[str]:
-    """Each change on a line of its own, then what did not change on one line."""
-    changed = [finding["text"] for finding in diff["findings"] if not finding["unchanged"]]
+    """Warnings first (A and B not alike), each change on a line of its own, then what did not
+    change on one line."""
+    changed = [f"Warning: {warning}" for warning in diff.get("warnings", [])]
+    changed += [finding["text"] for finding in diff["findings"] if not finding["unchanged"]]
     same = [finding["subject"] for finding in diff["findings"] if finding["unchanged"]]
     return changed + ([f"Unchanged: {', '.join(same)}"] if same else []) or [
         "Nothing to compare: neither trace has GPU slices or pipeline stages"]
