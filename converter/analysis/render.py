@@ -288,15 +288,20 @@ def _timeline(timelines: list[Timeline], critical_path: list[dict]) -> str:
             f"<p class=note>Each rank: {what}{path_note}</p><p>{key}</p><table class=timeline>{rows}</table>")
 
 
-def _path_timelines(critical_path: list[dict]) -> list[Timeline]:
-    """Where no GPU draws PP blocks (a CPU-only pipeline, data-parallel ranks), a strip per rank
-    the critical path ran on, its steps marked, for the path to be drawn under."""
+def _rank_timelines(figures: dict) -> list[Timeline]:
+    """Where no GPU draws PP blocks (a CPU-only pipeline, data-parallel ranks), a strip per rank:
+    every pipeline stage with its own steps marked, and any other rank the critical path ran on,
+    the path's steps marked, for the path to be drawn under."""
     ranks: dict[int, Timeline] = {}
-    for step in critical_path:
+    for row in figures.get("pipeline", {}).get("stages", []):
+        ranks.setdefault(row["pp_rank"], Timeline(row["rank"], [], {}, [], row["pp_rank"])).steps.append(
+            (row["step"], row["start_ns"], row["start_ns"] + row["step_ns"]))
+    path = figures.get("critical_path", [])
+    for step in path:
         for rank in step["ranks"]:
-            ranks.setdefault(rank["pp_rank"], Timeline(_path_rank(rank), [], {}, [], rank["pp_rank"]))
-    for timeline in ranks.values():
-        timeline.steps += [(str(step["step"]), step["start_ns"], step["end_ns"]) for step in critical_path]
+            if rank["pp_rank"] not in ranks:
+                ranks[rank["pp_rank"]] = Timeline(_path_rank(rank), [(str(s["step"]), s["start_ns"], s["end_ns"])
+                                                                       for s in path], {}, [], rank["pp_rank"])
     return sorted(ranks.values(), key=lambda timeline: timeline.pp_rank or 0)
 
 
@@ -309,7 +314,7 @@ def render_html(report: Report) -> str:
                                    if findings else "<p>Nothing stands out.</p>")]
     if not figures["gpus"]:
         lead.append(f"<p>{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}</p>")
-    timelines = report.timelines or _path_timelines(figures.get("critical_path", []))
+    timelines = report.timelines or (_rank_timelines(figures) if figures.get("critical_path") else [])
     if timelines:
         lead.append(_timeline(timelines, figures.get("critical_path", [])))
     return html_page(f"cgtrace report: {Path(source['trace']).name}",
