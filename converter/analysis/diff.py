@@ -14,6 +14,7 @@ from collections import defaultdict
 from typing import Any, Callable, Hashable, Iterable, NamedTuple, Optional
 
 from ..errors import CgtraceError
+from ..kineto import MAX_RANK
 from ..model import LaneKind
 from .report import gpu_label
 
@@ -62,6 +63,15 @@ class Side(NamedTuple):
 
     rank: Optional[int] = None
     gpu: Optional[int] = None
+
+    @classmethod
+    def checked(cls, side: str, rank: object = None, gpu: object = None) -> "Side":
+        """A side as the Python API gives it (`a_rank=...`), bounded as the command line bounds it."""
+        def bounded(what: str, value: object) -> Optional[int]:
+            if value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RANK):
+                return value
+            raise CgtraceError(f"{side}_{what}={value!r}: expected a whole number from 0 to {MAX_RANK}")
+        return cls(bounded("rank", rank), bounded("gpu", gpu))
 
     def named(self) -> str:
         return ", ".join(f"{what} {value}" for what, value in (("rank", self.rank), ("GPU index", self.gpu))

@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..errors import CgtraceError
-from ..kineto import MAX_RANK
 from ..jobs.options import (MAX_TOP, PathLike, cut, job_options, lane_rules, merge_outputs, rank_list, whole_number,
                             workers)
 from .handler import ChromeTraceExporter, TraceHandler
@@ -144,10 +143,7 @@ def diff(a: PathLike, b: PathLike, *, top: int = 10, lanes: Optional[PathLike] =
     from ..jobs.diff_pair import diff_traces
 
     whole_number("top", top, 0, MAX_TOP)
-    for name, value in (("a_rank", a_rank), ("b_rank", b_rank), ("a_gpu", a_gpu), ("b_gpu", b_gpu)):
-        if value is not None:
-            whole_number(name, value, 0, MAX_RANK)
-    sides = (Side(a_rank, a_gpu), Side(b_rank, b_gpu))
+    sides = (Side.checked("a", a_rank, a_gpu), Side.checked("b", b_rank, b_gpu))
     with workers(jobs, scheduler) as where:
         return DiffSummary.of(diff_traces(Path(a), Path(b), where, tp_bin, lane_rules(lanes), top, sides))
 
