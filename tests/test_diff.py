@@ -477,3 +477,24 @@ def test_rank_not_in_a_trace_is_refused_before_it_is_measured(capsys, hta_pair, 
 
     with pytest.raises(CgtraceError, match="holds rank 1 of 2"):
         converter.diff(hta_pair[0], hta_pair[1], a_rank=3, b_rank=0)
+
+
+def test_a_run_against_itself_with_its_rank_chosen_is_all_zero_through_every_op(capsys, hta_pair):
+    """The control against itself, rank 3 chosen on both sides: every op matched, none apart."""
+    status, out, err = run_diff(capsys, hta_pair[0], hta_pair[0], "--a-rank", 3, "--b-rank", 3, "--format", "json",
+                                "--top", 100_000, "--fail-above", 0)
+    assert status == 0 and err == []
+    diff = json.loads(out)
+    assert_all_zero(diff)
+    ops, no_launch, no_op = kernels_by_op(hta_pair[0])
+    assert {row["op"]: row["a_kernels"] for row in diff["kernels_by_op"]} == {op: n for op, (n, _) in ops.items()}
+    assert no_launch[0] == no_op[0] == 0
+
+
+def test_a_gpu_index_not_in_a_trace_is_refused_naming_its_gpus(capsys):
+    """--a-gpu is checked against the GPUs the trace has once measured: one line naming them."""
+    if not REAL.is_file():
+        pytest.skip("../shared/traces is absent")
+    status, out, err = run_diff(capsys, REAL, REAL, "--a-gpu", 99)
+    assert status == 2 and out == "" and len(err) == 1
+    assert f"{REAL}: has no GPU of GPU index 99; it has GPU " in err[0]

@@ -149,7 +149,7 @@ def _gpu_pairs(a: list[dict[str, Any]], b: list[dict[str, Any]], names: tuple[st
         if len(a) == len(b) == 1:
             return [(_identity(a[0]), a[0], b[0])]
         raise CgtraceError(f"{names[0]} against {names[1]}: the chosen GPUs ({len(a)} against {len(b)}) are not "
-                           "the same ones; choose one GPU a side with --a-gpu and --b-gpu")
+                           "the same ones; choose one GPU a side (--a-rank and --b-rank, --a-gpu and --b-gpu)")
     labels = {_identity(gpu): gpu_label(gpu) for gpu in a + b}
     return _pairs({_identity(gpu): gpu for gpu in a}, {_identity(gpu): gpu for gpu in b}, labels.__getitem__, names)
 
