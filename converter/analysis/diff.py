@@ -34,9 +34,9 @@ DIFF_DEFINITIONS = {
               "against rank 1 of another) one GPU a side is compared with the other, as is one PP rank's stages; "
               "kernels by name still cover every GPU of each trace",
     "op match": "each GPU's kernel time per step under the op that launched it (the report's kernels by op) "
-                     "on both sides, matched by the op's name, so kernels that differ by name (another GPU or "
-                     "library) compare through the op that launched them; unmatched: ops on one side only, and "
-                     "each side's kernels with no launch arrow or no op around their launch",
+                "on both sides, matched by the op's name, so kernels that differ by name (another GPU or "
+                "library) compare through the op that launched them; unmatched: ops on one side only, and "
+                "each side's kernels with no launch arrow or no op around their launch",
     "per step": "every figure but a single step's is a mean per step: its total over the window divided by the "
                 "GPU's steps in it (an active span counts as one); kernel and stage totals are divided by the "
                 "steps of their trace (mean over its GPUs) and of their PP rank",

@@ -44,11 +44,10 @@ DEFINITIONS: dict[str, str] = {
                   "so they do not add up to the step",
     "top kernels": "kernels by their total time in the window; count is the kernels that overlap it",
     "kernels by op": "per GPU, kernel time in the window under the op that launched each kernel: the innermost "
-                     "cpu_op or user_annotation (a ProfilerStep#N span is a step, not an op; of ops with one span, the "
-                     "last by name, as cgtrace nests them) around the CPU call "
-                     "its launch arrow comes from (Kineto's ac2g flow, by correlation id, from cudaLaunchKernel or "
-                     "cudaGraphLaunch); kernels with no launch arrow, and those whose launch no op encloses, are "
-                     "counted apart",
+                     "cpu_op or user_annotation (a ProfilerStep#N span is a step, not an op; of ops with one "
+                     "span, the last by name, as cgtrace nests them) around the CPU call its launch arrow comes "
+                     "from (Kineto's ac2g flow, by correlation id, from cudaLaunchKernel or cudaGraphLaunch); "
+                     "kernels with no launch arrow, and those whose launch no op encloses, are counted apart",
     "kind": "what a lane group counts as (compute, communication, memory, other): the lane rules' `kind`, "
             "kept in the track roles of a trace cgtrace compacted",
     **ANATOMY_DEFINITIONS,
