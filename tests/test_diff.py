@@ -444,6 +444,8 @@ def test_runs_that_differ_compare_chosen_ranks_through_launching_ops(capsys, hta
     diff = json.loads(out)
     assert (diff["a"]["rank"], diff["b"]["rank"]) == (3, 1)
     assert [(row["global_rank"], row["figure"]) for row in diff["gpus"]][0] == (3, "step")
+    assert {(row["gpu"], row["b_gpu"]) for row in diff["gpus"] + diff["lane_groups"] + diff["steps"]} == {
+        ("GPU 3, rank 3 (global 3)", "GPU 1, rank 1 (global 1)")}
     expected = [kernels_by_op(path) for path in hta_pair]
     (ops_a, no_launch_a, no_op_a), (ops_b, no_launch_b, no_op_b) = expected
     rows = {row["op"]: row for row in diff["kernels_by_op"]}

@@ -165,9 +165,10 @@ def _pairs(a: dict[Any, Any], b: dict[Any, Any], what: Callable[[Any], str],
     return [(key, a[key], b[key]) for key in a]
 
 
-def _gpu_fields(gpu: dict[str, Any]) -> dict[str, Any]:
-    return {"gpu": gpu_label(gpu), "pp_rank": gpu["pp_rank"], "global_rank": gpu["global_rank"],
-            "device": gpu["device"]}
+def _gpu_fields(gpu: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """A's GPU as its row names it, and B's (another GPU where they were chosen)."""
+    return {"gpu": gpu_label(gpu), "b_gpu": gpu_label(b), "pp_rank": gpu["pp_rank"],
+            "global_rank": gpu["global_rank"], "device": gpu["device"]}
 
 
 # -- figures -------------------------------------------------------------------------------------
@@ -183,7 +184,7 @@ _POINTS_IN_TIME = {"start_ns", "end_ns"}  # a stage row's fields that are no dur
 
 def _gpu_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     counts = {"a_steps": len(a["steps"]), "b_steps": len(b["steps"])}
-    return [{**_gpu_fields(a), "figure": figure, **counts,
+    return [{**_gpu_fields(a, b), "figure": figure, **counts,
              **_compared(total(a) / len(a["steps"]), total(b) / len(b["steps"]))} for figure, total in _GPU_FIGURES]
 
 
@@ -194,13 +195,13 @@ def _lane_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     for group in {**groups_a, **groups_b}:
         busy_a, busy_b = (groups[group]["busy_ns"] / len(gpu["steps"]) if group in groups else 0
                           for groups, gpu in ((groups_a, a), (groups_b, b)))
-        rows.append({**_gpu_fields(a), "group": group, "kind": (groups_a.get(group) or groups_b[group])["kind"],
+        rows.append({**_gpu_fields(a, b), "group": group, "kind": (groups_a.get(group) or groups_b[group])["kind"],
                      **_compared(busy_a, busy_b)})
     return rows
 
 
 def _step_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{**_gpu_fields(a), "index": index, "a_step": step_a["step"], "b_step": step_b["step"], "figure": figure,
+    return [{**_gpu_fields(a, b), "index": index, "a_step": step_a["step"], "b_step": step_b["step"], "figure": figure,
              **_compared(step_a[key], step_b[key])}
             for index, (step_a, step_b) in enumerate(zip(a["steps"], b["steps"]), 1) for figure, key in _STEP_FIGURES]
 

@@ -74,13 +74,14 @@ def _table(title: str, columns: list[str], rows: list[dict[str, Any]],
 
 def _tables(diff: dict[str, Any], kernel_name: Callable[[str], str]) -> list[Table]:
     return [
-        _table("GPUs: mean per step", ["gpu", "figure"], diff["gpus"], lambda row: [row["gpu"], row["figure"]]),
+        _table("GPUs: mean per step", ["gpu", "figure"], diff["gpus"],
+               lambda row: [_pair(row["gpu"], row["b_gpu"]), row["figure"]]),
         _table("Lane groups: busy per step", ["gpu", "lane group", "kind"], diff["lane_groups"],
-               lambda row: [row["gpu"], row["group"], row["kind"]]),
+               lambda row: [_pair(row["gpu"], row["b_gpu"]), row["group"], row["kind"]]),
         _table("Pipeline stages: each part per step", ["rank", "part"], diff["stages"],
                lambda row: [row["rank"], row["part"].replace("_", " ")]),
         _table("Steps, matched by order", ["gpu", "step (A / B)", "figure"], diff["steps"],
-               lambda row: [row["gpu"], f"{row['a_step']} / {row['b_step']}", row["figure"]]),
+               lambda row: [_pair(row["gpu"], row["b_gpu"]), f"{row['a_step']} / {row['b_step']}", row["figure"]]),
         _table("Kernels: largest changes in time per step", ["kernel"], diff["kernels"],
                lambda row: [kernel_name(row["name"])]),
         _table("Kernels by launching op: largest changes in time per step", ["gpu (A / B)", "op", "kernels A / B"],
