@@ -91,6 +91,10 @@ def assert_all_zero(diff: dict) -> None:
     for section in ("gpus", "lane_groups", "steps", "stages"):
         assert all(row["delta_ns"] == 0 and row["a_ns"] == row["b_ns"] for row in diff[section]), section
     assert diff["kernels"] == []   # only kernels whose time changed are listed
+    assert all(row["delta_ns"] == 0 and row["a_kernels"] == row["b_kernels"] for row in diff["kernels_by_op"])
+    for apart in diff["unmatched"]:
+        assert apart["a_only_ops"] == apart["b_only_ops"] == []
+        assert apart["a_no_launch"] == apart["b_no_launch"] and apart["a_no_op"] == apart["b_no_op"]
     assert all(finding["unchanged"] and finding["delta_ns"] == 0 for finding in diff["findings"])
 
 
@@ -361,3 +365,159 @@ def test_different_schedules_are_warned_of_before_their_stage_parts():
     [warning] = diff_reports(one, run("b", [0, 2], 16))["warnings"]
     assert warning.startswith("PP rank 0 (global 4) runs a different schedule in B: stages [0] with 8 compute "
                               "actions per step in A, [0, 2] with 16 in B")
+
+
+# -- runs that differ: ranks chosen, kernels matched through their launching op ------------------
+HTA_CONTROL = SHARED_TRACES / "hta_trace_diff_control_a100.json.gz"   # A100, rank 3 of 8
+HTA_TEST = SHARED_TRACES / "hta_cuda_graph_big_graphs_v100.json.gz"   # V100, rank 1 of 2
+OP_CATEGORIES = {"cpu_op", "user_annotation"}
+
+
+def kernels_by_op(path: Path) -> tuple[dict[str, tuple[int, float]], tuple[int, float], tuple[int, float]]:
+    """From the JSON alone, as Kineto links them: each kernel (by its correlation id) to the CPU
+    call that launched it, and that call to the innermost cpu_op or user_annotation on its thread
+    around it (ProfilerStep#N spans are steps); each kernel's time inside the ProfilerStep spans,
+    per step. Returns ({op: (kernels, ns per step)}, (kernels, ns) with no launch, and with no op)."""
+    header, events = load_events(path)
+    base = header.get("baseTimeNanoseconds", 0)
+    complete = [e for e in events if e.get("ph") == "X"]
+    steps = [(base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e["dur"])) for e in complete
+             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    correlated = {e["args"]["correlation"]: e for e in complete
+                  if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    ops_by_thread: dict[tuple, list[dict]] = {}
+    for event in complete:
+        if event.get("cat") in OP_CATEGORIES and not event["name"].startswith("ProfilerStep#"):
+            ops_by_thread.setdefault((event["pid"], event["tid"]), []).append(event)
+    op_of_launch = {}
+    for key, ops in ops_by_thread.items():
+        # A sweep in start order, the longer first at one start and, of ops with one span, the
+        # first by name outside (the definition's tie rule): the open ops form a stack, innermost
+        # on top; a launch's op is the topmost that lasts past the launch's end.
+        launches = [e for e in correlated.values() if (e["pid"], e["tid"]) == key]
+        items = sorted([(to_ns(e["ts"]), 0, -to_ns(e["dur"]), e["name"], e) for e in ops]
+                       + [(to_ns(e["ts"]), 1, -to_ns(e["dur"]), e["name"], e) for e in launches],
+                       key=lambda item: item[:4])
+        stack: list[tuple[int, str]] = []
+        for start, is_launch, minus_dur, _, event in items:
+            while stack and stack[-1][0] <= start:   # ops over by now
+                stack.pop()
+            if is_launch:
+                end = start - minus_dur
+                op_of_launch[id(event)] = next((name for stop, name in reversed(stack) if stop >= end), None)
+            else:
+                stack.append((start - minus_dur, event["name"]))
+    totals: dict[str, list] = {}
+    no_launch, no_op = [0, 0], [0, 0]
+    for event in complete:
+        if event.get("cat") not in KERNEL or to_ns(event["dur"]) <= 0:
+            continue
+        start = base + to_ns(event["ts"])
+        end = start + to_ns(event["dur"])
+        inside = sum(max(0, min(end, stop) - max(start, begin)) for begin, stop in steps)
+        if inside <= 0:
+            continue
+        launch = correlated.get(event.get("args", {}).get("correlation"))
+        op = op_of_launch.get(id(launch)) if launch is not None else None
+        found = totals.setdefault(op, [0, 0]) if op is not None else no_launch if launch is None else no_op
+        found[0] += 1
+        found[1] += inside
+    per_step = len(steps)
+    return ({op: (kernels, total / per_step) for op, (kernels, total) in totals.items()},
+            (no_launch[0], no_launch[1] / per_step), (no_op[0], no_op[1] / per_step))
+
+
+@pytest.fixture(scope="module")
+def hta_pair() -> tuple[Path, Path]:
+    if not (HTA_CONTROL.is_file() and HTA_TEST.is_file()):
+        pytest.skip("../shared/traces with HTA's control/test pair is absent")
+    return HTA_CONTROL, HTA_TEST
+
+
+def test_runs_that_differ_compare_chosen_ranks_through_launching_ops(capsys, hta_pair):
+    """HTA's control (A100, rank 3) against its test (V100, rank 1): their kernels differ by
+    name, so they are matched through the op that launched them; every per-op figure agrees with
+    the JSON read plainly, and what could not be matched is listed."""
+    status, out, err = run_diff(capsys, *hta_pair, "--a-rank", 3, "--b-rank", 1, "--format", "json",
+                                "--top", 100_000)
+    assert status == 0, err
+    diff = json.loads(out)
+    assert (diff["a"]["rank"], diff["b"]["rank"]) == (3, 1)
+    assert [(row["global_rank"], row["figure"]) for row in diff["gpus"]][0] == (3, "step")
+    assert {(row["gpu"], row["b_gpu"]) for row in diff["gpus"] + diff["lane_groups"] + diff["steps"]} == {
+        ("GPU 3, rank 3 (global 3)", "GPU 1, rank 1 (global 1)")}
+    expected = [kernels_by_op(path) for path in hta_pair]
+    (ops_a, no_launch_a, no_op_a), (ops_b, no_launch_b, no_op_b) = expected
+    rows = {row["op"]: row for row in diff["kernels_by_op"]}
+    assert set(rows) == ops_a.keys() & ops_b.keys() and len(rows) > 20
+    for op, row in rows.items():
+        assert (row["a_kernels"], row["b_kernels"]) == (ops_a[op][0], ops_b[op][0]), op
+        assert (row["a_ns"], row["b_ns"]) == (round(ops_a[op][1]), round(ops_b[op][1])), op
+    [apart] = diff["unmatched"]
+    for side, ops, other, no_launch, no_op in (("a", ops_a, ops_b, no_launch_a, no_op_a),
+                                               ("b", ops_b, ops_a, no_launch_b, no_op_b)):
+        assert {row["op"]: (row["kernels"], row["ns"]) for row in apart[f"{side}_only_ops"]} == {
+            op: (kernels, round(ns)) for op, (kernels, ns) in ops.items() if op not in other}
+        assert (apart[f"{side}_no_launch"]["kernels"], apart[f"{side}_no_launch"]["ns"]) == (no_launch[0],
+                                                                                             round(no_launch[1]))
+        assert (apart[f"{side}_no_op"]["kernels"], apart[f"{side}_no_op"]["ns"]) == (no_op[0], round(no_op[1]))
+    assert no_launch_b[0] > 0   # the V100 run has kernels no launch record names: listed, not dropped
+    status, text, _ = run_diff(capsys, *hta_pair, "--a-rank", 3, "--b-rank", 1, "--top", 3)
+    assert status == 0 and "Kernels by launching op" in text and "kernels with no launch arrow" in text
+
+
+def test_rank_not_in_a_trace_is_refused_before_it_is_measured(capsys, hta_pair, tmp_path):
+    """A rank the header does not record is refused in one line that names the trace and its
+    ranks, before either trace is read: B here is no trace at all, and is never opened."""
+    not_a_trace = tmp_path / "b.json"
+    not_a_trace.write_text("not a trace")
+    status, out, err = run_diff(capsys, hta_pair[0], not_a_trace, "--a-rank", 1)
+    assert status == 2 and out == "" and len(err) == 1
+    assert str(hta_pair[0]) in err[0] and "holds rank 3 of 8" in err[0] and "--a-rank" in err[0]
+    status, _, err = run_diff(capsys, *hta_pair, "--a-rank", 3, "--b-rank", 3)
+    assert status == 2 and len(err) == 1 and str(hta_pair[1]) in err[0] and "holds rank 1 of 2" in err[0]
+    import converter
+
+    with pytest.raises(CgtraceError, match="holds rank 1 of 2"):
+        converter.diff(hta_pair[0], hta_pair[1], a_rank=3, b_rank=0)
+
+
+def test_a_run_against_itself_with_its_rank_chosen_is_all_zero_through_every_op(capsys, hta_pair):
+    """The control against itself, rank 3 chosen on both sides: every op matched, none apart."""
+    status, out, err = run_diff(capsys, hta_pair[0], hta_pair[0], "--a-rank", 3, "--b-rank", 3, "--format", "json",
+                                "--top", 100_000, "--fail-above", 0)
+    assert status == 0 and err == []
+    diff = json.loads(out)
+    assert_all_zero(diff)
+    ops, no_launch, no_op = kernels_by_op(hta_pair[0])
+    assert {row["op"]: row["a_kernels"] for row in diff["kernels_by_op"]} == {op: n for op, (n, _) in ops.items()}
+    assert no_launch[0] == no_op[0] == 0
+
+
+def test_a_gpu_index_not_in_a_trace_is_refused_naming_its_gpus(capsys):
+    """--a-gpu is checked against the GPUs the trace has once measured: one line naming them."""
+    if not REAL.is_file():
+        pytest.skip("../shared/traces is absent")
+    status, out, err = run_diff(capsys, REAL, REAL, "--a-gpu", 99)
+    assert status == 2 and out == "" and len(err) == 1
+    assert f"{REAL}: has no GPU of GPU index 99; it has GPU " in err[0]
+
+
+def test_kernels_launched_by_cuda_graphs_are_put_under_the_op_around_the_graph_launch(capsys):
+    """HTA's CUDA-graph trace: a graph's kernels share their cudaGraphLaunch's correlation, so
+    the report's kernels by op (what diff compares) puts them under the op around that launch;
+    705 kernels whose correlation names no launch in the trace are counted apart."""
+    trace = SHARED_TRACES / "hta_cuda_graph_rank0.json.gz"
+    if not trace.is_file():
+        pytest.skip("../shared/traces is absent")
+    capsys.readouterr()
+    assert main(["report", str(trace), "--format", "json", "--top", "100000"]) == 0
+    [gpu] = json.loads(capsys.readouterr().out)["gpus"]
+    ops, no_launch, no_op = kernels_by_op(trace)
+    steps = len(gpu["steps"])
+    found = gpu["kernels_by_op"]
+    assert {row["op"]: (row["kernels"], row["total_ns"]) for row in found["ops"]} == {
+        op: (kernels, round(ns * steps)) for op, (kernels, ns) in ops.items()}
+    assert (found["no_launch"]["kernels"], found["no_launch"]["total_ns"]) == (no_launch[0], round(no_launch[1] * steps))
+    assert found["no_launch"]["kernels"] == 705 and found["no_op"]["kernels"] == no_op[0] == 0
+    assert "CompiledFunctionBackward" in ops   # its kernels ran inside CUDA graphs

@@ -11,9 +11,10 @@ shows the result.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable, Hashable, Iterable, Optional
+from typing import Any, Callable, Hashable, Iterable, NamedTuple, Optional
 
 from ..errors import CgtraceError
+from ..kineto import MAX_RANK
 from ..model import LaneKind
 from .report import gpu_label
 
@@ -28,6 +29,14 @@ DIFF_DEFINITIONS = {
     "matching": "GPUs are matched by identity: PP rank, global rank and device (Kineto's GPU index, or the "
                 "GPU's name where the trace records none); lane groups by label on each GPU, kernels by name, "
                 "pipeline stages by PP rank; traces whose GPUs or stages do not match one to one are refused",
+    "chosen": "--a-rank/--b-rank (global rank) and --a-gpu/--b-gpu (Kineto's GPU index) keep only those GPUs, "
+              "and their ranks' stages, on each side; where the kept GPUs' identities differ (rank 3 of one run "
+              "against rank 1 of another) one GPU a side is compared with the other, as is one PP rank's stages; "
+              "kernels by name still cover every GPU of each trace",
+    "op match": "each GPU's kernel time per step under the op that launched it (the report's kernels by op) "
+                "on both sides, matched by the op's name, so kernels that differ by name (another GPU or "
+                "library) compare through the op that launched them; unmatched: ops on one side only, and "
+                "each side's kernels with no launch arrow or no op around their launch",
     "per step": "every figure but a single step's is a mean per step: its total over the window divided by the "
                 "GPU's steps in it (an active span counts as one); kernel and stage totals are divided by the "
                 "steps of their trace (mean over its GPUs) and of their PP rank",
@@ -49,27 +58,59 @@ _SAME_GPUS = ("diff two traces of the same GPUs: the same rank's trace from each
               "ranks, each given as profiler output or as cgtrace wrote it")
 
 
-def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 10) -> dict[str, Any]:
+class Side(NamedTuple):
+    """What of a trace is compared: the GPUs of one global rank, one GPU index; None: all."""
+
+    rank: Optional[int] = None
+    gpu: Optional[int] = None
+
+    @classmethod
+    def checked(cls, side: str, rank: object = None, gpu: object = None) -> "Side":
+        """A side as the Python API gives it (`a_rank=...`), bounded as the command line bounds it."""
+        def bounded(what: str, value: object) -> Optional[int]:
+            if value is None or (isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_RANK):
+                return value
+            raise CgtraceError(f"{side}_{what}={value!r}: expected a whole number from 0 to {MAX_RANK}")
+        return cls(bounded("rank", rank), bounded("gpu", gpu))
+
+    def named(self) -> str:
+        return ", ".join(f"{what} {value}" for what, value in (("rank", self.rank), ("GPU index", self.gpu))
+                         if value is not None)
+
+
+def diff_reports(a: dict[str, Any], b: dict[str, Any], top: int = 10,
+                 sides: tuple[Side, Side] = (Side(), Side())) -> dict[str, Any]:
     """The diff of two reports' figures (build_report's, every kernel listed): JSON-ready, times
-    in integer ns per step; `top` kernels, largest change first."""
+    in integer ns per step; `top` kernels and ops, largest change first; `sides`: what of A and
+    of B is compared."""
     names = (a["input"]["trace"], b["input"]["trace"])
-    gpus = _gpu_pairs(a["gpus"], b["gpus"], names)
-    gpu_rows, lane_rows, step_rows = [], [], []
+    chosen = any(side != Side() for side in sides)
+    kept = [_chosen_gpus(figures["gpus"], side, name) for figures, side, name in zip((a, b), sides, names)]
+    gpus = _gpu_pairs(kept[0], kept[1], names, chosen)
+    gpu_rows, lane_rows, step_rows, op_rows, unmatched = [], [], [], [], []
     for _, gpu_a, gpu_b in gpus:
         gpu_rows += _gpu_rows(gpu_a, gpu_b)
         lane_rows += _lane_rows(gpu_a, gpu_b)
         step_rows += _step_rows(gpu_a, gpu_b)
+        matched, apart = _op_rows(gpu_a, gpu_b)
+        op_rows += matched
+        unmatched.append(apart)
     kernel_rows = _kernel_rows(a, b)
-    stage_rows = _stage_rows(a, b, names)
+    stages_a, stages_b = _chosen_stages(a, kept[0], chosen), _chosen_stages(b, kept[1], chosen)
+    if chosen:
+        stages_b = _renumbered(stages_a, stages_b)
+    stage_rows = _stage_rows(stages_a, stages_b, names)
     steps, _ = _step_figures(gpu_rows, stage_rows)
     floor = round(NOISE_SHARE * sum(row["a_ns"] for row in steps) / len(steps)) if steps else 0
     return {
-        "a": a["input"], "b": b["input"],
+        "a": {**a["input"], **sides[0]._asdict()}, "b": {**b["input"], **sides[1]._asdict()},
         "definitions": {**DIFF_DEFINITIONS, **a["definitions"]}, "noise_floor_ns": floor,
-        "warnings": _schedule_warnings(a, b),
+        "warnings": _schedule_warnings(stages_a, stages_b),
         "findings": _findings(gpu_rows, lane_rows, kernel_rows, stage_rows, floor),
         "gpus": gpu_rows, "lane_groups": lane_rows, "steps": step_rows,
         "kernels": kernel_rows[:max(top, 0)], "stages": stage_rows,
+        "kernels_by_op": sorted(op_rows, key=lambda row: (-abs(row["delta_ns"]), row["op"], row["gpu"]))[:max(top, 0)],
+        "unmatched": unmatched,
     }
 
 
@@ -87,12 +128,28 @@ def _identity(gpu: dict[str, Any]) -> tuple[Optional[int], Optional[int], Hashab
     return gpu["pp_rank"], gpu["global_rank"], gpu["device"] if gpu["device"] is not None else gpu["gpu"]
 
 
-def _gpu_pairs(a: list[dict[str, Any]], b: list[dict[str, Any]], names: tuple[str, str]) -> list[tuple]:
-    """(identity, A's GPU, B's GPU) for every GPU, refused where an identity is missing or twice on a side."""
+def _chosen_gpus(gpus: list[dict[str, Any]], side: Side, name: str) -> list[dict[str, Any]]:
+    """The GPUs `side` keeps; refused, naming what the trace has, where it keeps none."""
+    kept = [gpu for gpu in gpus if side.rank in (None, gpu["global_rank"]) and side.gpu in (None, gpu["device"])]
+    if gpus and not kept:
+        has = ", ".join(sorted({gpu_label(gpu) for gpu in gpus}))
+        raise CgtraceError(f"{name}: has no GPU of {side.named()}; it has {has}")
+    return kept
+
+
+def _gpu_pairs(a: list[dict[str, Any]], b: list[dict[str, Any]], names: tuple[str, str],
+               chosen: bool = False) -> list[tuple]:
+    """(identity, A's GPU, B's GPU) for every GPU, refused where an identity is missing or twice on a side;
+    where GPUs were `chosen` and their identities differ, A's one GPU against B's one."""
     for side, gpus in enumerate((a, b)):
         if len({_identity(gpu) for gpu in gpus}) < len(gpus):
             raise CgtraceError(f"{names[side]}: two of its GPUs have one identity (PP rank, global rank, device), "
                                f"so they cannot be matched; {_SAME_GPUS}")
+    if chosen and {_identity(gpu) for gpu in a} != {_identity(gpu) for gpu in b}:
+        if len(a) == len(b) == 1:
+            return [(_identity(a[0]), a[0], b[0])]
+        raise CgtraceError(f"{names[0]} against {names[1]}: the chosen GPUs ({len(a)} against {len(b)}) are not "
+                           "the same ones; choose one GPU a side (--a-rank and --b-rank, --a-gpu and --b-gpu)")
     labels = {_identity(gpu): gpu_label(gpu) for gpu in a + b}
     return _pairs({_identity(gpu): gpu for gpu in a}, {_identity(gpu): gpu for gpu in b}, labels.__getitem__, names)
 
@@ -108,9 +165,10 @@ def _pairs(a: dict[Any, Any], b: dict[Any, Any], what: Callable[[Any], str],
     return [(key, a[key], b[key]) for key in a]
 
 
-def _gpu_fields(gpu: dict[str, Any]) -> dict[str, Any]:
-    return {"gpu": gpu_label(gpu), "pp_rank": gpu["pp_rank"], "global_rank": gpu["global_rank"],
-            "device": gpu["device"]}
+def _gpu_fields(gpu: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
+    """A's GPU as its row names it, and B's (another GPU where they were chosen)."""
+    return {"gpu": gpu_label(gpu), "b_gpu": gpu_label(b), "pp_rank": gpu["pp_rank"],
+            "global_rank": gpu["global_rank"], "device": gpu["device"]}
 
 
 # -- figures -------------------------------------------------------------------------------------
@@ -126,7 +184,7 @@ _POINTS_IN_TIME = {"start_ns", "end_ns"}  # a stage row's fields that are no dur
 
 def _gpu_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     counts = {"a_steps": len(a["steps"]), "b_steps": len(b["steps"])}
-    return [{**_gpu_fields(a), "figure": figure, **counts,
+    return [{**_gpu_fields(a, b), "figure": figure, **counts,
              **_compared(total(a) / len(a["steps"]), total(b) / len(b["steps"]))} for figure, total in _GPU_FIGURES]
 
 
@@ -137,13 +195,13 @@ def _lane_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     for group in {**groups_a, **groups_b}:
         busy_a, busy_b = (groups[group]["busy_ns"] / len(gpu["steps"]) if group in groups else 0
                           for groups, gpu in ((groups_a, a), (groups_b, b)))
-        rows.append({**_gpu_fields(a), "group": group, "kind": (groups_a.get(group) or groups_b[group])["kind"],
+        rows.append({**_gpu_fields(a, b), "group": group, "kind": (groups_a.get(group) or groups_b[group])["kind"],
                      **_compared(busy_a, busy_b)})
     return rows
 
 
 def _step_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{**_gpu_fields(a), "index": index, "a_step": step_a["step"], "b_step": step_b["step"], "figure": figure,
+    return [{**_gpu_fields(a, b), "index": index, "a_step": step_a["step"], "b_step": step_b["step"], "figure": figure,
              **_compared(step_a[key], step_b[key])}
             for index, (step_a, step_b) in enumerate(zip(a["steps"], b["steps"]), 1) for figure, key in _STEP_FIGURES]
 
@@ -162,18 +220,56 @@ def _kernel_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
     return sorted((row for row in rows if row["delta_ns"]), key=lambda row: (-abs(row["delta_ns"]), row["name"]))
 
 
-def _schedule(figures: dict[str, Any]) -> dict[str, tuple[tuple[int, ...], float]]:
+def _op_rows(a: dict[str, Any], b: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """One GPU pair's kernel time per step by launching op (report's `kernels_by_op`, every op
+    listed): a row per op both sides have, and what could not be matched."""
+    steps = {"a": len(a["steps"]) or 1, "b": len(b["steps"]) or 1}
+    ops = {side: {row["op"]: row for row in gpu["kernels_by_op"]["ops"]} for side, gpu in (("a", a), ("b", b))}
+
+    def per_step(side: str, row: dict[str, Any]) -> dict[str, Any]:
+        return {"kernels": row["kernels"], "ns": round(row["total_ns"] / steps[side])}
+
+    matched = [{"gpu": gpu_label(a), "b_gpu": gpu_label(b), "op": op, "a_kernels": ops["a"][op]["kernels"],
+                "b_kernels": ops["b"][op]["kernels"],
+                **_compared(ops["a"][op]["total_ns"] / steps["a"], ops["b"][op]["total_ns"] / steps["b"])}
+               for op in ops["a"] if op in ops["b"]]
+    apart: dict[str, Any] = {"gpu": gpu_label(a), "b_gpu": gpu_label(b)}
+    for side, other, gpu in (("a", "b", a), ("b", "a", b)):
+        apart[f"{side}_only_ops"] = sorted(({"op": op, **per_step(side, row)} for op, row in ops[side].items()
+                                            if op not in ops[other]), key=lambda row: (-row["ns"], row["op"]))
+        for reason in ("no_launch", "no_op"):
+            apart[f"{side}_{reason}"] = per_step(side, gpu["kernels_by_op"][reason])
+    return matched, apart
+
+
+def _chosen_stages(figures: dict[str, Any], gpus: list[dict[str, Any]], chosen: bool) -> list[dict[str, Any]]:
+    """A side's pipeline stage rows: all, or where GPUs were chosen, those of their ranks."""
+    rows = figures.get("pipeline", {}).get("stages", [])
+    ranks = {gpu["global_rank"] for gpu in gpus}
+    return [row for row in rows if row["global_rank"] in ranks] if chosen and gpus else rows
+
+
+def _renumbered(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """B's stage rows under A's PP rank where each side kept one PP rank and they differ."""
+    ranks_a, ranks_b = {row["pp_rank"] for row in a}, {row["pp_rank"] for row in b}
+    if len(ranks_a) == len(ranks_b) == 1 and ranks_a != ranks_b:
+        [pp_rank] = ranks_a
+        return [{**row, "pp_rank": pp_rank} for row in b]
+    return b
+
+
+def _schedule(stages: list[dict[str, Any]]) -> dict[str, tuple[tuple[int, ...], float]]:
     """Per rank (its title), the stages its compute actions name and how many it runs per step:
     what bounds a stage's warm-up and drain."""
     by_rank: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for row in figures.get("pipeline", {}).get("stages", []):
+    for row in stages:
         by_rank[row["rank"]].append(row)
     return {rank: (tuple(sorted({action["stage"] for row in rows for action in row.get("actions", [])
                                  if action["stage"] is not None})),
                    sum(len(row.get("actions", [])) for row in rows) / len(rows)) for rank, rows in by_rank.items()}
 
 
-def _schedule_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
+def _schedule_warnings(a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[str]:
     """Where A and B run different schedules (stages per rank, compute actions per step), their
     warm-up, drain and receive waits are bounded differently: a change there is no like for like."""
     schedule_a, schedule_b = _schedule(a), _schedule(b)
@@ -188,12 +284,12 @@ def _schedule_warnings(a: dict[str, Any], b: dict[str, Any]) -> list[str]:
     return sorted(warnings)
 
 
-def _stage_means(figures: dict[str, Any]) -> dict[int, tuple[int, dict[str, float]]]:
+def _stage_means(stages: list[dict[str, Any]]) -> dict[int, tuple[int, dict[str, float]]]:
     """Per PP rank, its steps and the mean per step of each duration of its `pipeline.stages`
     rows (every `<part>_ns` field but the points in time, `step_ns` included), so parts the
     report adds later compare too."""
     by_rank: dict[int, list[dict[str, Any]]] = defaultdict(list)
-    for row in figures.get("pipeline", {}).get("stages", []):
+    for row in stages:
         by_rank[row["pp_rank"]].append(row)
     means = {}
     for pp_rank, rows in by_rank.items():
@@ -204,10 +300,10 @@ def _stage_means(figures: dict[str, Any]) -> dict[int, tuple[int, dict[str, floa
     return means
 
 
-def _stage_rows(a: dict[str, Any], b: dict[str, Any], names: tuple[str, str]) -> list[dict[str, Any]]:
+def _stage_rows(a: list[dict[str, Any]], b: list[dict[str, Any]], names: tuple[str, str]) -> list[dict[str, Any]]:
     stages_a, stages_b = _stage_means(a), _stage_means(b)
     # Each rank as its report names it (A's where both have it), never a name of the diff's own.
-    titles = {row["pp_rank"]: row["rank"] for side in (b, a) for row in side.get("pipeline", {}).get("stages", [])}
+    titles = {row["pp_rank"]: row["rank"] for side in (b, a) for row in side}
     rows = []
     for pp_rank, (steps_a, parts_a), (steps_b, parts_b) in _pairs(
             stages_a, stages_b, lambda rank: f"pipeline stage of {titles[rank]}", names):

@@ -74,13 +74,42 @@ def _table(title: str, columns: list[str], rows: list[dict[str, Any]],
 
 def _tables(diff: dict[str, Any], kernel_name: Callable[[str], str]) -> list[Table]:
     return [
-        _table("GPUs: mean per step", ["gpu", "figure"], diff["gpus"], lambda row: [row["gpu"], row["figure"]]),
+        _table("GPUs: mean per step", ["gpu", "figure"], diff["gpus"],
+               lambda row: [_pair(row["gpu"], row["b_gpu"]), row["figure"]]),
         _table("Lane groups: busy per step", ["gpu", "lane group", "kind"], diff["lane_groups"],
-               lambda row: [row["gpu"], row["group"], row["kind"]]),
+               lambda row: [_pair(row["gpu"], row["b_gpu"]), row["group"], row["kind"]]),
         _table("Pipeline stages: each part per step", ["rank", "part"], diff["stages"],
                lambda row: [row["rank"], row["part"].replace("_", " ")]),
         _table("Steps, matched by order", ["gpu", "step (A / B)", "figure"], diff["steps"],
-               lambda row: [row["gpu"], f"{row['a_step']} / {row['b_step']}", row["figure"]]),
+               lambda row: [_pair(row["gpu"], row["b_gpu"]), f"{row['a_step']} / {row['b_step']}", row["figure"]]),
         _table("Kernels: largest changes in time per step", ["kernel"], diff["kernels"],
                lambda row: [kernel_name(row["name"])]),
+        _table("Kernels by launching op: largest changes in time per step", ["gpu (A / B)", "op", "kernels A / B"],
+               diff["kernels_by_op"],
+               lambda row: [_pair(row["gpu"], row["b_gpu"]), kernel_name(row["op"]),
+                            f"{row['a_kernels']} / {row['b_kernels']}"]),
+        _unmatched(diff, kernel_name),
     ]
+
+
+def _pair(a: str, b: str) -> str:
+    return a if a == b else f"{a} / {b}"
+
+
+_UNLINKED = (("no_launch", "kernels with no launch arrow"), ("no_op", "kernels launched outside every op"))
+
+
+def _unmatched(diff: dict[str, Any], kernel_name: Callable[[str], str]) -> Table:
+    """Kernel time per step the op match could not place: ops on one side only, and kernels
+    with no launch arrow or no op around their launch."""
+    rows = []
+    for apart in diff["unmatched"]:
+        gpu = _pair(apart["gpu"], apart["b_gpu"])
+        for side in ("a", "b"):
+            rows += [[gpu, side.upper(), kernel_name(what), str(figures["kernels"]), ms(figures["ns"])]
+                     for what, figures in [(f"op only in {side.upper()}: {row['op']}", row)
+                                           for row in apart[f"{side}_only_ops"]]
+                     + [(label, apart[f"{side}_{reason}"]) for reason, label in _UNLINKED
+                        if apart[f"{side}_{reason}"]["kernels"]]]
+    return Table("Kernels not matched by op: time per step", ["gpu (A / B)", "side", "what", "kernels", "ms"],
+                 rows, [3, 4])

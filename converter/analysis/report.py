@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
-from ..kineto import KERNEL_CATEGORIES
+from ..kineto import CPU_OP_CATEGORY, KERNEL_CATEGORIES, PROFILER_STEP_PREFIX
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import LaneGroup, LaneKind, TrackRole, roles_document
 from ..model.roles_document import RolesDocument, TrackEntry
@@ -43,6 +43,11 @@ DEFINITIONS: dict[str, str] = {
                   "blocks, and how much of it a compute lane is busy; blocks overlap compute and each other, "
                   "so they do not add up to the step",
     "top kernels": "kernels by their total time in the window; count is the kernels that overlap it",
+    "kernels by op": "per GPU, kernel time in the window under the op that launched each kernel: the innermost "
+                     "cpu_op or user_annotation (a ProfilerStep#N span is a step, not an op; of ops with one "
+                     "span, the last by name, as cgtrace nests them) around the CPU call its launch arrow comes "
+                     "from (Kineto's ac2g flow, by correlation id, from cudaLaunchKernel or cudaGraphLaunch); "
+                     "kernels with no launch arrow, and those whose launch no op encloses, are counted apart",
     "kind": "what a lane group counts as (compute, communication, memory, other): the lane rules' `kind`, "
             "kept in the track roles of a trace cgtrace compacted",
     **ANATOMY_DEFINITIONS,
@@ -298,12 +303,13 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
             select name, count(*), sum(inside) as total from report_gpu_in_window
             where category in ({_quoted(KERNEL_CATEGORIES)})
             group by name order by total desc, name limit {max(int(top), 0)}""")
+        by_op = _kernels_by_op(trace, top)
         owners = dict(trace.rows("select id, owner from report_track"))
         arrivals = read_arrivals(trace.rows, lambda track: trace.rank(owners.get(track)))
         critical = read_critical_path(trace.rows, trace.path_tracks)
         pipeline = anatomy(read_stages(trace.rows, trace.rank, rules, steps,
                                        {gpu.rank: (gpu.compute, gpu.communication) for gpu in gpus if gpu.rank}))
-    per_gpu = [gpu.figures(counts) for gpu in gpus]
+    per_gpu = [{**gpu.figures(counts), "kernels_by_op": by_op.get(gpu.owner, _launched_by([], top))} for gpu in gpus]
     figures: dict[str, Any] = {
         "input": {"trace": str(shown_as or path),
                   "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories"},
@@ -348,6 +354,42 @@ def _clip_to_windows(trace: _Trace, gpus: list["_Gpu"]) -> None:
                               {_BEFORE_SQL.format(t="g.ts + g.dur")} - {_BEFORE_SQL.format(t="g.ts")} as inside
                        from report_gpu g)
         where inside > 0""")
+
+
+# Each kernel's launch (the source of its one incoming flow, Kineto's ac2g arrow) and the
+# innermost op around that launch; NULL op: no launch, or a launch outside every op.
+_KERNELS_BY_OP_SQL = """
+select owner, launched, op, count(*), sum(inside) from (
+  select k.owner, k.inside, l.launch is not null as launched,
+         case when l.launch is null then null else
+           (select a.name from ancestor_slice(l.launch) a
+            where a.category in ({ops}) and a.name not glob '{step}*' order by a.depth desc limit 1) end as op
+  from report_gpu_in_window k
+  left join (select slice_in, min(slice_out) as launch from flow group by slice_in) l on l.slice_in = k.id
+  where k.category in ({kernels}))
+group by owner, launched, op"""
+_OP_CATEGORIES = (CPU_OP_CATEGORY, "user_annotation")
+
+
+def _kernels_by_op(trace: _Trace, top: int) -> dict[int, dict[str, Any]]:
+    """Per GPU (owner), its kernels' time in the window by the op that launched them."""
+    rows: dict[int, list[tuple[bool, Optional[str], int, int]]] = defaultdict(list)
+    for owner, launched, op, kernels, total in trace.rows(_KERNELS_BY_OP_SQL.format(
+            ops=_quoted(_OP_CATEGORIES), step=PROFILER_STEP_PREFIX, kernels=_quoted(KERNEL_CATEGORIES))):
+        rows[owner].append((bool(launched), op, kernels, total))
+    return {owner: _launched_by(found, top) for owner, found in rows.items()}
+
+
+def _launched_by(rows: list[tuple[bool, Optional[str], int, int]], top: int) -> dict[str, Any]:
+    """One GPU's kernels by op, `top` ops by time (then name), and those no op can be told for."""
+    def apart(launched: bool) -> dict[str, int]:
+        found = [(kernels, total) for has_launch, op, kernels, total in rows if op is None and has_launch == launched]
+        return {"kernels": sum(kernels for kernels, _ in found), "total_ns": sum(total for _, total in found)}
+
+    ops = sorted(((op, kernels, total) for _, op, kernels, total in rows if op is not None),
+                 key=lambda row: (-row[2], row[0]))
+    return {"ops": [{"op": op, "kernels": kernels, "total_ns": total} for op, kernels, total in ops[:max(top, 0)]],
+            "no_launch": apart(False), "no_op": apart(True)}
 
 
 def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]], clocks: list[dict[str, Any]]

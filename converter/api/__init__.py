@@ -126,21 +126,26 @@ def report(trace: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
 
 
 def diff(a: PathLike, b: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
-         tp_bin: Optional[str] = None, jobs: Optional[int] = None, scheduler: Optional[str] = None) -> DiffSummary:
+         tp_bin: Optional[str] = None, jobs: Optional[int] = None, scheduler: Optional[str] = None,
+         a_rank: Optional[int] = None, b_rank: Optional[int] = None, a_gpu: Optional[int] = None,
+         b_gpu: Optional[int] = None) -> DiffSummary:
     """`cgtrace diff`: what changed from trace `a` (before) to `b` (after), per step, lane
-    group, kernel (the `top` that moved most) and pipeline stage part, with findings first;
-    `.beyond(pct)` names what `--fail-above pct` would fail on.
+    group, kernel and launching op (the `top` that moved most) and pipeline stage part, with
+    findings first; `a_rank`/`b_rank`, `a_gpu`/`b_gpu`: compare only that global rank or GPU
+    index of a side (`--a-rank` ...); `.beyond(pct)` names what `--fail-above pct` would fail on.
 
     >>> from converter import diff
     >>> same = diff(folder / "trace.json", folder / "trace.json", jobs=1)
     >>> [found.key for found in same.findings][:2], same.beyond(0.0)
     (['step_time', 'kind.compute'], ())
     """
+    from ..analysis.diff import Side
     from ..jobs.diff_pair import diff_traces
 
     whole_number("top", top, 0, MAX_TOP)
+    sides = (Side.checked("a", a_rank, a_gpu), Side.checked("b", b_rank, b_gpu))
     with workers(jobs, scheduler) as where:
-        return DiffSummary.of(diff_traces(Path(a), Path(b), where, tp_bin, lane_rules(lanes), top))
+        return DiffSummary.of(diff_traces(Path(a), Path(b), where, tp_bin, lane_rules(lanes), top, sides))
 
 
 def open_trace(trace: PathLike | bytes, tp_bin: Optional[str] = None,

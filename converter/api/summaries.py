@@ -165,14 +165,15 @@ class Change(NamedTuple):
 
 @dataclass(frozen=True)
 class DiffSummary:
-    """`cgtrace diff` as an object: the findings, each lane group's and kernel's change, every
-    figure in `figures` (the JSON diff), and the text and HTML renderings."""
+    """`cgtrace diff` as an object: the findings, each lane group's, kernel's and launching op's
+    change, every figure in `figures` (the JSON diff), and the text and HTML renderings."""
 
     a: str
     b: str
     findings: tuple[Finding, ...]
     lane_groups: tuple[Change, ...]
     kernels: tuple[Change, ...]
+    kernels_by_op: tuple[Change, ...]
     figures: Mapping[str, object] = field(repr=False)
 
     def beyond(self, pct: float) -> tuple[str, ...]:
@@ -206,4 +207,5 @@ class DiffSummary:
         return cls(diff["a"]["trace"], diff["b"]["trace"],
                    tuple(Finding(found["key"], found["text"]) for found in diff["findings"]),
                    tuple(change(f"{row['gpu']}: {row['group']}", row) for row in diff["lane_groups"]),
-                   tuple(change(row["name"], row) for row in diff["kernels"]), diff)
+                   tuple(change(row["name"], row) for row in diff["kernels"]),
+                   tuple(change(f"{row['gpu']}: {row['op']}", row) for row in diff["kernels_by_op"]), diff)

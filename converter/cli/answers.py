@@ -12,6 +12,7 @@ from .. import progress
 from ..errors import CgtraceError
 from ..fileio.regular import read_small_text
 from ..jobs.stopping import exit_status
+from ..kineto import MAX_RANK
 from ..lane_rules import load_lane_rules
 from ..jobs.options import MAX_TOP
 from .options import (QUERY_FILE_LIMIT, add_quiet, add_tp_bin, add_workers_options, int_from, output_path,
@@ -60,6 +61,12 @@ def _add_diff(commands: Any) -> None:
                     "--fail-above PCT exits 1 when a gated figure changed more than PCT percent.")
     diff.add_argument("a", type=Path, metavar="A", help="the trace before (a trace file, not a directory)")
     diff.add_argument("b", type=Path, metavar="B", help="the trace after, of the same GPUs")
+    for side in ("a", "b"):
+        diff.add_argument(f"--{side}-rank", type=int_from(0, MAX_RANK), metavar="R",
+                          help=f"compare only global rank R of {side.upper()} (checked against its header first); "
+                               "ranks that differ are compared one GPU against the other")
+        diff.add_argument(f"--{side}-gpu", type=int_from(0, MAX_RANK), metavar="N",
+                          help=f"compare only GPU index N of {side.upper()}, where it holds several")
     diff.add_argument("--fail-above", type=percentage, metavar="PCT",
                       help="exit 1, naming each on stderr, when a GPU's step, busy, compute busy or exposed "
                            "communication, a lane group's busy time or a stage part changed more than PCT percent")
@@ -175,7 +182,7 @@ def _run_report(args) -> int:
 
 def _run_diff(args) -> int:
     """The diff, then with --fail-above exit 1 where a figure moved more, each named on stderr."""
-    from ..analysis.diff import beyond
+    from ..analysis.diff import Side, beyond
     from ..analysis.diff_render import render_diff
     from ..fileio.atomic import check_output_path
     from ..jobs.diff_pair import diff_traces
@@ -184,7 +191,8 @@ def _run_diff(args) -> int:
         check_output_path(args.output, args.overwrite, inputs=_files_of([args.a, args.b]))
     lanes = load_lane_rules(args.lanes)
     with workers_of(args) as workers:
-        diff = diff_traces(args.a, args.b, workers, args.tp_bin, lanes, args.top)
+        diff = diff_traces(args.a, args.b, workers, args.tp_bin, lanes, args.top,
+                           (Side(args.a_rank, args.a_gpu), Side(args.b_rank, args.b_gpu)))
     _answer(render_diff(diff, args.format), args, "diff")
     changed = [] if args.fail_above is None else beyond(diff, args.fail_above)
     for line in changed:

@@ -2,8 +2,9 @@
 where there are cores or a cluster), then compared by analysis/diff.py.
 
 Each task reads its trace where it runs (profiler output compacted first, as report does)
-and sends back only the report's figures, every kernel listed, so a kernel that ran on one
-side only still shows.
+and sends back only the report's figures, every kernel and op listed, so a kernel that ran on
+one side only still shows. A rank chosen for a side is checked against its profiler header
+first, so a wrong one is refused before either trace is read.
 """
 
 from __future__ import annotations
@@ -11,26 +12,39 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Optional
 
-from ..analysis.diff import diff_reports
+from ..analysis.diff import Side, diff_reports
 from ..analysis.report import build_report
 from ..errors import CgtraceError
 from ..lane_rules import LaneRules
 from .executors import Workers, for_cluster, run_tasks
+from .rank_files import header_rank
 from .readable import as_perfetto
 
 _EVERY_KERNEL = (1 << 63) - 1  # SQL's LIMIT that keeps every row
 
 
 def diff_traces(a: Path, b: Path, workers: Workers, tp_bin: Optional[str], lanes: LaneRules,
-                top: int) -> dict[str, Any]:
-    """The diff of trace `a` (before) and `b` (after), `top` kernels listed."""
+                top: int, sides: tuple[Side, Side] = (Side(), Side())) -> dict[str, Any]:
+    """The diff of trace `a` (before) and `b` (after), `top` kernels and ops listed; `sides`:
+    what of each is compared."""
     for path in (a, b):
         if path.is_dir():
             raise CgtraceError(f"{path}: is a directory; diff compares two traces: merge a directory of ranks "
                                "first (cgtrace merge DIR) and diff the merges")
+    for path, side, option in zip((a, b), sides, ("--a-rank", "--b-rank")):
+        _check_rank(path, side.rank, option)
     tasks = [(for_cluster(path, workers.remote), tp_bin, lanes) for path in (a, b)]
     before, after = run_tasks(workers, _figures, tasks, [str(a), str(b)], "reporting", stop_at_failure=True)
-    return diff_reports(before.value, after.value, top=top)
+    return diff_reports(before.value, after.value, top=top, sides=sides)
+
+
+def _check_rank(path: Path, rank: Optional[int], option: str) -> None:
+    """Refuses `rank` where the profiler header of `path` records another one; a trace with no
+    such header (one cgtrace wrote, a merge) is checked against its GPUs once measured."""
+    header = header_rank(path) if rank is not None else None
+    if header is not None and header.rank is not None and header.rank != rank:
+        world = "" if header.world_size is None else f" of {header.world_size} (ranks 0-{header.world_size - 1})"
+        raise CgtraceError(f"{path}: holds rank {header.rank}{world}, not rank {rank} ({option})")
 
 
 def _figures(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> dict[str, Any]:
