@@ -11,6 +11,7 @@ import gzip
 import json
 import re
 from collections import Counter
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
@@ -127,7 +128,9 @@ def test_one_rank_twice_with_the_same_steps_is_refused(tmp_path, capsys):
         (twice / path.name).write_bytes(path.read_bytes())
     (twice / "rank0.again.pt.trace.json").write_bytes(cycles[0][0].read_bytes())
     assert main(["merge", str(twice), "-q"]) == 2
-    assert "global rank 0 appears twice with overlapping profiler steps" in capsys.readouterr().err
+    error = capsys.readouterr().err
+    assert cycles[0][0].name in error and "rank0.again.pt.trace.json" in error and "both hold global rank 0" in error
+    assert "appears twice with overlapping profiler steps" in error
 
 
 def test_real_torch_profiler_over_two_cycles(tmp_path):
@@ -145,3 +148,22 @@ def test_real_torch_profiler_over_two_cycles(tmp_path):
         assert path.is_file() and json.loads(path.read_bytes())["traceName"] == str(path)
     first, second = (_step_counts([path]) for path in handler.written)
     assert first and second and not set(first) & set(second)
+
+
+def _cpu_steps(path: Path) -> dict[str, int]:
+    """The oracle: each CPU ProfilerStep of a JSON and its duration in ns, from the decimal text."""
+    document = json.loads(path.read_bytes(), parse_float=Decimal)
+    return {event["name"]: int(Decimal(event["dur"]) * 1000) for event in document["traceEvents"]
+            if (event.get("ph"), event.get("cat")) == ("X", "user_annotation")
+            and str(event.get("name", "")).startswith("ProfilerStep#")}
+
+
+def test_report_of_a_directory_answers_for_the_cycle_chosen(tmp_path, capsys):
+    profiles, cycles = _run(tmp_path)
+    assert main(["report", str(profiles), "-q"]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "holds 2 profiling cycles of the same ranks" in error and "--cycle N" in error and "\n" not in error
+    assert main(["report", str(profiles), "--cycle", "2", "--format", "json", "-q"]) == 0
+    stages = json.loads(capsys.readouterr().out)["stages"]
+    expected = {(path.name, step): dur for path in cycles[1] for step, dur in _cpu_steps(path).items()}
+    assert {(stage["file"], stage["step"]): stage["step_ns"] for stage in stages} == expected

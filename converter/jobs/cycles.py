@@ -79,9 +79,10 @@ def profiling_cycles(files: list[Path]) -> list[Cycle]:
         ordered[rank] = sorted((_steps_of(path), path) for path in paths)
         for (before, earlier), (after, later) in zip(ordered[rank], ordered[rank][1:]):
             if after[0] <= before[1]:
-                raise CgtraceError(f"{later}: global rank {rank} appears twice with overlapping profiler steps "
-                                   f"({earlier.name}: {steps_label(before)}, {later.name}: {steps_label(after)}), "
-                                   "so they are not two cycles of one run; pass the files of one run")
+                raise CgtraceError(f"{later.parent}: {earlier.name} and {later.name} both hold global rank {rank}; "
+                                   f"move one of them out of the folder and run again (it appears twice with "
+                                   f"overlapping profiler steps, {steps_label(before)} and {steps_label(after)}: "
+                                   "not two cycles of one run)")
     counts = {len(traces) for traces in ordered.values()}
     if len(counts) > 1:
         fewest = min(ordered, key=lambda rank: len(ordered[rank]))
