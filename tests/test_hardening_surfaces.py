@@ -489,8 +489,9 @@ def test_the_handler_never_raises_and_leaves_nothing_partial(tmp_path, kineto, m
     blocked = converter.trace_handler(tmp_path / "blocked", worker_name="w", gzip_json=True)
     (tmp_path / "blocked" / "w.cycle1.steps0.pt.trace.json.gz").mkdir(parents=True)   # the one ProfilerStep#0
     blocked(_Profiler(kineto))
-    assert blocked.failures == 1
-    assert _as_exported((tmp_path / "blocked" / "w.cycle1.steps0.pt.trace.json").read_bytes()) == _as_exported(kineto)
+    kept = tmp_path / "blocked" / "w.cycle1.steps0.pt.trace.json"
+    assert blocked.failures == 1 and _as_exported(kept.read_bytes()) == _as_exported(kineto)
+    assert json.loads(kept.read_bytes())["traceName"] == str(kept)   # not the .gz never written
     assert _left_behind(tmp_path / "blocked") == []
 
     def disk_fills(source, target, length=0):

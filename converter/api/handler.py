@@ -81,6 +81,10 @@ class TraceHandler:
                 self.written.append(kept)
         except Exception as error:  # a full disk while gzipping, a run beside this one that took the file
             self._failed(f"{_said(error, exported)} (the JSON is kept as exported, if it is still there)")
+            try:
+                _name_trace(exported, exported)  # it named the .gz that was not written
+            except OSError:
+                pass
 
     def _export(self, profiler: ChromeTraceExporter) -> Path:
         """The Kineto JSON under its final name, `<worker>.cycle<C>.steps<A>-<B>.pt.trace.json`,
