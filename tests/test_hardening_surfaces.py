@@ -448,13 +448,20 @@ class _Profiler:
     export dies, as a profiler killed or out of disk half-way does."""
 
     def __init__(self, trace: bytes, fail_after: Optional[int] = None):
-        self.trace, self.fail_after, self.step_num = trace, fail_after, 3
+        self.trace, self.fail_after = trace, fail_after
 
     def export_chrome_trace(self, path: str) -> None:
         with open(path, "wb") as stream:
             stream.write(self.trace[:self.fail_after])
             if self.fail_after is not None:
                 raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def _as_exported(kineto: bytes) -> dict:
+    """The JSON but its traceName, which the handler sets to the name it keeps the file under."""
+    document = json.loads(kineto)
+    document.pop("traceName", None)
+    return document
 
 
 def _left_behind(folder) -> list[str]:
@@ -480,9 +487,11 @@ def test_the_handler_never_raises_and_leaves_nothing_partial(tmp_path, kineto, m
     assert died.failures == 1 and list((tmp_path / "died").iterdir()) == []
 
     blocked = converter.trace_handler(tmp_path / "blocked", worker_name="w", gzip_json=True)
-    (tmp_path / "blocked" / "w.step3.pt.trace.json.gz").mkdir(parents=True)
+    (tmp_path / "blocked" / "w.cycle1.steps0.pt.trace.json.gz").mkdir(parents=True)   # the one ProfilerStep#0
     blocked(_Profiler(kineto))
-    assert blocked.failures == 1 and (tmp_path / "blocked" / "w.step3.pt.trace.json").read_bytes() == kineto
+    kept = tmp_path / "blocked" / "w.cycle1.steps0.pt.trace.json"
+    assert blocked.failures == 1 and _as_exported(kept.read_bytes()) == _as_exported(kineto)
+    assert json.loads(kept.read_bytes())["traceName"] == str(kept)   # not the .gz never written
     assert _left_behind(tmp_path / "blocked") == []
 
     def disk_fills(source, target, length=0):
@@ -495,14 +504,15 @@ def test_the_handler_never_raises_and_leaves_nothing_partial(tmp_path, kineto, m
         full(_Profiler(kineto))
     assert full.failures == 1 and "No space left" in (full.last_error or "")
     assert sorted(path.name for path in (tmp_path / "full").iterdir()) == [
-        "w.step3.pt.trace.json", "w.step3.pt.trace.perfetto-trace"]
+        "w.cycle1.steps0.pt.trace.json", "w.cycle1.steps0.pt.trace.perfetto-trace"]
     assert _left_behind(tmp_path / "full") == []
 
 
 @pytest.mark.parametrize("keep", ["gzip_json", "keep_json=False"])
 def test_six_threads_on_one_handler_and_step_never_raise(tmp_path, kineto, keep):
     """Row 3: 6 threads exporting the same rank and step into one directory raised
-    FileNotFoundError / OSError into 5 of them. Each call returns; what is there is whole."""
+    FileNotFoundError / OSError into 5 of them. Each call returns; what is there is whole
+    (each call is the worker's next profiling cycle, so a file of its own)."""
     import converter
 
     handler = converter.trace_handler(tmp_path / "out", worker_name="w", gzip_json=keep == "gzip_json",
@@ -524,9 +534,11 @@ def test_six_threads_on_one_handler_and_step_never_raise(tmp_path, kineto, keep)
     assert raised == [] and handler.failures <= 6
     out = tmp_path / "out"
     assert _left_behind(out) == []
-    if keep == "gzip_json" and (out / "w.step3.pt.trace.json.gz").exists():
-        assert gzip.decompress((out / "w.step3.pt.trace.json.gz").read_bytes()) == kineto
-    assert rows(out / "w.step3.pt.trace.perfetto-trace", "select count(*) n from slice")[0]["n"] > 0
+    for cycle in range(1, 7):
+        if keep == "gzip_json" and (out / f"w.cycle{cycle}.steps0.pt.trace.json.gz").exists():
+            assert _as_exported(gzip.decompress((out / f"w.cycle{cycle}.steps0.pt.trace.json.gz").read_bytes())) \
+                == _as_exported(kineto)
+        assert rows(out / f"w.cycle{cycle}.steps0.pt.trace.perfetto-trace", "select count(*) n from slice")[0]["n"] > 0
 
 
 def _many_steps(steps: int, kernels_per_step: int = 10) -> dict:

@@ -82,10 +82,12 @@ def compact(trace: PathLike, output: Optional[PathLike] = None, *, lanes: Option
 def merge(traces: PathLike | Sequence[PathLike], output: Optional[PathLike] = None, *,
           lanes: Optional[PathLike] = None, overwrite: bool = False, jobs: Optional[int] = None,
           ranks: Optional[str] = None, pp_group: Optional[int] = None, assume_aligned: bool = False,
-          align: str = "auto", strict: bool = False, verify: bool = False) -> MergeSummary:
+          align: str = "auto", strict: bool = False, verify: bool = False,
+          cycle: Optional[int] = None) -> MergeSummary:
     """`cgtrace merge`: pipeline-parallel rank traces (a directory, or the files) as one
     timeline, ranks in pipeline order with arrows between them; `ranks` like "0,1,4-7";
-    `align` as `--align` (auto, base-time, none) sets the ranks' clocks.
+    `align` as `--align` (auto, base-time, none) sets the ranks' clocks; a directory holding
+    several profiling cycles gives a file per cycle, or only the `cycle` named (as `--cycle`).
 
     >>> from converter import merge
     >>> from converter.generator import write_pp_run
@@ -102,7 +104,7 @@ def merge(traces: PathLike | Sequence[PathLike], output: Optional[PathLike] = No
     target = Path(output) if output is not None else None
     return MergeSummary.of(merge_ranks(inputs, merge_outputs(target, inputs, pp_group), options, jobs=jobs,
                                        assume_aligned=assume_aligned, pp_group=pp_group, ranks=rank_list(ranks),
-                                       align=align))
+                                       align=align, cycle=cycle))
 
 
 def report(trace: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
@@ -167,25 +169,29 @@ def open_trace(trace: PathLike | bytes, tp_bin: Optional[str] = None,
 
 def trace_handler(dir_name: PathLike, *, worker_name: Optional[str] = None, keep_json: bool = True,
                   gzip_json: bool = False, lanes: Optional[PathLike] = None,
-                  split_steps: bool = False) -> TraceHandler:
+                  split_steps: bool = False, compact: bool = True) -> TraceHandler:
     """A `torch.profiler` `on_trace_ready` callback: each trace ready is exported once as
-    `<worker>.step<N>.pt.trace.json` in `dir_name` (worker: `rank<R>`, else host_pid) and
+    `<worker>.cycle<C>.steps<A>-<B>.pt.trace.json` in `dir_name` (worker: `rank<R>`, else
+    host_pid; C counts the worker's traces from 1; A-B are the ProfilerSteps it holds) and
     compacted to `.perfetto-trace` beside it; then the JSON is kept, gzipped or dropped.
-    Failures are logged and counted (`.failures`, `.last_error`), never raised into the
-    training run; a bad `lanes` file fails here, before the run. `cgtrace merge dir_name`
-    merges a distributed run's ranks (it reads the JSON, so keep it for that).
+    `compact=False` writes the JSON alone, to compact or merge after the run. `.written`
+    lists every file kept. Failures are logged and counted (`.failures`, `.last_error`), never
+    raised into the training run; a bad `lanes` file fails here, before the run.
+    `cgtrace merge dir_name` merges a distributed run's ranks, a file per profiling cycle (it
+    reads the JSON, so keep it for that).
 
     >>> from converter import trace_handler
     >>> class Profiler:  # stands in for torch.profiler.profile
-    ...     step_num = 3
     ...     def export_chrome_trace(self, path):
     ...         Path(path).write_bytes(trace.read_bytes())
     >>> on_trace_ready = trace_handler(folder / "profiles", worker_name="worker0", gzip_json=True)
     >>> on_trace_ready(Profiler())
     >>> [path.name for path in on_trace_ready.written], on_trace_ready.failures
-    (['worker0.step3.pt.trace.perfetto-trace', 'worker0.step3.pt.trace.json.gz'], 0)
+    (['worker0.cycle1.steps0-1.pt.trace.perfetto-trace', 'worker0.cycle1.steps0-1.pt.trace.json.gz'], 0)
     """
-    return TraceHandler(Path(dir_name), worker_name, keep_json, gzip_json, lane_rules(lanes), split_steps)
+    if not (compact or keep_json):
+        raise CgtraceError("trace_handler(compact=False, keep_json=False) would keep nothing; keep the JSON, or compact")
+    return TraceHandler(Path(dir_name), worker_name, keep_json, gzip_json, lane_rules(lanes), split_steps, compact)
 
 
 def _one_trace(path: Path, command: str) -> Path:

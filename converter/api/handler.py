@@ -1,5 +1,11 @@
 """`on_trace_ready=converter.trace_handler(DIR)`: torch.profiler's callback that writes the
-Kineto JSON once and the compacted `.perfetto-trace` beside it, during the training run.
+Kineto JSON once and the compacted `.perfetto-trace` beside it, during the training run; or,
+with `compact=False`, the JSON alone, which costs the loop little more than torch's export
+and leaves compaction or a merge for later.
+
+Each file is named by rank, profiling cycle (a count of this rank's traces, from 1) and the
+ProfilerStep numbers it holds, read from the trace (torch's step_num is already past them),
+so `schedule(..., repeat=N)` gives N files per rank that `cgtrace merge` tells apart.
 
 It never imports torch (a profiler is already running when it is called, so torch is loaded;
 its rank is read from `torch.distributed` only if that is loaded and initialised, else from
@@ -28,6 +34,7 @@ if TYPE_CHECKING:
 
 _LOG = logging.getLogger("cgtrace")
 _HEADER_BYTES = 1 << 20  # Kineto writes distributedInfo before traceEvents, within the first KiB
+_TAIL_BYTES = 1 << 16    # and traceName after them, at the very end
 
 
 class ChromeTraceExporter(Protocol):
@@ -46,11 +53,13 @@ class TraceHandler:
     gzip_json: bool
     lanes: LaneRules = field(repr=False)
     split_steps: bool
-    written: list[Path] = field(default_factory=list)   # every file written, in order
+    compact: bool = True
+    written: list[Path] = field(default_factory=list)   # every file written and still there, in order
     failures: int = 0                                    # traces whose export or compaction failed
     last_error: Optional[str] = None
     # Profilers on several threads may share one handler: its counts stay exact.
     _counting: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+    _cycles: dict[str, int] = field(default_factory=dict, repr=False, compare=False)  # traces so far, per worker
 
     def __call__(self, profiler: ChromeTraceExporter) -> None:
         try:
@@ -60,25 +69,39 @@ class TraceHandler:
                          "directory is writable and has room")
             return
         try:
-            self._compact(exported)
+            if self.compact:
+                self._compact(exported)
         except Exception as error:
             self._failed(f"{_said(error, exported)} (the JSON is kept: run `cgtrace compact {exported}` once fixed)")
             self.written.append(exported)
             return
         try:
-            self.written.append(self._keep_or_drop(exported))
+            kept = self._keep_or_drop(exported)
+            if kept is not None:
+                self.written.append(kept)
         except Exception as error:  # a full disk while gzipping, a run beside this one that took the file
             self._failed(f"{_said(error, exported)} (the JSON is kept as exported, if it is still there)")
+            try:
+                _name_trace(exported, exported)  # it named the .gz that was not written
+            except OSError:
+                pass
 
     def _export(self, profiler: ChromeTraceExporter) -> Path:
-        """The Kineto JSON under its final name, `<worker>.step<N>.pt.trace.json`."""
+        """The Kineto JSON under its final name, `<worker>.cycle<C>.steps<A>-<B>.pt.trace.json`,
+        its traceName naming the file as it is kept (torch's names the hidden scratch file)."""
+        from ..jobs.cycles import profiler_steps, steps_label
+
         self.directory.mkdir(parents=True, exist_ok=True)
         scratch = self.directory / f".cgtrace-{os.getpid()}-{threading.get_ident()}-{time.time_ns()}.pt.trace.json"
         try:
             profiler.export_chrome_trace(str(scratch))
-            step = getattr(profiler, "step_num", None)
-            name = f"{self.worker_name or _worker(scratch)}.{f'step{step}' if step is not None else time.time_ns()}"
-            exported = self.directory / f"{name}.pt.trace.json"
+            worker = self.worker_name or _worker(scratch)
+            with self._counting:
+                cycle = self._cycles[worker] = self._cycles.get(worker, 0) + 1
+            steps = steps_label(profiler_steps(scratch))
+            exported = self.directory / f"{worker}.cycle{cycle}{'.' + steps if steps else ''}.pt.trace.json"
+            _name_trace(scratch, exported.with_name(exported.name + ".gz") if self.keep_json and self.gzip_json
+                        else exported)
             os.replace(scratch, exported)
         finally:
             scratch.unlink(missing_ok=True)  # an export that died half-way leaves no hidden file
@@ -93,13 +116,14 @@ class TraceHandler:
                           job_options(True, self.lanes, split_steps=self.split_steps, overwrite=True))
         self.written.extend(written_files(summary))
 
-    def _keep_or_drop(self, exported: Path) -> Path:
-        """The JSON kept, gzipped (whole or not at all: a full disk leaves no partial .gz) or dropped."""
+    def _keep_or_drop(self, exported: Path) -> Optional[Path]:
+        """The JSON kept, gzipped (whole or not at all: a full disk leaves no partial .gz) or
+        dropped (None: not listed as written)."""
         from ..fileio.atomic import atomic_output
 
         if not self.keep_json:
             exported.unlink(missing_ok=True)  # a run beside this one may have dropped it already
-            return exported
+            return None
         if not self.gzip_json:
             return exported
         packed = exported.with_name(exported.name + ".gz")
@@ -113,6 +137,27 @@ class TraceHandler:
             self.failures += 1
             self.last_error = message
         _LOG.error("cgtrace: %s", message)
+
+
+def _name_trace(exported: Path, name: Path) -> None:
+    """traceName, at the end of a Kineto JSON, set to `name`: only the tail is rewritten."""
+    with open(exported, "r+b") as stream:
+        start = max(0, stream.seek(0, os.SEEK_END) - _TAIL_BYTES)
+        stream.seek(start)
+        tail = stream.read()
+        key = tail.rfind(b'"traceName"')
+        colon = tail.find(b":", key) if key >= 0 else -1
+        if colon < 0:
+            return  # none written (not Kineto's exporter): nothing names another file
+        text = tail[colon + 1:].decode("utf-8", "surrogateescape")
+        try:
+            old, end = json.JSONDecoder().raw_decode(text, len(text) - len(text.lstrip()))
+        except ValueError:
+            return
+        if isinstance(old, str):
+            stream.seek(start + colon + 1)
+            stream.write(f" {json.dumps(str(name))}{text[end:]}".encode("utf-8", "surrogateescape"))
+            stream.truncate()
 
 
 def _said(error: Exception, exported: Path) -> str:

@@ -15,8 +15,8 @@ from ..jobs.stopping import exit_status
 from ..kineto import MAX_RANK
 from ..lane_rules import load_lane_rules
 from ..jobs.options import MAX_TOP
-from .options import (QUERY_FILE_LIMIT, add_quiet, add_tp_bin, add_workers_options, int_from, output_path,
-                      percentage, port_number, print_summary, say, workers_of)
+from .options import (QUERY_FILE_LIMIT, add_cycle_option, add_quiet, add_tp_bin, add_workers_options, int_from,
+                      output_path, percentage, port_number, print_summary, say, workers_of)
 
 
 def _add_query(commands: Any) -> None:
@@ -31,6 +31,7 @@ def _add_query(commands: Any) -> None:
                        help="table: keep long cells whole (by default they are cut, marked …, to fit the terminal)")
     add_tp_bin(query)
     add_workers_options(query)
+    add_cycle_option(query, "query only cycle N's traces (several are refused without it)")
     add_quiet(query)
     query.set_defaults(run=_run_query)
 
@@ -50,6 +51,7 @@ def _add_report(commands: Any) -> None:
         description="Summarise where GPU time goes, computed with SQL in trace_processor.")
     report.add_argument("trace", type=Path, metavar="TRACE", help="a trace, or a directory: every trace in it")
     _add_answer_options(report, "how many kernels to list (default 10)")
+    add_cycle_option(report, "report only cycle N's traces (several are refused without it)")
     report.set_defaults(run=_run_report)
 
 
@@ -132,11 +134,12 @@ def _run_query(args) -> int:
         raise CgtraceError(f"{args.trace}: give the query either as SQL or with -f FILE (exactly one); "
                            "see `cgtrace query --help`")
     sql = args.sql if args.file is None else read_small_text(args.file, QUERY_FILE_LIMIT, "an SQL query file (-f)")
+    _cycle_needs_a_directory(args)
     if args.trace.is_dir():
         from ..jobs.across import query_across, rank_account
 
         with workers_of(args) as workers:
-            result = query_across(args.trace, sql, workers, args.tp_bin)
+            result = query_across(args.trace, sql, workers, args.tp_bin, args.cycle)
         _say_absent(rank_account(args.trace).note())
     else:
         with as_perfetto(args.trace, compact=False) as trace, open_checked(trace, args.tp_bin, args.trace) as tp:
@@ -145,6 +148,12 @@ def _run_query(args) -> int:
     width = None if args.wide else shutil.get_terminal_size().columns
     sys.stdout.write(format_result(result, args.format, width))
     return 0
+
+
+def _cycle_needs_a_directory(args) -> None:
+    if args.cycle is not None and not args.trace.is_dir():
+        raise CgtraceError(f"{args.trace}: --cycle picks among a directory's profiling cycles; pass the directory, "
+                           "or leave out --cycle for one trace")
 
 
 def _run_sql(args) -> int:
@@ -163,13 +172,14 @@ def _run_report(args) -> int:
     if args.output is not None:
         check_output_path(args.output, args.overwrite, inputs=_files_of([args.trace]))
     lanes = load_lane_rules(args.lanes)
+    _cycle_needs_a_directory(args)
     if args.trace.is_dir():
         from ..jobs.across import render_across, report_across
 
         if args.format == "html":
             raise CgtraceError(f"{args.trace}: --format html is for one trace; use text or json for a directory")
         with workers_of(args) as workers:
-            across = report_across(args.trace, workers, args.tp_bin, lanes)
+            across = report_across(args.trace, workers, args.tp_bin, lanes, args.cycle)
         _say_absent(across["rank_account"]["note"])
         text = render_across(across, args.format)
     else:

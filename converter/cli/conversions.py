@@ -129,7 +129,7 @@ def _run_merge(args: argparse.Namespace) -> int:
     options = job_options_of(args, compact=True)
     summary = merge_ranks(args.inputs, merge_outputs(args.output, args.inputs, args.pp_group), options, jobs=args.jobs,
                           assume_aligned=args.assume_aligned, pp_group=args.pp_group, ranks=args.ranks,
-                          scheduler=scheduler_address(args.scheduler), align=args.align)
+                          scheduler=scheduler_address(args.scheduler), align=args.align, cycle=args.cycle)
     merged = summary.get("pipelines", [summary])
     lines = [f"{len(r['pp_ranks'])} ranks ({r['pp_order_source']}), {r['pp_send_recv_pairs']} send/recv arrows, "
              f"{r['pp_send_recv_unmatched']} unmatched -> {r['output']}" for r in merged]

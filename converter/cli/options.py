@@ -83,11 +83,19 @@ def add_split_option(command: argparse.ArgumentParser) -> None:
                          help="write one file per ProfilerStep: <name>_step<N>.perfetto-trace")
 
 
+def add_cycle_option(command: argparse.ArgumentParser, without: str) -> None:
+    """--cycle: which profiling cycle (jobs.cycles) of a directory holding several to use."""
+    command.add_argument("--cycle", type=int_from(1, MAX_RANK), metavar="N", help=(
+        "where the directory holds several profiling cycles of the same ranks (torch.profiler.schedule(repeat=...)), "
+        f"told apart by their ProfilerStep numbers and numbered from 1 in step order: {without}"))
+
+
 def add_merge_options(command: argparse.ArgumentParser) -> None:
     command.add_argument("--ranks", type=parse_rank_list, metavar="G,G,...",
                          help="merge only these global ranks (e.g. 0,1,4-7)")
     command.add_argument("--assume-aligned", action="store_true",
                          help="accept ranks without baseTimeNanoseconds as sharing one clock")
+    add_cycle_option(command, "merge only cycle N; without it each cycle is merged to its own .cycle<N> file")
     command.add_argument("--pp-group", type=int_from(0, MAX_RANK), metavar="K",
                          help="with several pipelines (DP x PP), merge only pipeline K (from 0)")
     command.add_argument("--align", choices=ALIGN_MODES, default="auto", help=(

@@ -31,6 +31,7 @@ from ..fileio.atomic import GZIP_SUFFIX
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import roles_document
 from ..terminal import terminal_safe
+from .cycles import choose_cycle, profiling_cycles, steps_label
 from .executors import Outcome, Workers, for_cluster, run_tasks
 from .rank_files import MERGED_OUTPUT_NAME, RankAccount, account_for_ranks, find_rank_files, is_rank_trace_name, named
 from .readable import as_perfetto
@@ -49,19 +50,43 @@ ACROSS_DEFINITIONS = {
 }
 
 
-def traces_in(directory: Path) -> list[Path]:
+def traces_in(directory: Path, cycle: Optional[int] = None) -> list[Path]:
     """The traces of a directory to answer across: its Perfetto traces (not a merge's output,
-    which holds many ranks), or where it has none, its rank traces (as `merge` finds them)."""
+    which holds many ranks), or where it has none, its rank traces (as `merge` finds them);
+    of one profiling cycle where the rank traces there hold several (jobs.cycles)."""
     perfetto = sorted(p for p in directory.iterdir() if p.is_file() and p.name.endswith(PERFETTO_NAMES)
                       and not p.name.startswith(".") and not MERGED_OUTPUT_NAME.match(p.name))
+    try:
+        rank_traces = find_rank_files([directory])
+    except CgtraceError:
+        if not perfetto:
+            raise CgtraceError(f"{directory}: holds no traces (*.perfetto-trace[.gz], *.json, *.json.gz); pass a "
+                               "directory of rank traces or of their outputs") from None
+        rank_traces = []
+    chosen = _one_cycle(directory, rank_traces, cycle)
     if perfetto:
         _refuse_ranks_without_output(directory, perfetto)
-        return perfetto
-    try:
-        return find_rank_files([directory])
-    except CgtraceError:
-        raise CgtraceError(f"{directory}: holds no traces (*.perfetto-trace[.gz], *.json, *.json.gz); pass a directory "
-                           "of rank traces or of their outputs") from None
+        if chosen is None:
+            return perfetto
+        outputs = {default_output_path(path, tag).name for path in chosen for tag in ("", COMPACTED_TAG)}
+        return [path for path in perfetto if path.name.removesuffix(GZIP_SUFFIX) in outputs]
+    return rank_traces if chosen is None else chosen
+
+
+def _one_cycle(directory: Path, rank_traces: list[Path], cycle: Optional[int]) -> Optional[list[Path]]:
+    """The rank traces of the profiling cycle --cycle names; None where there is one cycle and
+    none was named. Several cycles with none named are refused: each rank would count twice."""
+    if not rank_traces:
+        if cycle is not None:
+            raise CgtraceError(f"{directory}: --cycle {cycle} picks among profiler rank traces (*.json[.gz]), and "
+                               "none is there; leave out --cycle")
+        return None
+    cycles = profiling_cycles(rank_traces)
+    if len(cycles) > 1 and cycle is None:
+        steps = ", ".join(f"{each.number}: {steps_label(each.steps)}" for each in cycles)
+        raise CgtraceError(f"{directory}: holds {len(cycles)} profiling cycles of the same ranks ({steps}); pass "
+                           "--cycle N to answer for one")
+    return None if cycle is None else list(choose_cycle(cycles, cycle)[0].files)
 
 
 def _refuse_ranks_without_output(directory: Path, outputs: list[Path]) -> None:
@@ -118,9 +143,10 @@ def _refuse_duplicate_ranks(directory: Path, ranked: Iterable[tuple[str, Optiona
                                "out of the folder and run again")
 
 
-def query_across(directory: Path, sql: str, workers: Workers, tp_bin: Optional[str] = None) -> Result:
-    """One query on every trace: the rows of all, each led by its file and rank."""
-    files = traces_in(directory)
+def query_across(directory: Path, sql: str, workers: Workers, tp_bin: Optional[str] = None,
+                 cycle: Optional[int] = None) -> Result:
+    """One query on every trace (of one profiling cycle): the rows of all, each led by its file and rank."""
+    files = traces_in(directory, cycle)
     answers = _answers(directory, run_tasks(workers, query_one, [(for_cluster(path, workers.remote), sql, tp_bin)
                                                                  for path in files], list(map(str, files)), "querying"))
     _refuse_duplicate_ranks(directory, ((path.name, answer[0]) for path, answer in zip(files, answers)))
@@ -151,12 +177,12 @@ def recorded_rank(tp: Any, path: Path) -> Optional[int]:
 
 
 def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = None,
-                  lanes: Optional[LaneRules] = None) -> dict[str, Any]:
+                  lanes: Optional[LaneRules] = None, cycle: Optional[int] = None) -> dict[str, Any]:
     """Per GPU of every trace: step time, busy, exposed communication and bubble; per PP rank
     (a rank trace with PP annotations or c10d transfers, GPU or CPU-only): its pipeline stage
     rows; the findings they give, and the stragglers: the traces whose late arrival into
     collectives holds the others up."""
-    files = traces_in(directory)
+    files = traces_in(directory, cycle)
     lanes = lanes or load_lane_rules()
     answers = _answers(directory, run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes)
                                                                   for path in files], list(map(str, files)), "reporting"))

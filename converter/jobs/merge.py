@@ -16,6 +16,7 @@ import shutil
 from collections import Counter
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Container, Iterable, Optional, cast
 
@@ -39,6 +40,7 @@ from ..model import ClockPlacement, RankIdentity
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import Tuning
 from .executors import Outcome, Workers, for_cluster, open_workers, run_tasks
+from .cycles import choose_cycle, in_cycle, profiling_cycles
 from .options import ALIGN_MODES
 from .rank_files import RankAccount, account_for_ranks, find_rank_files, named
 from .runner import JobOptions, Prepared, prepare
@@ -87,8 +89,42 @@ class RankPlan:
 def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
                 jobs: Optional[int] = None, assume_aligned: bool = False, pp_group: Optional[int] = None,
                 ranks: Optional[Container[int]] = None, scheduler: Optional[str] = None,
-                align: str = "auto") -> dict[str, Any]:
-    """Merge rank traces; `output_for_group(k, groups)` names each pipeline's output file.
+                align: str = "auto", cycle: Optional[int] = None) -> dict[str, Any]:
+    """Merge rank traces, a merge per profiling cycle (jobs.cycles) where a directory holds the
+    same ranks several times, or the one `cycle` names; see `_merge_files` for the rest."""
+    cycles = profiling_cycles(find_rank_files(inputs))
+    merge = partial(_merge_files, options=options, jobs=jobs, assume_aligned=assume_aligned, pp_group=pp_group,
+                    ranks=ranks, scheduler=scheduler, align=align)
+    if len(cycles) == 1:
+        choose_cycle(cycles, cycle)
+        return merge(list(cycles[0].files), output_for_group)
+    chosen = choose_cycle(cycles, cycle)
+    # Every cycle's output checked before any is written: a rerun is refused whole, not half-way.
+    for each in chosen:
+        check_output_path(in_cycle(output_for_group(0, 1), each.number), options.overwrite, inputs=each.files)
+    done = [(each, merge(list(each.files), partial(_in_cycle, output_for_group, each.number))) for each in chosen]
+    pipelines = [dict(pipeline, cycle=each.number, cycle_steps=each.steps)
+                 for each, summary in done for pipeline in summary.get("pipelines", [summary])]
+    merged: dict[str, Any] = {
+        "pipelines": pipelines, "cycles": [{"cycle": each.number, "steps": each.steps} for each, _ in done],
+        "events_skipped": sum(pipeline["events_skipped"] for pipeline in pipelines),
+        "skipped_by_reason": _summed(pipeline["skipped_by_reason"] for pipeline in pipelines)}
+    troubled = [summary for _, summary in done if "rank_account" in summary]
+    if troubled:
+        merged.update(broken_pipelines=[entry for summary in troubled for entry in summary["broken_pipelines"]],
+                      failed=[entry for summary in troubled for entry in summary["failed"]],
+                      rank_account=troubled[0]["rank_account"])
+    return merged
+
+
+def _in_cycle(output_for_group: Callable[[int, int], Path], cycle: int, group: int, groups: int) -> Path:
+    return in_cycle(output_for_group(group, groups), cycle)
+
+
+def _merge_files(found: list[Path], output_for_group: Callable[[int, int], Path], options: JobOptions,
+                 jobs: Optional[int], assume_aligned: bool, pp_group: Optional[int],
+                 ranks: Optional[Container[int]], scheduler: Optional[str], align: str) -> dict[str, Any]:
+    """Merge one cycle's rank traces; `output_for_group(k, groups)` names each pipeline's output file.
     `options.window` cuts every rank (steps are numbered alike on all ranks); `ranks` keeps
     only those global ranks. The args strategy "auto" gives pass one's ranks an args helper
     where cores and memory allow (Tuning.helper_fits). With a Dask `scheduler`, both passes run on
@@ -97,7 +133,7 @@ def merge_ranks(inputs: list[Path], output_for_group: Callable[[int, int], Path]
     are estimated from their collectives and transfers, and moved where they disagree."""
     if align not in ALIGN_MODES:
         raise CgtraceError(f"align {align!r}: expected one of {', '.join(ALIGN_MODES)}")
-    files = [for_cluster(path, scheduler is not None) for path in find_rank_files(inputs)]
+    files = [for_cluster(path, scheduler is not None) for path in found]
     if not files:
         raise CgtraceError("no rank traces to merge; pass two or more rank trace files or a directory of them")
     if len(files) < 2:

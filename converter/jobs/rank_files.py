@@ -32,8 +32,8 @@ def default_merge_output(inputs: list[Path], group: int, groups: int) -> Path:
     return directory / ("pp_traces_merged.perfetto-trace" if groups == 1 else f"pp_group{group}_merged.perfetto-trace")
 
 
-# The names default_merge_output gives: files that hold many ranks, not one rank's trace.
-MERGED_OUTPUT_NAME = re.compile(r"^(pp_traces|pp_group\d+)_merged\.perfetto-trace(\.gz)?$")
+# The names default_merge_output gives (a cycle's with jobs.cycles.in_cycle): files that hold many ranks, not one rank's trace.
+MERGED_OUTPUT_NAME = re.compile(r"^(pp_traces|pp_group\d+)_merged(\.cycle\d+)?\.perfetto-trace(\.gz)?$")
 
 
 def find_rank_files(inputs: list[Path]) -> list[Path]:
