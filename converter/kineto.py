@@ -18,6 +18,7 @@ from .errors import CgtraceError
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 GPU_ANNOTATION_CATEGORIES = ("gpu_user_annotation",)
 KERNEL_CATEGORIES = ("kernel", "Kernel")
+MEMORY_EVENT = "[memory]"  # an allocation or free, as an instant (profile_memory=True)
 CUDA_GRAPH_LAUNCH = "cudaGraphLaunch"
 # The pids Kineto makes up for its own bookkeeping: the profiler's span ("Spans"), and its
 # trace markers ("Traces"); no OS process is behind them.

@@ -1,0 +1,122 @@
+"""Memory over time: each device's allocated and reserved bytes as counters, from the
+`[memory]` instants Kineto writes with `profile_memory=True`.
+
+The instants stay where they are; the counters are derived series beside them (model/derived.py):
+per device, "allocated" from each event's `Total Allocated`, "reserved" from its `Total
+Reserved`. Traces from before Kineto wrote totals (2021) carry only each event's `Bytes`:
+there allocated is their running sum per device from the trace's first memory event, so it
+counts from what was allocated before the capture (or the window), and no reserved counter is
+made. Where several events share a timestamp, the last one's total holds at that time. A GPU's
+counters sit in that GPU's row group (its lanes' container once compacted, else its process),
+the CPU's (device -1) in the process whose thread recorded them.
+"""
+
+from __future__ import annotations
+
+from itertools import repeat
+from typing import Optional
+
+import msgspec
+import numpy as np
+
+from ..kineto import GPU_CATEGORIES, MEMORY_EVENT
+from ..model import CounterSample, CounterScale, Process, Trace, Track, TrackRole
+from ..model.args import decode_json
+
+CPU_DEVICE = -1  # Kineto's Device Id for host memory
+
+
+class _MemoryArgs(msgspec.Struct):
+    """The args of a `[memory]` instant that the counters read; absent totals stay None."""
+
+    device: Optional[int] = msgspec.field(default=None, name="Device Id")
+    allocated: Optional[float] = msgspec.field(default=None, name="Total Allocated")
+    reserved: Optional[float] = msgspec.field(default=None, name="Total Reserved")
+    bytes: Optional[float] = msgspec.field(default=None, name="Bytes")
+
+
+_DECODER = msgspec.json.Decoder(_MemoryArgs)
+
+
+def device_name(device: int) -> str:
+    """"CPU", or "GPU <n>" as Kineto labels its GPU processes."""
+    return "CPU" if device == CPU_DEVICE else f"GPU {device}"
+
+
+def add_memory_counters(trace: Trace) -> int:
+    """Add each device's allocated (and, where totals are written, reserved) counter; returns
+    how many counter tracks were made."""
+    table = trace.slices
+    rows = table.named(MEMORY_EVENT.__eq__)
+    rows = rows[table.instant[rows]]
+    if not len(rows):
+        return 0
+    events = [_decoded(text) for text in trace.args_texts(rows)]
+    device = np.array([-2 if args.device is None else args.device for args in events], np.int64)
+    allocated, reserved, sizes = (np.array([np.nan if value is None else value for value in values], np.float64)
+                                  for values in zip(*((a.allocated, a.reserved, a.bytes) for a in events)))
+    processes = [_process_of(track) for track in table.tracks_of(rows)]
+    homes = _gpu_homes(trace)
+    made = 0
+    for key in sorted({(int(d), id(p)) for d, p in zip(device.tolist(), processes) if d >= CPU_DEVICE}):
+        mine = np.flatnonzero((device == key[0]) & np.fromiter((id(p) == key[1] for p in processes), bool, len(rows)))
+        process = processes[int(mine[0])]
+        parent, owner = homes.get(key[0], (None, process)) if key[0] != CPU_DEVICE else (None, process)
+        order = np.argsort(table.ts[rows[mine]], kind="stable")
+        picked, times = mine[order], table.ts[rows[mine[order]]]
+        totals = allocated[picked]
+        series = [(TrackRole.MEMORY_ALLOCATED,
+                   totals if not np.isnan(totals).any() else np.cumsum(np.nan_to_num(sizes[picked])))]
+        if not np.isnan(reserved[picked]).any():
+            series.append((TrackRole.MEMORY_RESERVED, reserved[picked]))
+        last_at_time = np.append(times[1:] != times[:-1], True)
+        for role, values in series:
+            track = trace.add_track(_counter_track(trace, role, key[0], owner, parent))
+            trace.counters.extend(map(CounterSample, times[last_at_time].tolist(),
+                                      values[last_at_time].tolist(), repeat(track)))
+            made += 1
+    return made
+
+
+def _decoded(text: Optional[bytes]) -> _MemoryArgs:
+    """An event's memory args; an event whose args are not such numbers counts for no device."""
+    if text is None:
+        return _MemoryArgs()
+    try:
+        return _DECODER.decode(text)
+    except (msgspec.ValidationError, msgspec.DecodeError):
+        return _MemoryArgs()
+
+
+def _process_of(track: Track) -> Optional[Process]:
+    return track.thread.process if track.thread is not None else track.process
+
+
+def _gpu_homes(trace: Trace) -> dict[int, tuple[Optional[Track], Optional[Process]]]:
+    """Per GPU device (the `device` arg Kineto gives every GPU slice), the row group its
+    counters join: its lanes' container where compaction made one, else its process. One
+    slice per (process, container) is read, not every GPU slice."""
+    table = trace.slices
+    keys, homes = table.track_keys(lambda track: (track.parent if track.role is TrackRole.LANE else None,
+                                                  _process_of(track)))
+    on_gpu = np.flatnonzero(table.in_categories(GPU_CATEGORIES) & (keys[table.track] >= 0))
+    home_of = keys[table.track[on_gpu]]
+    codes, first = np.unique(home_of, return_index=True)
+    found: dict[int, tuple[Optional[Track], Optional[Process]]] = {}
+    for code, text in zip(codes.tolist(), trace.args_texts(on_gpu[first])):
+        args = decode_json(text) if text is not None else None
+        device = args.get("device") if isinstance(args, dict) else None
+        if isinstance(device, int) and not isinstance(device, bool) and device not in found:
+            found[device] = homes[code]
+    return found
+
+
+def _counter_track(trace: Trace, role: TrackRole, device: int, process: Optional[Process],
+                   parent: Optional[Track]) -> Track:
+    """A memory counter's row, after its row group's other rows; allocated and reserved of one
+    device on one y scale, so their heights compare."""
+    what = "allocated" if role is TrackRole.MEMORY_ALLOCATED else "reserved"
+    last = max((track.order for track in trace.tracks if parent is not None and track.parent is parent), default=0)
+    return Track(name=f"{device_name(device)} memory {what}", process=process, parent=parent,
+                 order=last + 1 if parent is not None else 0, is_counter=True, role=role, device=device,
+                 scale=CounterScale(unit="bytes", shared_by=f"memory {device_name(device)}"))
