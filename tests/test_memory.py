@@ -105,3 +105,86 @@ def test_old_format_allocated_is_the_running_sum_of_bytes(tmp_path):
     assert set(expected) == {-1, 0}
     assert counters(tmp_path / "c.pftrace", "memory allocated") == expected
     assert counters(tmp_path / "c.pftrace", "memory reserved") == {}, "2021 traces write no reserved total"
+
+
+def expected_steps(path: Path) -> list[tuple[str, int, int]]:
+    """The CPU-side ProfilerStep spans (name, start, end) in ns, by start."""
+    header, events = load_events(path)
+    base = header.get("baseTimeNanoseconds", 0)
+    steps = [(event["name"], base + to_ns(event["ts"]), base + to_ns(event["ts"]) + to_ns(event["dur"]))
+             for event in events if event.get("ph") == "X" and str(event.get("name", "")).startswith("ProfilerStep#")
+             and event.get("cat") != "gpu_user_annotation"]
+    return sorted(steps, key=lambda step: step[1])
+
+
+def expected_peaks(path: Path, series: dict[int, dict[int, Decimal]]) -> dict[tuple[str, int], int]:
+    """Per (step, device): the highest value in the step, the one held as it begins included."""
+    peaks = {}
+    for name, start, end in expected_steps(path):
+        for device, at in series.items():
+            held = [value for ts, value in sorted(at.items()) if ts <= start]
+            inside = [value for ts, value in at.items() if start <= ts < end] + held[-1:]
+            if inside:
+                peaks[(name, device)] = int(max(inside))
+    return peaks
+
+
+def expected_memcpy(path: Path) -> dict[tuple[str, str], tuple[int, int, int]]:
+    """Per (step, direction): copies, bytes and summed duration of the copies starting in the step."""
+    header, events = load_events(path)
+    base = header.get("baseTimeNanoseconds", 0)
+    steps = expected_steps(path)
+    totals: dict[tuple[str, str], list[int]] = defaultdict(lambda: [0, 0, 0])
+    for event in events:
+        if event.get("ph") == "X" and event.get("cat") in ("gpu_memcpy", "Memcpy"):
+            ts = base + to_ns(event["ts"])
+            step = next((name for name, start, end in steps if start <= ts < end), None)
+            total = totals[(step, event["name"].split()[1])]
+            total[0] += 1
+            total[1] += event["args"]["bytes"]
+            total[2] += to_ns(event["dur"])
+    return {key: tuple(value) for key, value in totals.items()}
+
+
+def report_of(trace: Path) -> dict:
+    from converter.analysis.report import build_report
+
+    return build_report(trace).figures
+
+
+def device_number(name: str) -> int:
+    return -1 if name == "CPU" else int(name.split()[1])
+
+
+@pytest.mark.parametrize("source", ["generated", "old_format"])
+def test_report_peaks_and_memcpy_equal_the_oracles(source, generated, tmp_path):
+    path = generated if source == "generated" else OLD_FORMAT
+    if not path.is_file():
+        pytest.skip("../shared/traces is absent")
+    compact_file(path, tmp_path / "c.pftrace")
+    figures = report_of(tmp_path / "c.pftrace")
+    for field, series in (("peak_allocated_bytes", expected_allocated(path)),
+                          ("peak_reserved_bytes", expected_reserved(path))):
+        expected = expected_peaks(path, series)
+        assert len(expected) >= 2 or (field == "peak_reserved_bytes" and source == "old_format")
+        assert {(row["step"], device_number(row["device"])): row[field] for row in figures["memory"]
+                if row[field] is not None} == expected
+    copies = expected_memcpy(path)
+    assert copies
+    assert {(row["step"], row["direction"]): (row["copies"], row["bytes"], row["copy_ns"])
+            for row in figures["memcpy"]} == copies
+    assert all(row["bandwidth_gb_s"] == row["bytes"] / row["copy_ns"] for row in figures["memcpy"])
+
+
+def test_report_memcpy_per_direction_on_real_traces(tmp_path):
+    """Copies of several directions (the B200 capture: HtoD and DtoD) sum per direction and step."""
+    path = SHARED_TRACES / "tracelens_b200_eager.json.gz"
+    if not path.is_file():
+        pytest.skip("../shared/traces is absent")
+    compact_file(path, tmp_path / "c.pftrace")
+    figures = report_of(tmp_path / "c.pftrace")
+    expected = expected_memcpy(path)
+    assert {direction for _, direction in expected} == {"HtoD", "DtoD"}
+    assert {(row["step"], row["direction"]): (row["copies"], row["bytes"], row["copy_ns"])
+            for row in figures["memcpy"]} == expected
+    assert "memory" not in figures, "no [memory] events: no memory figures"

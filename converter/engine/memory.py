@@ -19,12 +19,9 @@ from typing import Optional
 import msgspec
 import numpy as np
 
-from ..kineto import GPU_CATEGORIES, MEMORY_EVENT
+from ..kineto import CPU_DEVICE, GPU_CATEGORIES, MEMORY_EVENT, device_name
 from ..model import CounterSample, CounterScale, Process, Trace, Track, TrackRole
 from ..model.args import decode_json
-
-CPU_DEVICE = -1  # Kineto's Device Id for host memory
-
 
 class _MemoryArgs(msgspec.Struct):
     """The args of a `[memory]` instant that the counters read; absent totals stay None."""
@@ -36,11 +33,6 @@ class _MemoryArgs(msgspec.Struct):
 
 
 _DECODER = msgspec.json.Decoder(_MemoryArgs)
-
-
-def device_name(device: int) -> str:
-    """"CPU", or "GPU <n>" as Kineto labels its GPU processes."""
-    return "CPU" if device == CPU_DEVICE else f"GPU {device}"
 
 
 def add_memory_counters(trace: Trace) -> int:
