@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from converter.generator import GeneratorConfig, write_trace
-from .helpers import SHARED_TRACES, compact_file, convert_file, merge_files, rows
+from .helpers import SHARED_TRACES, compact_file, convert_file, merge_files, rows, write_json
 from .oracle import load_events, to_ns
 
 OLD_FORMAT = SHARED_TRACES / "kineto_2021_resnet50_old_format.json.gz"
@@ -188,3 +188,25 @@ def test_report_memcpy_per_direction_on_real_traces(tmp_path):
     assert {(row["step"], row["direction"]): (row["copies"], row["bytes"], row["copy_ns"])
             for row in figures["memcpy"]} == expected
     assert "memory" not in figures, "no [memory] events: no memory figures"
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_at_one_timestamp_the_last_events_total_holds(tmp_path, reverse):
+    """Three allocations at one time (90 -> 100 -> 50 -> 80 bytes): the last one's total holds,
+    whatever order the file lists them in (the model's order comes from content alone)."""
+    chain = [(100, 10, 2), (50, -50, 2), (80, 30, 2), (60, -20, 3)]
+    memory = [{"ph": "i", "s": "t", "name": "[memory]", "pid": 1, "tid": 1, "ts": ts,
+               "args": {"Device Id": -1, "Device Type": 0, "Total Allocated": total, "Total Reserved": 128,
+                        "Bytes": size}} for total, size, ts in chain]
+    ordered = memory[2::-1] + memory[3:] if reverse else memory
+    source = write_json(tmp_path / "t.json", {"traceEvents": [
+        {"ph": "X", "name": "ProfilerStep#1", "cat": "user_annotation", "pid": 1, "tid": 1, "ts": 1, "dur": 5},
+        *ordered]})
+    convert_file(source, tmp_path / "c.pftrace")
+    expected = {-1: {2000: Decimal(80), 3000: Decimal(60)}}
+    if not reverse:  # listed in the chain's order, the file's last event is the oracle's
+        assert expected_allocated(source) == expected
+    assert counters(tmp_path / "c.pftrace", "memory allocated") == expected
+    assert counters(tmp_path / "c.pftrace", "memory reserved") == {-1: {2000: Decimal(128), 3000: Decimal(128)}}
+    figures = report_of(tmp_path / "c.pftrace")
+    assert [(row["step"], row["peak_allocated_bytes"]) for row in figures["memory"]] == [("ProfilerStep#1", 80)]

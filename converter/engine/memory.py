@@ -6,7 +6,8 @@ per device, "allocated" from each event's `Total Allocated`, "reserved" from its
 Reserved`. Traces from before Kineto wrote totals (2021) carry only each event's `Bytes`:
 there allocated is their running sum per device from the trace's first memory event, so it
 counts from what was allocated before the capture (or the window), and no reserved counter is
-made. Where several events share a timestamp, the last one's total holds at that time. A GPU's
+made. Where several events share a timestamp, the last one's total holds at that time (which is
+last is told from the events' totals, as _last_at_each_time says). A GPU's
 counters sit in that GPU's row group (its lanes' container once compacted, else its process),
 the CPU's (device -1) in the process whose thread recorded them.
 """
@@ -22,6 +23,7 @@ import numpy as np
 from ..kineto import CPU_DEVICE, GPU_CATEGORIES, MEMORY_EVENT, device_name
 from ..model import CounterSample, CounterScale, Process, Trace, Track, TrackRole
 from ..model.args import decode_json
+from ..model.columns import first_positions
 
 class _MemoryArgs(msgspec.Struct):
     """The args of a `[memory]` instant that the counters read; absent totals stay None."""
@@ -44,16 +46,21 @@ def add_memory_counters(trace: Trace) -> int:
     if not len(rows):
         return 0
     events = [_decoded(text) for text in trace.args_texts(rows)]
-    device = np.array([-2 if args.device is None else args.device for args in events], np.int64)
+    # A Device Id that is no device (absent, below -1, past int32) counts for none.
+    device = np.array([args.device if args.device is not None and CPU_DEVICE <= args.device < 1 << 31 else -2
+                       for args in events], np.int64)
     allocated, reserved, sizes = (np.array([np.nan if value is None else value for value in values], np.float64)
                                   for values in zip(*((a.allocated, a.reserved, a.bytes) for a in events)))
     processes = [_process_of(track) for track in table.tracks_of(rows)]
     homes = _gpu_homes(trace)
     made = 0
-    for key in sorted({(int(d), id(p)) for d, p in zip(device.tolist(), processes) if d >= CPU_DEVICE}):
-        mine = np.flatnonzero((device == key[0]) & np.fromiter((id(p) == key[1] for p in processes), bool, len(rows)))
-        process = processes[int(mine[0])]
-        parent, owner = homes.get(key[0], (None, process)) if key[0] != CPU_DEVICE else (None, process)
+    # One series per device and recording process: devices in order, processes as they first come.
+    process_code = first_positions(map(id, processes), len(processes))[0]
+    keys = dict.fromkeys((d, code) for d, code in zip(device.tolist(), process_code.tolist()) if d >= CPU_DEVICE)
+    for number, code in sorted(keys):
+        mine = np.flatnonzero((device == number) & (process_code == code))
+        process = processes[code]
+        parent, owner = homes.get(number, (None, process)) if number != CPU_DEVICE else (None, process)
         order = np.argsort(table.ts[rows[mine]], kind="stable")
         picked, times = mine[order], table.ts[rows[mine[order]]]
         totals = allocated[picked]
@@ -61,13 +68,31 @@ def add_memory_counters(trace: Trace) -> int:
                    totals if not np.isnan(totals).any() else np.cumsum(np.nan_to_num(sizes[picked])))]
         if not np.isnan(reserved[picked]).any():
             series.append((TrackRole.MEMORY_RESERVED, reserved[picked]))
-        last_at_time = np.append(times[1:] != times[:-1], True)
+        last = _last_at_each_time(times, totals, sizes[picked])
         for role, values in series:
-            track = trace.add_track(_counter_track(trace, role, key[0], owner, parent))
-            trace.counters.extend(map(CounterSample, times[last_at_time].tolist(),
-                                      values[last_at_time].tolist(), repeat(track)))
+            track = trace.add_track(_counter_track(trace, role, number, owner, parent))
+            trace.counters.extend(map(CounterSample, times[last].tolist(), values[last].tolist(), repeat(track)))
             made += 1
     return made
+
+
+def _last_at_each_time(times: np.ndarray, totals: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per distinct time (`times` sorted), the position of its last event. The model's order
+    among events at one time comes from their content, not the file (model/canonical.py), so
+    the last is found from content too: each event's total is the one before it plus its
+    Bytes, and the last is the one whose total no other event there started from. Where
+    that names no single event (no totals, or a chain that does not add up), the last in the
+    model's order; running sums of Bytes need none."""
+    ends = np.append(times[1:] != times[:-1], True)
+    last = np.flatnonzero(ends)
+    starts = np.append(0, last[:-1] + 1)
+    for at in np.flatnonzero(last > starts).tolist():  # ties are rare: a loop over them alone
+        group = range(int(starts[at]), int(last[at]) + 1)
+        started_from = [totals[i] - sizes[i] for i in group]
+        ending = [i for i in group if not any(totals[i] == before for j, before in zip(group, started_from) if j != i)]
+        if len(ending) == 1:
+            last[at] = ending[0]
+    return last
 
 
 def _decoded(text: Optional[bytes]) -> _MemoryArgs:
