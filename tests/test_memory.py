@@ -74,9 +74,10 @@ def test_counters_sit_in_their_gpus_row_group(generated, tmp_path):
     compact_file(generated, tmp_path / "c.pftrace")
     placed = rows(tmp_path / "c.pftrace", """
         select distinct c.device, c.meaning, g.name as gpu_row, g.role as gpu_role from cgtrace_counter c
-        join cgtrace_track t on t.track_id = c.track_id join cgtrace_track g on g.track_id = t.parent_id
+        join cgtrace_track t on t.track_id = c.track_id join cgtrace_track g on g.track_id = t.gpu_track_id
         where c.meaning glob 'memory *'""")
-    assert placed and all(row["gpu_role"] == "lanes" and row["gpu_row"] == f"GPU {row['device']}" for row in placed)
+    assert {row["meaning"] for row in placed} == {"memory allocated", "memory reserved"}
+    assert all(row["gpu_role"] == "lanes" and row["gpu_row"] == f"GPU {row['device']}" for row in placed)
     # The instants stay as they were.
     _, events = load_events(generated)
     instants = sum(1 for event in events if event.get("name") == "[memory]")

@@ -8,8 +8,8 @@ there allocated is their running sum per device from the trace's first memory ev
 counts from what was allocated before the capture (or the window), and no reserved counter is
 made. Where several events share a timestamp, the last one's total holds at that time (which is
 last is told from the events' totals, as _last_at_each_time says). A GPU's
-counters sit in that GPU's row group (its lanes' container once compacted, else its process),
-the CPU's (device -1) in the process whose thread recorded them.
+counters sit in that GPU's row group (its lanes' container once compacted, folded under its
+memory lane; else its process), the CPU's (device -1) in the process whose thread recorded them.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import msgspec
 import numpy as np
 
 from ..kineto import CPU_DEVICE, GPU_CATEGORIES, MEMORY_EVENT, device_name
-from ..model import CounterSample, CounterScale, Process, Trace, Track, TrackRole
+from ..model import CounterSample, CounterScale, LaneKind, Process, Trace, Track, TrackRole
 from ..model.args import decode_json
 from ..model.columns import first_positions
 
@@ -69,8 +69,15 @@ def add_memory_counters(trace: Trace) -> int:
         if not np.isnan(reserved[picked]).any():
             series.append((TrackRole.MEMORY_RESERVED, reserved[picked]))
         last = _last_at_each_time(times, totals, sizes[picked])
+        # An opened GPU shows a row per lane group and no more (compaction.py): allocated folds
+        # under its memory lane (memcpy, memset) where it has one, reserved under allocated.
+        shown_under = _memory_lane(trace, parent)
         for role, values in series:
             track = trace.add_track(_counter_track(trace, role, number, owner, parent))
+            track.folded_under = shown_under
+            if shown_under is not None:
+                shown_under.orders_children = True
+            shown_under = track if parent is not None else None
             trace.counters.extend(map(CounterSample, times[last].tolist(), values[last].tolist(), repeat(track)))
             made += 1
     return made
@@ -126,6 +133,13 @@ def _gpu_homes(trace: Trace) -> dict[int, tuple[Optional[Track], Optional[Proces
         if isinstance(device, int) and not isinstance(device, bool) and device not in found:
             found[device] = homes[code]
     return found
+
+
+def _memory_lane(trace: Trace, container: Optional[Track]) -> Optional[Track]:
+    """The first shown lane of a memory lane group (memcpy, memset) in a GPU's container."""
+    return next((track for track in trace.tracks if track.parent is container and container is not None
+                 and track.role is TrackRole.LANE and track.folded_under is None
+                 and track.group is not None and track.group.kind is LaneKind.MEMORY), None)
 
 
 def _counter_track(trace: Trace, role: TrackRole, device: int, process: Optional[Process],
