@@ -18,6 +18,21 @@ from .errors import CgtraceError
 GPU_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset", "Kernel", "Memcpy", "Memset")
 GPU_ANNOTATION_CATEGORIES = ("gpu_user_annotation",)
 KERNEL_CATEGORIES = ("kernel", "Kernel")
+MEMORY_EVENT = "[memory]"  # an allocation or free, as an instant (profile_memory=True)
+MEMCPY_CATEGORIES = ("gpu_memcpy", "Memcpy")
+CPU_DEVICE = -1  # a [memory] event's Device Id for host memory
+
+
+def device_name(device: int) -> str:
+    """"CPU" for host memory, else "GPU <n>", as Kineto labels its GPU processes."""
+    return "CPU" if device == CPU_DEVICE else f"GPU {device}"
+
+
+def memcpy_direction(name: str) -> str:
+    """A copy's direction as Kineto names it: "Memcpy HtoD (Pageable -> Device)" is HtoD. The
+    name is the only place Kineto writes the copy's kind; a name of another shape is "other"."""
+    words = name.split()
+    return words[1] if len(words) > 1 and words[0] == "Memcpy" else "other"
 CUDA_GRAPH_LAUNCH = "cudaGraphLaunch"
 # The pids Kineto makes up for its own bookkeeping: the profiler's span ("Spans"), and its
 # trace markers ("Traces"); no OS process is behind them.

@@ -114,6 +114,7 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
          + [ms(step[key]) if key in step else "-" for key in
             (("recv_ns", "recv_compute_ns", "send_ns", "send_compute_ns") if pp else ())] for g, step in steps],
         list(range(2, 6 + len(pp_columns))), (5, [step["bubble_share"] for _, step in steps])))
+    tables += _memory_tables(figures)
     clocks = figures.get("clocks", [])
     tables.append(Table(
         "Clocks: how the merge moved each rank's times onto one clock",
@@ -130,6 +131,26 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
         [[kernel_name(k["name"]), str(k["count"]), ms(k["total_ns"]), f"{k['mean_ns'] / 1e3:.3f}"] for k in kernels],
         [1, 2, 3], (2, [k["total_ns"] / longest for k in kernels])))
     return tables
+
+
+def _memory_tables(figures: dict) -> list[Table]:
+    """Each device's peak memory per step, and memcpy traffic per direction and step; no rows
+    where the trace holds no [memory] events or copies."""
+    peaks, copies = figures.get("memory", []), figures.get("memcpy", [])
+    return [Table("Memory: peak allocated and reserved per device and step (derived counters)",
+                  ["rank", "step", "device", "peak allocated MiB", "peak reserved MiB"],
+                  [[row["rank"] or "this trace", row["step"], row["device"], _mib(row["peak_allocated_bytes"]),
+                    _mib(row["peak_reserved_bytes"])] for row in peaks], [3, 4]),
+            Table("Memcpy traffic per direction and step",
+                  ["rank", "step", "direction", "copies", "MiB", "copy ms", "GB/s"],
+                  [[row["rank"] or "this trace", row["step"] or "outside steps", row["direction"], str(row["copies"]),
+                    _mib(row["bytes"]), ms(row["copy_ns"]),
+                    "-" if row["bandwidth_gb_s"] is None else f"{row['bandwidth_gb_s']:.2f}"] for row in copies],
+                  [3, 4, 5, 6])]
+
+
+def _mib(size: Optional[int]) -> str:
+    return "-" if size is None else f"{size / 2 ** 20:.1f}"
 
 
 _NO_GPU = "No GPU slices found: a CPU-only pipeline, whose stages compute in their CPU ops."

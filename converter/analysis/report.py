@@ -26,6 +26,7 @@ from ..model.trace import rank_title
 from .findings import FINDINGS_DEFINITION, report_findings
 from .intervals import Intervals, covered, intersect, subtract, union
 from .critical_path import CRITICAL_PATH_DEFINITIONS, read_critical_path
+from .memory import MEMORY_DEFINITIONS, memcpy_traffic, memory_peaks
 from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
 from .stragglers import STRAGGLER_DEFINITIONS, Arrival, hold_ups, late_arrivals, read_arrivals, straggler_answer
 from .query import open_checked, run_sql
@@ -53,6 +54,7 @@ DEFINITIONS: dict[str, str] = {
     **ANATOMY_DEFINITIONS,
     **STRAGGLER_DEFINITIONS,
     **CRITICAL_PATH_DEFINITIONS,
+    **MEMORY_DEFINITIONS,
     "findings": FINDINGS_DEFINITION,
 }
 _PP_KIND_OF = {"F": "F", "B": "B", "I": "I", "W": "W", "SEND_F": "SEND", "SEND_B": "SEND",
@@ -307,6 +309,7 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
         owners = dict(trace.rows("select id, owner from report_track"))
         arrivals = read_arrivals(trace.rows, lambda track: trace.rank(owners.get(track)))
         critical = read_critical_path(trace.rows, trace.path_tracks)
+        peaks, copies = memory_peaks(trace.rows), memcpy_traffic(trace.rows)
         pipeline = anatomy(read_stages(trace.rows, trace.rank, rules, steps,
                                        {gpu.rank: (gpu.compute, gpu.communication) for gpu in gpus if gpu.rank}))
     per_gpu = [{**gpu.figures(counts), "kernels_by_op": by_op.get(gpu.owner, _launched_by([], top))} for gpu in gpus]
@@ -322,6 +325,10 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
         figures["pipeline"] = pipeline
     if critical:  # a merge, or a compact asked to, wrote its critical path
         figures["critical_path"] = critical
+    if peaks:  # the trace holds [memory] events
+        figures["memory"] = peaks
+    if copies:
+        figures["memcpy"] = copies
     if trace.clocks:  # a merge that moved its ranks' clocks
         figures["clocks"] = trace.clocks
     if len(arrivals) > 1:  # a merge: its ranks' collectives on its one clock

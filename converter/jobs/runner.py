@@ -18,6 +18,7 @@ from ..engine.activity import add_busy_lanes
 from ..engine.compaction import compact
 from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
+from ..engine.memory import add_memory_counters
 from ..engine.pp import NO_PP, Block, BlockKey, find_blocks, link_rank_local
 from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bounds
 from ..errors import CgtraceError
@@ -146,6 +147,13 @@ def _add_critical_path(trace: Trace) -> dict[str, int]:
     return {"steps": len(paths), "segments": add_path_tracks(trace, None, paths, [trace.rank])}
 
 
+def _add_memory(trace: Trace, summary: dict[str, Any]) -> None:
+    """Each device's memory counters, where the trace holds [memory] events (engine/memory.py)."""
+    tracks = add_memory_counters(trace)
+    if tracks:  # a summary leaves out what does not apply
+        summary["memory_counters"] = tracks
+
+
 def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], written_here: bool = False) -> Prepared:
     """Read, cut to the window and, given lane rules, compact and find the PP blocks;
     `written_here`: this process writes the output (see args_store)."""
@@ -166,6 +174,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
         trace.rank = RankIdentity(header.pp_rank if header.pp_group else header.rank, header.rank,
                                   in_pipeline=bool(header.pp_group))
     if rules is None:
+        _add_memory(trace, summary)
         return Prepared(trace, summary, header)
     progress.stage(f"compacting {len(trace.slices)} slices")
     exported = kineto.inline_laned(trace.metadata) and not options.relane
@@ -173,6 +182,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
     if options.output_format == "perfetto":  # lane rows' busy counters (activity.py says why)
         add_busy_lanes(trace)
+    _add_memory(trace, summary)
     blocks, scheme = find_blocks(trace, rules, header.pp_rank)
     if scheme != NO_PP:  # a summary leaves out what does not apply
         summary.update(pp_rank=header.pp_rank, pp_rank_source=header.pp_rank_source, pp_annotations=scheme)

@@ -5,7 +5,7 @@ answers, drawn beside them in the UI: spans naming a run of CUDA-graph kernels, 
 markers where a transfer's data arrived, and a merge's critical path. A sum over `slice`
 must not count them as work, so each has a category of its own, named here, which the
 writers give them and every reader (trace_processor's views, the report, the self-checks)
-tells them apart by. Counters (a GPU's or rank's activity) are derived too, but live in
+tells them apart by. Counters (a GPU's or rank's activity, a device's memory) are derived too, but live in
 trace_processor's counter table, never among slices.
 """
 

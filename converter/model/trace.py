@@ -87,6 +87,8 @@ class TrackRole(enum.Enum):
     OVERLAP = "overlap"          # slices that partially overlap on their home track
     GLOBAL = "global"            # instants of global scope (profiler bookkeeping): one row per output
     CRITICAL_PATH = "critical_path"  # a merge's critical path on one rank: copies of segments (engine/critical_path.py)
+    MEMORY_ALLOCATED = "memory_allocated"  # a device's allocated bytes over time (engine/memory.py)
+    MEMORY_RESERVED = "memory_reserved"    # a device's reserved bytes over time (engine/memory.py)
 
 
 class LaneKind(enum.Enum):
@@ -139,6 +141,7 @@ class Track(msgspec.Struct, eq=False):
     # Fixed uuid for a track shared by several writers into one file (a merge's root track).
     uuid: Optional[int] = None
     scale: Optional[CounterScale] = None  # a counter's unit and shared y scale, where it has them
+    device: Optional[int] = None  # a memory counter's device, as Kineto numbers it (-1: the CPU)
 
     @property
     def flat(self) -> bool:

@@ -60,7 +60,7 @@ from cgtrace_roles where json_extract(roles, '$.rank') is not null"""),
 select r.document, json_extract(j.value, '$.uuid') as uuid, json_extract(j.value, '$.role') as role,
        json_extract(j.value, '$.group') as lane_group, json_extract(j.value, '$.label') as lane_label,
        json_extract(j.value, '$.kind') as kind, json_extract(j.value, '$.home') as home,
-       coalesce(json_extract(j.value, '$.layer'), 0) as layer
+       coalesce(json_extract(j.value, '$.layer'), 0) as layer, json_extract(j.value, '$.device') as device
 from cgtrace_roles r, json_each(r.roles, '$.tracks') j"""),
     ("cgtrace_track", f"""
 with recursive uuids as (
@@ -80,7 +80,7 @@ gpus as (
   join cgtrace_track_role r on r.uuid = u.uuid and r.role = '{TrackRole.LANES.value}'),
 only_rank as (select min(document) as document from cgtrace_rank having count(*) = 1)
 select t.id as track_id, t.name, t.parent_id, u.uuid, coalesce(r.role, '{TrackRole.PLAIN.value}') as role,
-       r.lane_group, r.lane_label, r.kind, r.layer,
+       r.lane_group, r.lane_label, r.kind, r.layer, r.device,
        (select g.ancestor from gpus g where g.track_id = t.id order by g.depth limit 1) as gpu_track_id,
        k.document as rank_document, k.pp_rank, k.global_rank, k.rank
 from track t left join uuids u on u.track_id = t.id
@@ -119,6 +119,8 @@ from cgtrace_derived_slice s where s.category = '{derived.CRITICAL_PATH}'"""),
     ("cgtrace_counter", f"""
 select c.id, c.ts, c.value, c.track_id, t.name as track,
        case when t.role = '{TrackRole.LANES.value}' then 'gpu activity'
+            when t.role = '{TrackRole.MEMORY_ALLOCATED.value}' then 'memory allocated'
+            when t.role = '{TrackRole.MEMORY_RESERVED.value}' then 'memory reserved'
             when t.rank_document is not null and t.track_id in (
               select u.track_id from cgtrace_track u join cgtrace_roles r
               join json_each(r.roles, '$.rank.groups') g on g.value = u.uuid) then 'rank activity'
@@ -127,7 +129,7 @@ select c.id, c.ts, c.value, c.track_id, t.name as track,
             when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
                          and k.rank_document is not null) then 'pipeline computing'
             else 'other' end as meaning,
-       t.gpu_track_id, t.rank_document, t.pp_rank, t.global_rank, t.rank
+       t.device, t.gpu_track_id, t.rank_document, t.pp_rank, t.global_rank, t.rank
 from counter c join cgtrace_track t on t.track_id = c.track_id"""),
 )
 
