@@ -21,9 +21,10 @@ from .test_convert_roundtrip import actual_flows, actual_slices
 RULES = load_lane_rules()
 ANNOTATION_CATEGORIES = ("gpu_user_annotation", "cuda_graph_label")
 PP_NAME = re.compile(r"^PP:(\d+)([A-Z_]+?)(\d*)$")
+# A GPU's lanes and annotation rows: its rows that hold slices, not its memory counters.
 LANE_SQL = f"""{UNDER_GPU_SQL}
     select t.id, t.name, u.gpu, extract_arg(t.source_arg_set_id, 'sibling_order_rank') rank
-    from track t join under_gpu u using (id)"""
+    from track t join under_gpu u using (id) where t.type not glob '*counter*'"""
 
 
 def compact(tmp_path: Path, source: Path, **options) -> tuple[Path, dict]:
@@ -105,7 +106,8 @@ def assert_lane_order(output: Path) -> None:
         include perfetto module viz.summary.track_event;
         {UNDER_GPU_SQL}
         select u.id, g.name, g.parent_id parent, u.gpu from _track_event_tracks_ordered_groups g
-        join under_gpu u on u.id = cast(g.track_ids as int) order by g.order_id""")
+        join under_gpu u on u.id = cast(g.track_ids as int) join track t on t.id = u.id
+        where t.type not glob '*counter*' order by g.order_id""")  # lanes, not the memory counters
     children = defaultdict(list)
     for row in ordered:
         children[row["parent"]].append(row)
