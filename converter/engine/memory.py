@@ -25,6 +25,7 @@ from ..model import CounterSample, CounterScale, LaneKind, Process, Trace, Track
 from ..model.args import decode_json
 from ..model.columns import first_positions
 
+
 class _MemoryArgs(msgspec.Struct):
     """The args of a `[memory]` instant that the counters read; absent totals stay None."""
 
