@@ -59,8 +59,7 @@ def is_communication_op(name: str) -> bool:
 def is_cpu_compute(name: str, category: str) -> bool:
     """A CPU slice that counts as compute on a CPU-only rank: a cpu_op that is no communication
     op and no transfer buffer (time a communication op runs inside it is taken off apart)."""
-    return category == CPU_OP_CATEGORY and not name.startswith(COMMUNICATION_OPS) \
-        and not name.startswith(TRANSFER_BUFFERS)
+    return category == CPU_OP_CATEGORY and not is_communication_op(name) and not name.startswith(TRANSFER_BUFFERS)
 
 
 MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 ns: beyond, trace_processor drops or wraps them
