@@ -51,6 +51,7 @@ select s.track_id, s.ts, s.dur, s.name,
        extract_arg(s.arg_set_id, 'debug.args.dtype') as dtype,
        extract_arg(s.arg_set_id, 'debug.args.In msg nelems') as in_nelems,
        extract_arg(s.arg_set_id, 'debug.args.Out msg nelems') as out_nelems,
+       extract_arg(s.arg_set_id, 'debug.args.Group size') as group_size,
        extract_arg(s.arg_set_id, 'debug.args.stream') as stream
 from slice s where s.dur > 0 and s.category in ({categories})
   and (s.name glob 'ncclKernel_*' or s.name glob 'ncclDevKernel_*')
@@ -60,10 +61,23 @@ Who = TypeVar("Who", bound=Hashable)  # how the caller names a rank: a rank of a
 
 
 @dataclass(frozen=True)
+class Message:
+    """What a collective kernel's args record of its message (Kineto's `record_param_comms`
+    args, copied onto the kernel): the collective's name, element type and counts, group size."""
+
+    collective: str
+    dtype: Optional[str] = None
+    in_nelems: Optional[int] = None
+    out_nelems: Optional[int] = None
+    group_size: Optional[int] = None
+
+
+@dataclass(frozen=True)
 class Arrival:
     """One rank's kernel of one collective: which collective (its process group where the
-    kernel names one, its kind, the k-th of those on the rank), when it began and ended, and
-    its stream (the clock's channel where it names no group: jobs/across.py)."""
+    kernel names one, its kind, the k-th of those on the rank), when it began and ended, its
+    stream (the clock's channel where it names no group: jobs/across.py), and its message
+    where the kernel records one."""
 
     channel: Optional[str]
     kind: str
@@ -71,6 +85,7 @@ class Arrival:
     start: int
     end: int
     stream: Any = None
+    message: Optional[Message] = None
 
 
 def _group_ranks(text: Optional[str], listed: Optional[str]) -> str:
@@ -79,6 +94,11 @@ def _group_ranks(text: Optional[str], listed: Optional[str]) -> str:
         return listed
     ranks = group_ranks(text)
     return ",".join(map(str, ranks)) if ranks is not None else text or ""
+
+
+def _count(value: Any) -> Optional[int]:
+    """A count arg as an int; None where absent or not a whole number."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _kind(name: str, collective: Optional[str], dtype: Any, in_nelems: Any, out_nelems: Any) -> str:
@@ -98,7 +118,7 @@ def read_arrivals(rows: Callable[[str], list[tuple[Any, ...]]], whose: Callable[
     found: dict[Who, list[Arrival]] = defaultdict(list)
     counts: dict[tuple[Who, Optional[str], str], int] = defaultdict(int)
     for (track, start, duration, name, collective, pg, ranks_text, ranks_list, dtype, in_nelems, out_nelems,
-         stream) in rows(_ARRIVALS_SQL):
+         group_size, stream) in rows(_ARRIVALS_SQL):
         if collective in _POINT_TO_POINT:
             continue
         rank = whose(track)
@@ -106,7 +126,9 @@ def read_arrivals(rows: Callable[[str], list[tuple[Any, ...]]], whose: Callable[
         kind = _kind(name, collective, dtype, in_nelems, out_nelems)
         index = counts[(rank, channel, kind)]
         counts[(rank, channel, kind)] += 1
-        found[rank].append(Arrival(channel, kind, index, start, start + duration, stream))
+        message = None if collective is None else Message(collective, dtype, _count(in_nelems), _count(out_nelems),
+                                                          _count(group_size))
+        found[rank].append(Arrival(channel, kind, index, start, start + duration, stream, message))
     return dict(found)
 
 
@@ -129,20 +151,27 @@ class Lateness(Generic[Who]):
     could_not_tell: Optional[str] = None
 
 
-def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
-                  uncertainty: Optional[dict[Who, int]] = None) -> Lateness[Who]:
-    """Match every rank's collectives by channel, kind and order, and find who arrived late.
-    `title`: a rank as the answer names it; `uncertainty`: how far each rank's clock may be off
-    the others' (none given: they share one clock)."""
-    unsure = uncertainty or {}
-    found: Lateness[Who] = Lateness()
+@dataclass
+class Matched(Generic[Who]):
+    """Every rank's collectives matched across ranks: per collective (channel, kind, the k-th of
+    those), its members' arrivals in start order; why kernels were left out, and where nothing
+    could be matched, why not (`could_not_tell`)."""
+
+    collectives: dict[tuple[Optional[str], str, int], list[tuple[Arrival, Who]]] = field(default_factory=dict)
+    left_out: list[str] = field(default_factory=list)
+    could_not_tell: Optional[str] = None
+
+
+def match_collectives(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str]) -> Matched[Who]:
+    """Match every rank's collectives by channel, kind and order. `title`: a rank as the answer names it."""
+    found: Matched[Who] = Matched()
     present = sorted((rank for rank, mine in arrivals.items() if mine), key=title)
     if len(present) < 2:
         found.could_not_tell = ("no rank runs NCCL collective kernels" if not present else
                                 f"only {title(present[0])} runs NCCL collective kernels: nobody to wait for it")
         return found
     named = any(arrival.channel is not None for rank in present for arrival in arrivals[rank])
-    by_collective: dict[tuple[Optional[str], str, int], list[tuple[int, Who]]] = defaultdict(list)
+    by_collective: dict[tuple[Optional[str], str, int], list[tuple[Arrival, Who]]] = defaultdict(list)
     counts: dict[tuple[Optional[str], str], dict[Who, int]] = defaultdict(dict)
     nameless = 0
     for rank in present:
@@ -150,7 +179,7 @@ def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str
             if named and arrival.channel is None:
                 nameless += 1
                 continue
-            by_collective[(arrival.channel, arrival.kind, arrival.index)].append((arrival.start, rank))
+            by_collective[(arrival.channel, arrival.kind, arrival.index)].append((arrival, rank))
             counts[(arrival.channel, arrival.kind)][rank] = arrival.index + 1
     if nameless:
         found.left_out.append(f"{nameless} collective kernels that name no process group (replayed in CUDA graphs, "
@@ -167,12 +196,25 @@ def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str
         else:
             continue
         unmatched.add((channel, kind))
+    found.collectives = {key: sorted(members, key=lambda member: member[0].start)
+                         for key, members in by_collective.items() if key[:2] not in unmatched}
+    if not found.collectives:
+        found.could_not_tell = "; ".join(found.left_out)
+    return found
+
+
+def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
+                  uncertainty: Optional[dict[Who, int]] = None) -> Lateness[Who]:
+    """Match every rank's collectives (match_collectives), and find who arrived late.
+    `title`: a rank as the answer names it; `uncertainty`: how far each rank's clock may be off
+    the others' (none given: they share one clock)."""
+    unsure = uncertainty or {}
+    matched = match_collectives(arrivals, title)
+    found: Lateness[Who] = Lateness(left_out=matched.left_out, could_not_tell=matched.could_not_tell)
     ranked: set[Who] = set()
-    for (channel, kind, _), starts in by_collective.items():
-        if (channel, kind) in unmatched:
-            continue
+    for members in matched.collectives.values():
         found.collectives += 1
-        starts.sort(key=lambda item: item[0])
+        starts = [(arrival.start, rank) for arrival, rank in members]
         ranked.update(rank for _, rank in starts)
         typical = statistics.median(start for start, _ in starts)
         for start, rank in starts:
@@ -188,8 +230,6 @@ def late_arrivals(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str
             figures["held_up_ns"] += held_up
             figures["caused_wait_ns"] += sum(last - start for start, _ in starts[:-1])
     found.ranks = len(ranked)
-    if not found.collectives:
-        found.could_not_tell = "; ".join(found.left_out)
     return found
 
 
