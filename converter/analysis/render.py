@@ -16,6 +16,7 @@ from typing import Callable, Optional
 import orjson
 
 from ..model.derived import PATH_KINDS
+from .collectives import HTML_ROWS, NUMERIC_COLUMNS, TEXT_ROWS, collective_lines
 from .findings import as_text, waited_for
 from .pipeline_anatomy import STAGE_PARTS
 from .intervals import Intervals
@@ -89,7 +90,7 @@ def _path_rank(rank: dict) -> str:
     return "this trace" if rank["global_rank"] is None else f"rank {rank['pp_rank']} (global {rank['global_rank']})"
 
 
-def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
+def _tables(figures: dict, kernel_name: Callable[[str], str], collectives_shown: int) -> list[Table]:
     gpus = figures["gpus"]
     tables = [_stages_table(figures), *_path_tables(figures), Table(
         "GPUs: busy (any lane) and exposed communication, over the window",
@@ -115,6 +116,7 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
             (("recv_ns", "recv_compute_ns", "send_ns", "send_compute_ns") if pp else ())] for g, step in steps],
         list(range(2, 6 + len(pp_columns))), (5, [step["bubble_share"] for _, step in steps])))
     tables += _memory_tables(figures)
+    tables.append(collectives_table(figures.get("collectives", {}).get("collectives", []), collectives_shown))
     clocks = figures.get("clocks", [])
     tables.append(Table(
         "Clocks: how the merge moved each rank's times onto one clock",
@@ -149,6 +151,14 @@ def _memory_tables(figures: dict) -> list[Table]:
                   [3, 4, 5, 6])]
 
 
+def collectives_table(rows: list[dict], limit: int) -> Table:
+    """The `limit` worst collectives (analysis/collectives.py); every one is in the JSON."""
+    columns, lines = collective_lines(rows, limit)
+    shown = f"the {len(lines)} worst of {len(rows)}" if len(rows) > limit else f"all {len(rows)}"
+    return Table(f"Collectives across ranks (derived): {shown}, most total wait first", columns, lines,
+                 NUMERIC_COLUMNS, wrap=8)
+
+
 def _mib(size: Optional[int]) -> str:
     return "-" if size is None else f"{size / 2 ** 20:.1f}"
 
@@ -171,7 +181,8 @@ def render_text(figures: dict) -> str:
     source = figures["input"]
     no_gpu = "" if figures["gpus"] else f"\n{_NO_GPU if 'pipeline' in figures else 'No GPU slices found.'}\n"
     return text_page(f"cgtrace report: {source['trace']} (lanes from {source['lanes_from']})",
-                     "\n" + as_text(figures["findings"]) + no_gpu, _tables(figures, short_name), figures["definitions"])
+                     "\n" + as_text(figures["findings"]) + no_gpu, _tables(figures, short_name, TEXT_ROWS),
+                     figures["definitions"])
 
 
 def text_page(header: str, lead: str, tables: list[Table], definitions: dict[str, str]) -> str:
@@ -340,7 +351,7 @@ def render_html(report: Report) -> str:
         lead.append(_timeline(timelines, figures.get("critical_path", [])))
     return html_page(f"cgtrace report: {Path(source['trace']).name}",
                      f"{source['trace']}; lanes from {source['lanes_from']}", lead,
-                     _tables(figures, lambda name: name), figures["definitions"])
+                     _tables(figures, lambda name: name, HTML_ROWS), figures["definitions"])
 
 
 def html_page(title: str, note: str, lead: list[str], tables: list[Table], definitions: dict[str, str]) -> str:

@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 from ..kineto import CPU_OP_CATEGORY, KERNEL_CATEGORIES, PROFILER_STEP_PREFIX
 from ..lane_rules import LaneRules, load_lane_rules
@@ -25,6 +25,7 @@ from ..model.roles_document import RolesDocument, TrackEntry
 from ..model.trace import rank_title
 from .findings import FINDINGS_DEFINITION, report_findings
 from .intervals import Intervals, covered, intersect, subtract, union
+from .collectives import COLLECTIVE_DEFINITIONS, collectives
 from .critical_path import CRITICAL_PATH_DEFINITIONS, read_critical_path
 from .memory import MEMORY_DEFINITIONS, memcpy_traffic, memory_peaks
 from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
@@ -53,6 +54,7 @@ DEFINITIONS: dict[str, str] = {
             "kept in the track roles of a trace cgtrace compacted",
     **ANATOMY_DEFINITIONS,
     **STRAGGLER_DEFINITIONS,
+    **COLLECTIVE_DEFINITIONS,
     **CRITICAL_PATH_DEFINITIONS,
     **MEMORY_DEFINITIONS,
     "findings": FINDINGS_DEFINITION,
@@ -332,7 +334,10 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
     if trace.clocks:  # a merge that moved its ranks' clocks
         figures["clocks"] = trace.clocks
     if len(arrivals) > 1:  # a merge: its ranks' collectives on its one clock
-        figures.update(_stragglers(arrivals, per_gpu, trace.clocks))
+        title = _rank_title(arrivals, per_gpu)
+        figures.update(_stragglers(arrivals, per_gpu, trace.clocks, title))
+        figures["collectives"] = collectives(arrivals, title, lambda rank: {
+            "pp_rank": rank[0] if rank else None, "global_rank": rank[1] if rank else None})
     figures = {"input": figures["input"], "findings": [f.as_json() for f in report_findings(figures)], **figures}
     return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks],
                   arrivals)
@@ -399,19 +404,29 @@ def _launched_by(rows: list[tuple[bool, Optional[str], int, int]], top: int) -> 
             "no_launch": apart(False), "no_op": apart(True)}
 
 
-def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]], clocks: list[dict[str, Any]]
-                ) -> dict[str, Any]:
-    """The merged ranks that hold collectives up (stragglers.py), named as the GPUs are, and
-    what backs the answer; a rank's lateness is sure only beyond its clock's uncertainty, where
-    the merge moved its clock."""
+def _ranked_gpus(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]]) -> dict[Rank, dict[str, Any]]:
+    """Each merged rank that runs collectives -> its GPU's figures."""
     gpu_of = {(gpu["pp_rank"], gpu["global_rank"]): gpu for gpu in gpus}
-    ranked: dict[Rank, dict[str, Any]] = {rank: gpu_of[rank[:2]] for rank in arrivals if rank and rank[:2] in gpu_of}
-    steps = [step["step_ns"] for gpu in gpus for step in gpu["steps"]]
-    median = statistics.median(steps) if steps else 0
+    return {rank: gpu_of[rank[:2]] for rank in arrivals if rank and rank[:2] in gpu_of}
+
+
+def _rank_title(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]]) -> Callable[[Rank], str]:
+    """A merged rank as the collectives' answers name it: as its GPU is named."""
+    ranked = _ranked_gpus(arrivals, gpus)
 
     def title(rank: Rank) -> str:
         return gpu_label(ranked[rank]) if rank in ranked else rank_title(*rank) if rank else "a rank"
+    return title
 
+
+def _stragglers(arrivals: dict[Rank, list[Arrival]], gpus: list[dict[str, Any]], clocks: list[dict[str, Any]],
+                title: Callable[[Rank], str]) -> dict[str, Any]:
+    """The merged ranks that hold collectives up (stragglers.py), named by `title`, and what
+    backs the answer; a rank's lateness is sure only beyond its clock's uncertainty, where the
+    merge moved its clock."""
+    ranked = _ranked_gpus(arrivals, gpus)
+    steps = [step["step_ns"] for gpu in gpus for step in gpu["steps"]]
+    median = statistics.median(steps) if steps else 0
     moved = {(clock["pp_rank"], clock["global_rank"]): clock["uncertainty_ns"] or 0 for clock in clocks}
     unsure: dict[Rank, int] = {rank: moved[rank[:2]] for rank in arrivals if rank and rank[:2] in moved}
     found = late_arrivals(arrivals, title, unsure)

@@ -20,7 +20,9 @@ from typing import Any, Callable, Iterable, Optional
 
 import orjson
 
+from ..analysis.collectives import COLLECTIVE_DEFINITIONS, TEXT_ROWS, collectives
 from ..analysis.query import Result, format_table, open_checked, run_sql
+from ..analysis.render import collectives_table
 from ..analysis.findings import across_findings, as_text
 from ..analysis.pipeline_anatomy import ANATOMY_DEFINITIONS, STAGE_PARTS
 from ..analysis.report import DEFINITIONS, build_report
@@ -207,13 +209,15 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
             for file, figures in hold_ups(found.late, {file: steps for file, (_, steps) in step_times.items()},
                                           median)]
     answer = straggler_answer(found, held, median)
+    shared = collectives(arrivals, title, lambda file: {
+        "file": file, "global_rank": identity[file]["global_rank"] if file in identity else None})
     definitions = {**{k: DEFINITIONS[k] for k in ("window", "busy", "exposed communication", "bubble")},
                    **(ANATOMY_DEFINITIONS if stages else {}), "stragglers": DEFINITIONS["stragglers"],
-                   "findings": DEFINITIONS["findings"], **ACROSS_DEFINITIONS}
+                   **COLLECTIVE_DEFINITIONS, "findings": DEFINITIONS["findings"], **ACROSS_DEFINITIONS}
     return {"directory": str(directory), "traces": len(files), "rank_account": rank_account(directory).as_json(),
             "findings": [finding.as_json() for finding in across_findings(stages, answer["stragglers"])],
             "definitions": definitions, "median_step_ns": median, "ranks": rows, "stages": stages,
-            "clock_alignment": clocks, **answer}
+            "clock_alignment": clocks, **answer, "collectives": shared}
 
 
 def _on_one_clock(files: list[Path], arrivals: list[list[Arrival]], title: Callable[[str], str]
@@ -302,11 +306,13 @@ def render_across(report: dict[str, Any], fmt: str) -> str:
         [[row["title"], str(row["late_collectives"]), f"{row['late_ns_per_step'] / 1e6:.3f}",
           f"{row['late_share']:.1%}", f"{row['held_up_ns_per_step'] / 1e6:.3f}", f"{row['caused_wait_ns'] / 1e6:.3f}"]
          for row in report["stragglers"]], numeric_columns=[1, 2, 3, 4, 5])
+    shared = collectives_table(report["collectives"]["collectives"], TEXT_ROWS)
     moved = "moved where" if alignment["applied"] else "kept: the base times agree within what"
     sections = [(title, table) for title, table, rows in (
         ("GPUs: step time, busy, exposed communication and bubble, over each GPU's window", gpus, report["ranks"]),
         ("Pipeline stages: each PP rank's steps cut into parts that add up to the step", stages, report["stages"]),
         ("Stragglers: each rank by its own lateness into collectives, latest first", stragglers, report["stragglers"]),
+        (shared.title, format_table(shared.columns, shared.rows, shared.numeric), shared.rows),
         (f"Clocks: each trace's offset ({moved} their collectives can tell) and its uncertainty", clocks,
          alignment["ranks"] if any(row["evidence"] for row in alignment["ranks"]) else []))
         if rows]
