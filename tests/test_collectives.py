@@ -200,9 +200,9 @@ def test_bandwidths_follow_nccl_tests_on_a_generated_job_and_a_merge_agrees(tmp_
         args = next(iter(members.values()))["args"]
         size = max(args["In msg nelems"], args["Out msg nelems"]) * ELEMENT_BYTES[args["dtype"]]
         algbw = size / row["effective_ns"]  # bytes per ns: GB/s
-        assert row["bytes"] == size and row["algbw_gb_s"] == pytest.approx(algbw, abs=1e-3)
+        assert row["bytes"] == size and row["algbw_gb_s"] == pytest.approx(algbw, rel=1e-12)
         assert row["busbw_gb_s"] == pytest.approx(algbw * FACTORS[args["Collective name"]](args["Group size"]),
-                                                  abs=2e-3)
+                                                  rel=1e-12)
         kinds.add(args["Collective name"])
     assert kinds == set(FACTORS)
     worst = rows[0]
@@ -220,6 +220,11 @@ def test_bandwidths_follow_nccl_tests_on_a_generated_job_and_a_merge_agrees(tmp_
         merged_rows = figures["collectives"]["collectives"]
         assert merged_rows and len(merged_rows) == sum(len(members) > 1 for (group, _, _), members in again.items()
                                        if group is not None)
+        page = tmp_path / f"{Path(pipeline['output']).stem}.html"
+        assert main(["report", pipeline["output"], "--format", "html", "-o", str(page)]) == 0
+        table = page.read_text().split(f"Collectives across ranks (derived): all {len(merged_rows)}, ", 1)[1]
+        places = [table.index(f"{row['kind']} #{row['index']}") for row in merged_rows]
+        assert places == sorted(places)  # the HTML table lists them worst first, as the JSON
         for row in merged_rows:
             members = members_of(again, {**row, "ranks": [{"file": f"rank{member['global_rank']}_trace.json"}
                                                           for member in row["ranks"]]})

@@ -34,7 +34,8 @@ COLLECTIVE_DEFINITIONS = {
             "arrive held the collective up by its start minus the next latest start",
     "effective duration": "from the latest member's start to the last end of any member's kernel: the "
                           "collective's own time once every member is there (each member's kernel duration, its end "
-                          "minus its start, includes its wait)",
+                          "minus its start, includes its wait); where the trace holds fewer members than the Group "
+                          "size recorded (a merge of one pipeline), it includes the wait for those absent",
     "algbw, busbw": "NCCL-tests' bandwidths (NVIDIA/nccl-tests doc/PERFORMANCE.md), over the effective duration: "
                     "algbw = S / effective duration in GB/s (1e9 bytes a second), S the larger of In and Out msg "
                     "nelems times the dtype's size; busbw = algbw times 2(n-1)/n for all-reduce, (n-1)/n for "
@@ -107,8 +108,7 @@ def _collective(channel: Optional[str], kind: str, index: int, members: list[tup
         "start_skew_ns": last_start - starts[0], "end_skew_ns": last_end - min(ends),
         "effective_ns": effective, "total_wait_ns": sum(last_start - start for start in starts),
         "last_to_arrive": title(last), "held_up_ns": last_start - starts[-2],
-        "algbw_gb_s": None if algbw is None else round(algbw, 3),
-        "busbw_gb_s": None if algbw is None or factor is None else round(algbw * factor, 3),
+        "algbw_gb_s": algbw, "busbw_gb_s": None if algbw is None or factor is None else algbw * factor,
         "ranks": [{**describe(rank), "title": title(rank), "start_ns": arrival.start, "end_ns": arrival.end,
                    "duration_ns": arrival.end - arrival.start, "wait_ns": last_start - arrival.start}
                   for arrival, rank in members],
@@ -120,7 +120,7 @@ def collective_lines(rows: list[dict[str, Any]], limit: int) -> tuple[list[str],
     columns = ["collective", "group", "ranks", "size", "start skew ms", "end skew us", "effective ms",
                "total wait ms", "last to arrive (held up ms)", "algbw GB/s", "busbw GB/s"]
     return columns, [
-        [f"{row['kind']} #{row['index']}", row["process_group"] or "-", str(row["members"]), _size(row),
+        [f"{row['kind']} #{row['index']}", row["process_group"] or "-", _members(row), _size(row),
          f"{row['start_skew_ns'] / 1e6:.3f}", f"{row['end_skew_ns'] / 1e3:.1f}", f"{row['effective_ns'] / 1e6:.3f}",
          f"{row['total_wait_ns'] / 1e6:.3f}", f"{row['last_to_arrive']} ({row['held_up_ns'] / 1e6:.3f})",
          _bandwidth(row["algbw_gb_s"]), _bandwidth(row["busbw_gb_s"])]
@@ -132,10 +132,19 @@ NUMERIC_COLUMNS = [2, 4, 5, 6, 7, 9, 10]
 
 
 def _size(row: dict[str, Any]) -> str:
-    if row["bytes"] is None:
+    size = row["bytes"]
+    if size is None:
         return "not recorded"
-    return f"{row['bytes'] / 2 ** 20:.2f} MiB {row['dtype']}"
+    shown = next((f"{size / 2 ** shift:.1f} {unit}" for shift, unit in ((30, "GiB"), (20, "MiB"), (10, "KiB"))
+                  if size >= 2 ** shift), f"{size} B")
+    return f"{shown} {row['dtype']}"
+
+
+def _members(row: dict[str, Any]) -> str:
+    """The members matched, and the group's size where it records more (ranks absent from the trace)."""
+    group = row["group_size"]
+    return f"{row['members']} of {group}" if group and group != row["members"] else str(row["members"])
 
 
 def _bandwidth(value: Optional[float]) -> str:
-    return "-" if value is None else f"{value:.2f}"
+    return "-" if value is None else f"{value:.2f}" if value >= 1 else f"{value:.3g}"
