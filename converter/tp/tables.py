@@ -196,11 +196,13 @@ left join cgtrace_rank k on k.document = coalesce(
   (select document from grouped g where g.track_id = t.id),
   (select document from cgtrace_rank where document = r.document),
   (select document from only_rank))"""),
+    # Tracks made once: joined as a view, each slice would walk its track's ancestors again.
     ("cgtrace_slice", f"""
+with t as materialized (select * from cgtrace_track)
 select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, s.category, s.depth, s.parent_id, s.arg_set_id,
        s.track_id, t.role, t.lane_group, t.lane_label, t.kind, t.gpu_track_id,
        t.rank_document, t.pp_rank, t.global_rank, t.rank
-from cgtrace_all_slice s join cgtrace_track t on t.track_id = s.track_id
+from cgtrace_all_slice s join t on t.track_id = s.track_id
 where {_measured("s.category")}"""),
     ("cgtrace_step", f"""
 select rank_document, pp_rank, global_rank, rank, cast(substr(name, {len(PROFILER_STEP_PREFIX) + 1}) as int) as step,
@@ -211,13 +213,15 @@ where name glob '{PROFILER_STEP_PREFIX}[0-9]*' and role = '{TrackRole.PLAIN.valu
 group by rank_document, name"""),
     ("cgtrace_stage_span", _STAGE_SPAN),
     ("cgtrace_stage_piece", _STAGE_PIECE),
+    # Tracks made once, as in cgtrace_slice.
     ("cgtrace_transfer", """
+with t as materialized (select track_id, rank_document, rank, global_rank, pp_rank from cgtrace_track)
 select f.id as flow_id, so.id as send_slice_id, so.name as send_name, so.ts as send_ts, so.ts + so.dur as send_end_ts,
        fr.rank as from_rank, fr.global_rank as from_global_rank, fr.pp_rank as from_pp_rank,
        si.id as arrival_slice_id, si.name as arrival_name, si.ts as arrival_ts,
        tr.rank as to_rank, tr.global_rank as to_global_rank, tr.pp_rank as to_pp_rank
 from flow f join cgtrace_all_slice so on so.id = f.slice_out join cgtrace_all_slice si on si.id = f.slice_in
-join cgtrace_track fr on fr.track_id = so.track_id join cgtrace_track tr on tr.track_id = si.track_id
+join t fr on fr.track_id = so.track_id join t tr on tr.track_id = si.track_id
 where fr.rank_document is not tr.rank_document"""),
     ("cgtrace_critical_path", f"""
 select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, extract_arg(s.arg_set_id, 'debug.args.kind') as kind,
@@ -225,21 +229,25 @@ select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, extract_arg(s.arg_set_
        extract_arg(s.arg_set_id, 'debug.args.pp_rank') as pp_rank,
        extract_arg(s.arg_set_id, 'debug.args.global_rank') as global_rank, s.track_id
 from cgtrace_derived_slice s where s.category = '{derived.CRITICAL_PATH}'"""),
+    # Each counter track's meaning found once, not once per sample.
     ("cgtrace_counter", f"""
-select c.id, c.ts, c.value, c.track_id, t.name as track,
-       case when t.role = '{TrackRole.LANES.value}' then 'gpu activity'
-            when t.role = '{TrackRole.MEMORY_ALLOCATED.value}' then 'memory allocated'
-            when t.role = '{TrackRole.MEMORY_RESERVED.value}' then 'memory reserved'
-            when t.rank_document is not null and t.track_id in (
-              select u.track_id from cgtrace_track u join cgtrace_roles r
-              join json_each(r.roles, '$.rank.groups') g on g.value = u.uuid) then 'rank activity'
-            when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
-                         and k.role = '{TrackRole.CRITICAL_PATH.value}') then 'critical path level'
-            when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
-                         and k.rank_document is not null) then 'pipeline computing'
-            else 'other' end as meaning,
+with t as materialized (
+  select *,
+         case when t.role = '{TrackRole.LANES.value}' then 'gpu activity'
+              when t.role = '{TrackRole.MEMORY_ALLOCATED.value}' then 'memory allocated'
+              when t.role = '{TrackRole.MEMORY_RESERVED.value}' then 'memory reserved'
+              when t.rank_document is not null and t.track_id in (
+                select u.track_id from cgtrace_track u join cgtrace_roles r
+                join json_each(r.roles, '$.rank.groups') g on g.value = u.uuid) then 'rank activity'
+              when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
+                           and k.role = '{TrackRole.CRITICAL_PATH.value}') then 'critical path level'
+              when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
+                           and k.rank_document is not null) then 'pipeline computing'
+              else 'other' end as meaning
+  from cgtrace_track t where t.track_id in (select track_id from counter))
+select c.id, c.ts, c.value, c.track_id, t.name as track, t.meaning,
        t.device, t.gpu_track_id, t.rank_document, t.pp_rank, t.global_rank, t.rank
-from counter c join cgtrace_track t on t.track_id = c.track_id"""),
+from counter c join t on t.track_id = c.track_id"""),
 )
 
 # trace_processor defines `slice` as a view over its intrinsic table; its body is reused, so
