@@ -103,11 +103,11 @@ from parsed p left join receive_block b on b.id = (
 # Each stage's steps cut where any of its spans begins or ends: in each piece nothing changes,
 # so every part of the anatomy is a sum of whole pieces.
 _STAGE_PIECE = """
-with stage as (select distinct rank_document from cgtrace_stage_span
-               where what not in ('compute', 'communication', 'communication op')),
+with span as materialized (select rank_document, what, ts, end_ts from cgtrace_stage_span),
+stage as (select distinct rank_document from span where what not in ('compute', 'communication', 'communication op')),
 clipped as (
   select w.rank_document, w.step, s.what, max(s.ts, w.ts) as ts, min(s.end_ts, w.end_ts) as end_ts
-  from cgtrace_stage_span s join cgtrace_step w on w.rank_document = s.rank_document
+  from span s join cgtrace_step w on w.rank_document = s.rank_document
     and s.ts < w.end_ts and s.end_ts > w.ts
   where s.rank_document in stage),
 edge as (
