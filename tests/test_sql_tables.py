@@ -222,7 +222,7 @@ def test_stragglers_equal_the_report_of_a_merge(traces, dlrm):
         latest = check["largest_hold_up"]
         assert [rows[0]["global_rank"], *(rows[0][key] for key in _LATE)] == \
             [latest["global_rank"], *(latest[key] for key in _LATE)], name
-        assert rows[0]["collectives"] == check["collectives"], name
+        assert (rows[0]["collectives"], rows[0]["ranks"]) == (check["collectives"], check["ranks"]), name
         judged += 1
     assert judged == 2
 
@@ -263,6 +263,8 @@ def test_critical_path_steps_and_ranks_equal_the_report(traces):
                 for row in trace.of("Each step's critical path: when")] == \
             [(step["step"], step["start_ns"], step["end_ns"], step["length_ns"], len(step["segments"]))
              for step in steps], name
+        assert trace.of("Each step's critical path, segment") == \
+            [{"step": step["step"], **segment} for step in steps for segment in step["segments"]], name
         assert sorted((row["step"], row["pp_rank"], row["global_rank"], row["on_path_ns"],
                        {kind: row[f"{kind}_ns"] for kind in ("compute", "transfer", "launch", "wait")},
                        (row["most_kind"], row["most_name"], row["most_ns"]))
