@@ -176,9 +176,10 @@ def test_stage_parts_waits_and_actions_equal_the_report(traces):
         assert dict(parts) == {(s["global_rank"], s["step"]): {key: s[key] for key in _PARTS.values()}
                                for s in stages}, name
         waits = sorted((*step_key(row), row["action"], row["stage"], row["microbatch"], row["from_stage"],
-                        row["from_pp_rank"], row["wait_ns"]) for row in trace.of("What each stage's receive waits"))
+                        row["from_pp_rank"], row["from_rank"], row["wait_ns"])
+                       for row in trace.of("What each stage's receive waits"))
         assert waits == sorted((s["global_rank"], s["step"], w["action"], w["stage"], w["microbatch"],
-                                w["from_stage"], w["from_pp_rank"], w["wait_ns"])
+                                w["from_stage"], w["from_pp_rank"], w["from_rank"], w["wait_ns"])
                                for s in stages for w in s["recv_waits"]), name
         actions = sorted((*step_key(row), row["action"], row["stage"], row["microbatch"], row["start_ns"],
                           row["compute_ns"]) for row in trace.of("How long each stage computed"))
