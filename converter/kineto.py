@@ -65,6 +65,9 @@ def is_cpu_compute(name: str, category: str) -> bool:
 MAX_NS = (1 << 63) - 1  # Perfetto timestamps are int64 ns: beyond, trace_processor drops or wraps them
 PROFILER_STEP_PREFIX = "ProfilerStep#"  # a profiler step's slice: the prefix, then its number
 _PROFILER_STEP = re.compile(rf"^{PROFILER_STEP_PREFIX}(\d{{1,18}})$")  # more digits are no step number int() takes
+# The schedule actions that compute (torch.distributed.pipelining's F, B, I, W); the rest move
+# data (SEND_*, RECV_*) or shard (UNSHARD, RESHARD, REDUCE_GRAD).
+COMPUTE_ACTIONS = ("F", "B", "I", "W")
 # ScheduleGPipe's record_function names: no stage (it is the rank's PP rank), no send or receive.
 STAGELESS_PATTERN = re.compile(r"^(?P<action>Forward|Backward) (?P<microbatch>\d{1,18})$")
 

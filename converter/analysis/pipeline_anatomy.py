@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Sequence
 
-from ..kineto import (COMMUNICATION_OPS, CPU_OP_CATEGORY, RECEIVE_OPS, STAGELESS_PATTERN, TRANSFER_BUFFERS,
-                      is_number)
+from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, RECEIVE_OPS, STAGELESS_PATTERN,
+                      TRANSFER_BUFFERS, is_number)
 from ..lane_rules import LaneRules
 from ..model.trace import rank_title
 from .intervals import Intervals, by_window, clip, covered, intersect, latest_open, subtract, union
@@ -39,7 +39,6 @@ ANATOMY_DEFINITIONS = {
                    "add up to the step exactly",
 }
 
-_COMPUTE_ACTIONS = {"F", "B", "I", "W"}
 # The stage parts (each a `<key>` figure of a stage row) as every table and bar names them, in order.
 STAGE_PARTS = (("compute_ns", "compute"), ("warmup_ns", "warm-up"), ("drain_ns", "drain"),
                ("recv_wait_ns", "recv wait"), ("exposed_comm_ns", "exposed comm"), ("other_ns", "other"))
@@ -57,7 +56,7 @@ class Action:
 
     @property
     def computes(self) -> bool:
-        return self.action in _COMPUTE_ACTIONS or self.action == "OVERLAP_F_B"
+        return self.action in COMPUTE_ACTIONS or self.action == "OVERLAP_F_B"
 
     @property
     def sender_stage(self) -> Optional[int]:

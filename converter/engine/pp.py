@@ -20,13 +20,12 @@ from typing import Any, Callable, Optional
 import msgspec
 import numpy as np
 
-from ..kineto import STAGELESS_PATTERN, is_number, profiler_step
+from ..kineto import COMPUTE_ACTIONS, STAGELESS_PATTERN, is_number, profiler_step
 from ..lane_rules import LaneRules, Match
 from ..model import NO_ARGS, Flow, FlowEnd, LaneKind, SliceRow, Trace, derived
 from ..model.columns import first_positions, grouped_in_order, sorted_distinct
 
 PP_FLOW_CATEGORY = "pp_dependency"
-COMPUTE_ACTIONS = ("F", "B", "I", "W")
 # A receive feeds, and a send follows, the compute of the same stage and microbatch.
 COMPUTE_OF = {"RECV_F": ("F",), "SEND_F": ("F",), "RECV_B": ("B", "I"), "SEND_B": ("B", "I")}
 CROSS_RANK_FLOW_BASE = 1 << 61

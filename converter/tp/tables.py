@@ -13,7 +13,10 @@ page or a native shell. The views, version VERSION (docs/cli.md#sql-tables defin
 - `cgtrace_rank`, `cgtrace_track`: ranks, and every track with its role and rank;
 - `cgtrace_step`: each rank's profiler steps; `cgtrace_transfer`: arrows between ranks;
   `cgtrace_critical_path`: a merge's critical path segments; `cgtrace_counter`: counter
-  samples with what they mean.
+  samples with what they mean;
+- `cgtrace_stage_span`: what each pipeline stage's anatomy is made of (its compute,
+  communication, receives and schedule actions); `cgtrace_stage_piece`: its steps cut where
+  any of those begins or ends, each piece with the report's stage part, so every part is a sum.
 
 Where cgtrace opens a trace it wrote, `slice` itself is narrowed to the measured slices, so a
 sum over `slice` never counts cgtrace's own answers as work; the printed statements leave
@@ -25,8 +28,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..kineto import GPU_ANNOTATION_CATEGORIES, PROFILER_STEP_PREFIX
-from ..model import TrackRole, derived, roles_document
+from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, GPU_ANNOTATION_CATEGORIES,
+                      PROFILER_STEP_PREFIX, RECEIVE_OPS, TRANSFER_BUFFERS)
+from ..model import LaneKind, TrackRole, derived, roles_document
 
 VERSION = 1
 _DERIVED = ", ".join(f"'{category}'" for category in derived.CATEGORIES)
@@ -42,6 +46,108 @@ def _measured(category: str) -> str:
 _DERIVED_AS = " ".join(f"when '{category}' then '{kind}'" for category, kind in derived.CATEGORIES.items())
 _GPU_ANNOTATIONS = ", ".join(f"'{category}'" for category in GPU_ANNOTATION_CATEGORIES)
 
+
+def _named(prefixes: tuple[str, ...]) -> str:
+    """Whether a slice's name starts with one of `prefixes`, as kineto.py's tests of names ask."""
+    return "(" + " or ".join(f"name glob '{prefix}*'" for prefix in prefixes) + ")"
+
+
+_DIGITS = "'0123456789'"
+# What a pipeline stage's anatomy is made of (analysis/pipeline_anatomy.py defines the parts):
+# the schedule's slices on the rank's own side (the GPU's annotations on a rank with GPU lanes,
+# else its CPU threads), their actions read as the built-in pp_pattern and GPipe's names read
+# them, and the rank's compute and communication.
+_STAGE_SPAN = f"""
+with ranked as (
+  select id, ts, end_ts, name, category, role, kind, rank_document,
+         rank_document in (select rank_document from cgtrace_slice where role = 'lane' and dur > 0) as gpu_rank
+  from cgtrace_slice where dur > 0 and rank_document is not null),
+schedule as (
+  select *, case when name glob 'PP:[0-9]*' then ltrim(substr(name, 4), {_DIGITS}) end as rest from ranked
+  where (name glob 'PP:*' or name glob 'Forward *' or name glob 'Backward *' or {_named(RECEIVE_OPS)})
+    and gpu_rank = (coalesce(category, '') in ({_GPU_ANNOTATIONS}) or role = '{TrackRole.ANNOTATIONS.value}')),
+parsed as (
+  select id, ts, end_ts, name, rank_document,
+         case when name glob 'PP:(*)OVERLAP_F_B' then 'OVERLAP_F_B' when rest is not null then rtrim(rest, {_DIGITS})
+              when name glob 'Forward [0-9]*' and substr(name, 9) not glob '*[^0-9]*' then 'F'
+              when name glob 'Backward [0-9]*' and substr(name, 10) not glob '*[^0-9]*' then 'B' end as action,
+         case when rest is not null then cast(substr(name, 4, length(name) - 3 - length(rest)) as int) end as stage,
+         case when rest is not null then cast(nullif(substr(rest, length(rtrim(rest, {_DIGITS})) + 1), '') as int)
+              when name glob 'Forward [0-9]*' or name glob 'Backward [0-9]*'
+              then cast(substr(name, instr(name, ' ') + 1) as int) end as microbatch,
+         {_named(RECEIVE_OPS)} as receive_op
+  from schedule),
+receive_block as (select * from parsed where action glob 'RECV_*')
+select rank_document, case when kind = '{LaneKind.COMPUTE.value}' then 'compute' else 'communication' end as what,
+       id as slice_id, ts, end_ts, null as action, null as stage, null as microbatch
+from ranked where gpu_rank and role = '{TrackRole.LANE.value}'
+  and kind in ('{LaneKind.COMPUTE.value}', '{LaneKind.COMMUNICATION.value}')
+union all
+select rank_document, case when not {_named(COMMUNICATION_OPS)} then 'compute'
+                           when category = '{CPU_OP_CATEGORY}' then 'communication op' else 'communication' end,
+       id, ts, end_ts, null, null, null
+from ranked where not gpu_rank and (category = '{CPU_OP_CATEGORY}' or {_named(COMMUNICATION_OPS)})
+  and not {_named(TRANSFER_BUFFERS)}
+union all
+select p.rank_document, case when p.receive_op then 'receive op'
+                             when p.action in ({", ".join(f"'{a}'" for a in COMPUTE_ACTIONS)}, 'OVERLAP_F_B')
+                             then 'compute action'
+                             when p.action glob 'RECV_*' then 'receive block' when p.action glob 'SEND_*' then 'send block'
+                             else 'schedule' end,
+       p.id, p.ts, p.end_ts, coalesce(p.action, b.action), coalesce(p.stage, b.stage),
+       coalesce(p.microbatch, b.microbatch)
+from parsed p left join receive_block b on b.id = (
+  select o.id from receive_block o where p.receive_op and o.rank_document = p.rank_document
+    and o.ts <= p.ts and o.end_ts > p.ts order by o.ts desc, o.end_ts desc limit 1)"""
+
+# Each stage's steps cut where any of its spans begins or ends: in each piece nothing changes,
+# so every part of the anatomy is a sum of whole pieces.
+_STAGE_PIECE = """
+with span as materialized (select rank_document, what, ts, end_ts from cgtrace_stage_span),
+stage as (select distinct rank_document from span where what not in ('compute', 'communication', 'communication op')),
+clipped as (
+  select w.rank_document, w.step, s.what, max(s.ts, w.ts) as ts, min(s.end_ts, w.end_ts) as end_ts
+  from span s join cgtrace_step w on w.rank_document = s.rank_document
+    and s.ts < w.end_ts and s.end_ts > w.ts
+  where s.rank_document in stage),
+edge as (
+  select rank_document, step, what, ts as at, 1 as delta from clipped
+  union all select rank_document, step, what, end_ts, -1 from clipped
+  union all select rank_document, step, 'step', ts, 0 from cgtrace_step where rank_document in stage
+  union all select rank_document, step, 'step', end_ts, 0 from cgtrace_step where rank_document in stage),
+point as (
+  select rank_document, step, at,
+         sum(case when what = 'compute' then delta else 0 end) as compute,
+         sum(case when what = 'communication op' then delta else 0 end) as halting,
+         sum(case when what in ('communication', 'communication op') then delta else 0 end) as communication,
+         sum(case when what in ('receive block', 'receive op') then delta else 0 end) as receive,
+         sum(case when what = 'receive block' then delta else 0 end) as receive_block,
+         sum(case when what = 'send block' then delta else 0 end) as send_block,
+         sum(case when what = 'compute action' then delta else 0 end) as compute_action
+  from edge group by rank_document, step, at),
+piece as (
+  select rank_document, step, at as ts, lead(at) over (partition by rank_document, step order by at) as end_ts,
+         sum(compute) over running > 0 and sum(halting) over running = 0 as computing,
+         sum(communication) over running > 0 as communicating, sum(receive) over running > 0 as receiving,
+         sum(receive_block) over running > 0 as in_receive_block, sum(send_block) over running > 0 as in_send_block,
+         sum(compute_action) over running > 0 as in_compute_action
+  from point window running as (partition by rank_document, step order by at rows unbounded preceding)),
+bounds as (
+  select rank_document, step, max(end_ts) as step_end_ts,
+         coalesce(min(case when computing and in_compute_action then ts end), min(case when computing then ts end))
+           as first_compute,
+         coalesce(max(case when computing and in_compute_action then end_ts end),
+                  max(case when computing then end_ts end)) as last_compute
+  from piece where end_ts is not null group by rank_document, step)
+select p.rank_document, k.pp_rank, k.global_rank, k.rank, p.step, p.ts, p.end_ts, p.end_ts - p.ts as dur,
+       case when p.computing then 'compute' when p.end_ts <= coalesce(b.first_compute, b.step_end_ts) then 'warm-up'
+            when p.ts >= b.last_compute then 'drain' when p.receiving then 'receive wait'
+            when p.communicating then 'exposed communication' else 'other' end as part,
+       p.computing, p.communicating, p.receiving, p.in_receive_block, p.in_send_block, p.in_compute_action
+from piece p join bounds b on b.rank_document = p.rank_document and b.step = p.step
+join cgtrace_rank k on k.document = p.rank_document
+where p.end_ts is not null"""
+
 # Every view but cgtrace_all_slice, in the order they can be created; each reads only earlier ones.
 _VIEWS: tuple[tuple[str, str], ...] = (
     ("cgtrace_derived_slice", f"""
@@ -54,7 +160,8 @@ select document, json_extract(roles, '$.rank.pp_rank') as pp_rank,
        coalesce(json_extract(roles, '$.rank.pipeline'), 1) as in_pipeline,
        json_extract(roles, '$.rank.title') as rank,
        json_extract(roles, '$.rank.clock.offset_ns') as clock_offset_ns,
-       json_extract(roles, '$.rank.clock.uncertainty_ns') as clock_uncertainty_ns
+       json_extract(roles, '$.rank.clock.uncertainty_ns') as clock_uncertainty_ns,
+       json_extract(roles, '$.rank.clock.evidence') as clock_evidence
 from cgtrace_roles where json_extract(roles, '$.rank') is not null"""),
     ("cgtrace_track_role", """
 select r.document, json_extract(j.value, '$.uuid') as uuid, json_extract(j.value, '$.role') as role,
@@ -89,11 +196,13 @@ left join cgtrace_rank k on k.document = coalesce(
   (select document from grouped g where g.track_id = t.id),
   (select document from cgtrace_rank where document = r.document),
   (select document from only_rank))"""),
+    # Tracks made once: joined as a view, each slice would walk its track's ancestors again.
     ("cgtrace_slice", f"""
+with t as materialized (select * from cgtrace_track)
 select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, s.category, s.depth, s.parent_id, s.arg_set_id,
        s.track_id, t.role, t.lane_group, t.lane_label, t.kind, t.gpu_track_id,
        t.rank_document, t.pp_rank, t.global_rank, t.rank
-from cgtrace_all_slice s join cgtrace_track t on t.track_id = s.track_id
+from cgtrace_all_slice s join t on t.track_id = s.track_id
 where {_measured("s.category")}"""),
     ("cgtrace_step", f"""
 select rank_document, pp_rank, global_rank, rank, cast(substr(name, {len(PROFILER_STEP_PREFIX) + 1}) as int) as step,
@@ -102,13 +211,17 @@ from cgtrace_slice
 where name glob '{PROFILER_STEP_PREFIX}[0-9]*' and role = '{TrackRole.PLAIN.value}'
   and coalesce(category, '') not in ({_GPU_ANNOTATIONS})
 group by rank_document, name"""),
+    ("cgtrace_stage_span", _STAGE_SPAN),
+    ("cgtrace_stage_piece", _STAGE_PIECE),
+    # Tracks made once, as in cgtrace_slice.
     ("cgtrace_transfer", """
+with t as materialized (select track_id, rank_document, rank, global_rank, pp_rank from cgtrace_track)
 select f.id as flow_id, so.id as send_slice_id, so.name as send_name, so.ts as send_ts, so.ts + so.dur as send_end_ts,
        fr.rank as from_rank, fr.global_rank as from_global_rank, fr.pp_rank as from_pp_rank,
        si.id as arrival_slice_id, si.name as arrival_name, si.ts as arrival_ts,
        tr.rank as to_rank, tr.global_rank as to_global_rank, tr.pp_rank as to_pp_rank
 from flow f join cgtrace_all_slice so on so.id = f.slice_out join cgtrace_all_slice si on si.id = f.slice_in
-join cgtrace_track fr on fr.track_id = so.track_id join cgtrace_track tr on tr.track_id = si.track_id
+join t fr on fr.track_id = so.track_id join t tr on tr.track_id = si.track_id
 where fr.rank_document is not tr.rank_document"""),
     ("cgtrace_critical_path", f"""
 select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, extract_arg(s.arg_set_id, 'debug.args.kind') as kind,
@@ -116,21 +229,25 @@ select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, extract_arg(s.arg_set_
        extract_arg(s.arg_set_id, 'debug.args.pp_rank') as pp_rank,
        extract_arg(s.arg_set_id, 'debug.args.global_rank') as global_rank, s.track_id
 from cgtrace_derived_slice s where s.category = '{derived.CRITICAL_PATH}'"""),
+    # Each counter track's meaning found once, not once per sample.
     ("cgtrace_counter", f"""
-select c.id, c.ts, c.value, c.track_id, t.name as track,
-       case when t.role = '{TrackRole.LANES.value}' then 'gpu activity'
-            when t.role = '{TrackRole.MEMORY_ALLOCATED.value}' then 'memory allocated'
-            when t.role = '{TrackRole.MEMORY_RESERVED.value}' then 'memory reserved'
-            when t.rank_document is not null and t.track_id in (
-              select u.track_id from cgtrace_track u join cgtrace_roles r
-              join json_each(r.roles, '$.rank.groups') g on g.value = u.uuid) then 'rank activity'
-            when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
-                         and k.role = '{TrackRole.CRITICAL_PATH.value}') then 'critical path level'
-            when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
-                         and k.rank_document is not null) then 'pipeline computing'
-            else 'other' end as meaning,
+with t as materialized (
+  select *,
+         case when t.role = '{TrackRole.LANES.value}' then 'gpu activity'
+              when t.role = '{TrackRole.MEMORY_ALLOCATED.value}' then 'memory allocated'
+              when t.role = '{TrackRole.MEMORY_RESERVED.value}' then 'memory reserved'
+              when t.rank_document is not null and t.track_id in (
+                select u.track_id from cgtrace_track u join cgtrace_roles r
+                join json_each(r.roles, '$.rank.groups') g on g.value = u.uuid) then 'rank activity'
+              when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
+                           and k.role = '{TrackRole.CRITICAL_PATH.value}') then 'critical path level'
+              when exists (select 1 from cgtrace_track k where k.parent_id = t.track_id
+                           and k.rank_document is not null) then 'pipeline computing'
+              else 'other' end as meaning
+  from cgtrace_track t where t.track_id in (select track_id from counter))
+select c.id, c.ts, c.value, c.track_id, t.name as track, t.meaning,
        t.device, t.gpu_track_id, t.rank_document, t.pp_rank, t.global_rank, t.rank
-from counter c join cgtrace_track t on t.track_id = c.track_id"""),
+from counter c join t on t.track_id = c.track_id"""),
 )
 
 # trace_processor defines `slice` as a view over its intrinsic table; its body is reused, so
