@@ -8,11 +8,13 @@ the clock the caller put them on (one merge's, or `report DIR`'s aligned clock).
 computed here is derived from the kernels' times; bandwidth follows NCCL-tests' formulas
 (NVIDIA/nccl-tests, doc/PERFORMANCE.md), whose message size S is the whole buffer: for
 all-gather the gathered output, for reduce-scatter the input, so the larger of the kernel's
-in and out element counts, times its element size.
+in and out element counts, times its element size. A merge writes each member kernel's share
+of these figures as its args (`kernel_args`).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any, Callable, Optional
 
 from .stragglers import Arrival, Message, Who, match_collectives
@@ -43,6 +45,14 @@ COLLECTIVE_DEFINITIONS = {
                     "Group size recorded, else the members matched; none where the kernel records no size or dtype, "
                     "or the collective is another kind",
 }
+
+# The debug annotation a merge gives each collective kernel beside its own "args": read back
+# as `debug.cgtrace_collective.<figure>` (docs/sql.md).
+KERNEL_ARGS_NAME = "cgtrace_collective"
+# A collective's figures every member kernel carries, as its row names them ...
+_SHARED_FIGURES = ("kind", "index", "process_group", "collective", "dtype", "bytes", "group_size", "members",
+                   "start_skew_ns", "end_skew_ns", "effective_ns", "total_wait_ns", "held_up_ns", "algbw_gb_s",
+                   "busbw_gb_s")
 
 # Bytes per element of the dtypes Kineto records (c10's ScalarType names).
 _DTYPE_BYTES = {
@@ -84,6 +94,29 @@ def collectives(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
             for (channel, kind, index), members in matched.collectives.items()]
     rows.sort(key=lambda row: (-row["total_wait_ns"], row["first_start_ns"]))
     return {"collectives": rows, "left_out": matched.left_out, "could_not_tell": matched.could_not_tell}
+
+
+def kernel_args(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
+                describe: Callable[[Who], dict[str, Any]]) -> dict[Who, dict[int, dict[str, Any]]]:
+    """Per rank, per row of its collective kernels (arrivals read from its model: Arrival.row),
+    the collective's figures as that kernel's args: the collective's own (_SHARED_FIGURES,
+    those not recorded left out), its place among the collectives in first-start order
+    (`ordinal`), its members' global ranks in start order, the last to arrive, and this
+    member's wait. `describe(rank)` gives the rank's global_rank."""
+    matched = match_collectives(arrivals, title)
+    found: dict[Who, dict[int, dict[str, Any]]] = defaultdict(dict)
+    rows = [(_collective(channel, kind, index, members, title, describe), members)
+            for (channel, kind, index), members in matched.collectives.items()]
+    rows.sort(key=lambda pair: (pair[0]["first_start_ns"], pair[0]["process_group"] or "", pair[0]["kind"],
+                                pair[0]["index"]))
+    for ordinal, (row, members) in enumerate(rows):
+        ranks = [member["global_rank"] for member in row["ranks"]]
+        shared = {"ordinal": ordinal, **{key: row[key] for key in _SHARED_FIGURES if row[key] is not None},
+                  "ranks": ranks, "last_to_arrive": ranks[-1]}
+        for (arrival, rank), member in zip(members, row["ranks"]):
+            if arrival.row is not None:
+                found[rank][arrival.row] = {**shared, "wait_ns": member["wait_ns"]}
+    return dict(found)
 
 
 def _collective(channel: Optional[str], kind: str, index: int, members: list[tuple[Arrival, Who]],

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Hashable, Optional, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Generic, Hashable, Iterable, Optional, TypeVar
+
+import msgspec
+import numpy as np
 
 from ..kineto import KERNEL_CATEGORIES, group_ranks
+from ..model import Trace
 
 # A rank is a straggler where it arrives this much after its collectives' typical arrival, per
 # step, as a share of the median step.
@@ -56,6 +60,7 @@ select s.track_id, s.ts, s.dur, s.name,
 from slice s where s.dur > 0 and s.category in ({categories})
   and (s.name glob 'ncclKernel_*' or s.name glob 'ncclDevKernel_*')
 order by s.ts""".format(categories=", ".join(f"'{c}'" for c in KERNEL_CATEGORIES))
+_NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")  # the names _ARRIVALS_SQL globs
 _POINT_TO_POINT = ("send", "recv")
 Who = TypeVar("Who", bound=Hashable)  # how the caller names a rank: a rank of a merge, a file
 
@@ -86,14 +91,20 @@ class Arrival:
     end: int
     stream: Any = None
     message: Optional[Message] = None
+    row: Optional[int] = None  # the kernel's row where it was read from a model (a merge's rank), else None
+
+    def shifted(self, offset: int) -> "Arrival":
+        """The arrival on a clock `offset` ns later."""
+        return replace(self, start=self.start + offset, end=self.end + offset)
 
 
-def _group_ranks(text: Optional[str], listed: Optional[str]) -> str:
-    """A group's ranks as "0,1": Kineto writes them as a string ("[0, 1]"), the generator as a list."""
+def _group_ranks(value: Any, listed: Optional[str]) -> str:
+    """A group's ranks as "0,1": Kineto writes them as a string ("[0, 1]"), the generator as a
+    list (`listed`, as trace_processor joins its elements, or `value` itself in a model)."""
     if listed is not None:
         return listed
-    ranks = group_ranks(text)
-    return ",".join(map(str, ranks)) if ranks is not None else text or ""
+    ranks = group_ranks(value)
+    return ",".join(map(str, ranks)) if ranks is not None else value or ""
 
 
 def _count(value: Any) -> Optional[int]:
@@ -113,22 +124,67 @@ def _kind(name: str, collective: Optional[str], dtype: Any, in_nelems: Any, out_
 
 def read_arrivals(rows: Callable[[str], list[tuple[Any, ...]]], whose: Callable[[int], Who]
                   ) -> dict[Who, list[Arrival]]:
-    """Each rank's collective kernels (pairwise sends and receives left out), numbered per
-    channel and kind in start order. `whose`: a kernel's track id -> its rank."""
-    found: dict[Who, list[Arrival]] = defaultdict(list)
-    counts: dict[tuple[Who, Optional[str], str], int] = defaultdict(int)
-    for (track, start, duration, name, collective, pg, ranks_text, ranks_list, dtype, in_nelems, out_nelems,
-         group_size, stream) in rows(_ARRIVALS_SQL):
+    """Each rank's collective kernels in a trace that trace_processor reads (pairwise sends and
+    receives left out), numbered per channel and kind in start order. `whose`: a kernel's track
+    id -> its rank."""
+    return _numbered((whose(track), None, start, duration, name, collective, pg, _group_ranks(ranks_text, ranks_list),
+                      dtype, in_nelems, out_nelems, group_size, stream)
+                     for (track, start, duration, name, collective, pg, ranks_text, ranks_list, dtype, in_nelems,
+                          out_nelems, group_size, stream) in rows(_ARRIVALS_SQL))
+
+
+class _KernelArgs(msgspec.Struct):
+    """The args of a collective kernel that _ARRIVALS_SQL reads, as Kineto writes them."""
+
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    pg: Any = msgspec.field(default=None, name="Process Group Name")
+    ranks: Any = msgspec.field(default=None, name="Process Group Ranks")  # text, or a list (the generator)
+    dtype: Any = None
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    stream: Any = None
+
+
+_decode_kernel_args = msgspec.json.Decoder(_KernelArgs).decode
+
+
+def model_arrivals(trace: Trace) -> list[Arrival]:
+    """A rank's collective kernels in its model, before it is written (a merge's), as
+    read_arrivals reads them from the written trace, each with its row."""
+    table = trace.slices
+    rows = table.named(lambda name: name.startswith(_NCCL_KERNEL_PREFIXES))
+    rows = rows[table.in_categories(KERNEL_CATEGORIES)[rows] & (table.dur[rows] > 0)]
+    rows = rows[np.argsort(table.ts[rows], kind="stable")]
+    kernels = []
+    for row, text in zip(rows.tolist(), trace.args_texts(rows)):
+        try:
+            args = _decode_kernel_args(text) if text is not None else _KernelArgs()
+        except msgspec.MsgspecError:
+            args = _KernelArgs()
+        kernels.append((None, row, int(table.ts[row]), int(table.dur[row]), table.texts[int(table.name[row])],
+                        args.collective, args.pg, _group_ranks(args.ranks, None), args.dtype, args.in_nelems,
+                        args.out_nelems, args.group_size, args.stream))
+    return _numbered(kernels).get(None, [])
+
+
+def _numbered(kernels: Iterable[tuple[Any, ...]]) -> dict[Any, list[Arrival]]:
+    """Arrivals per rank from kernels in start order, each (rank, row, start, duration, name,
+    collective, process group, its ranks as "0,1", dtype, in and out element counts, group
+    size, stream): pairwise sends and receives left out, numbered per channel and kind."""
+    found: dict[Any, list[Arrival]] = defaultdict(list)
+    counts: dict[tuple[Any, Optional[str], str], int] = defaultdict(int)
+    for (rank, row, start, duration, name, collective, pg, ranks, dtype, in_nelems, out_nelems, group_size,
+         stream) in kernels:
         if collective in _POINT_TO_POINT:
             continue
-        rank = whose(track)
-        channel = None if pg is None else f"group {pg} [{_group_ranks(ranks_text, ranks_list)}]"
+        channel = None if pg is None else f"group {pg} [{ranks}]"
         kind = _kind(name, collective, dtype, in_nelems, out_nelems)
         index = counts[(rank, channel, kind)]
         counts[(rank, channel, kind)] += 1
         message = None if collective is None else Message(collective, dtype, _count(in_nelems), _count(out_nelems),
                                                           _count(group_size))
-        found[rank].append(Arrival(channel, kind, index, start, start + duration, stream, message))
+        found[rank].append(Arrival(channel, kind, index, start, start + duration, stream, message, row))
     return dict(found)
 
 
