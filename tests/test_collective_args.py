@@ -89,7 +89,7 @@ def check_merged_args(output: Path, files: list[Path], summary: dict) -> int:
             # The merge's report, read from the written trace, agrees.
             row = report[(args["kind"], args["index"], args.get("process_group"))]
             assert {key: args[key] for key in SHARED} == {key: row[key] for key in SHARED}
-            for key in ("bytes", "algbw_gb_s", "busbw_gb_s", "dtype", "collective"):
+            for key in ("bytes", "algbw_gb_s", "busbw_gb_s", "dtype", "collective", "message_from"):
                 assert args.get(key) == (pytest.approx(row[key], rel=1e-12) if isinstance(row[key], float)
                                          else row[key])
             assert args["wait_ns"] == next(member["wait_ns"] for member in row["ranks"]

@@ -1,6 +1,7 @@
 """Collectives across ranks: for every collective the ranks share, when each member got there
 and left, how far apart they were, how long each waited for its peers, and the bandwidth the
-collective achieved where its kernels record the message.
+collective achieved where its kernels (or the nccl:* ops that launched them) record the
+message.
 
 The collectives are stragglers.py's: the same kernels, read and matched the same way (by
 process group, kind and order, or by kernel name and order where no kernel names a group), on
@@ -17,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from .stragglers import Arrival, Message, Who, match_collectives
+from .stragglers import OP_INPUT, Arrival, Message, Who, match_collectives
 
 # Text shows this many collectives (the worst); HTML a table of this many; JSON every one.
 TEXT_ROWS = 5
@@ -28,7 +29,11 @@ COLLECTIVE_DEFINITIONS = {
                    "kernel of a kind on a process group where Kineto names it on the kernel, else of a kernel name); "
                    "per member rank its kernel's start and end on the clock the report puts the ranks on, worst "
                    "first by total wait; kind, process group, size and dtype as the kernel's args record them "
-                   "(Collective name, In msg nelems, Out msg nelems, dtype, Group size), else not recorded",
+                   "(Collective name, In msg nelems, Out msg nelems, dtype, Group size), else where the kernel "
+                   "records no collective (traces from before torch recorded them) the collective, size and dtype as "
+                   "the nccl:* op its launch ran in records its first input (the op's name, the product of Input "
+                   "Dims, Input type; the launch is the kernel's incoming arrow's source), else not recorded; "
+                   "message_from says which",
     "start skew, end skew": "the latest member's kernel start minus the earliest one's, and the same for their "
                             "ends (derived, on the report's clock: each rank's clock uncertainty is listed with it)",
     "wait": "per member: from its kernel's start to the latest member's start, the time its kernel spent waiting "
@@ -40,25 +45,29 @@ COLLECTIVE_DEFINITIONS = {
                           "size recorded (a merge of one pipeline), it includes the wait for those absent",
     "algbw, busbw": "NCCL-tests' bandwidths (NVIDIA/nccl-tests doc/PERFORMANCE.md), over the effective duration: "
                     "algbw = S / effective duration in GB/s (1e9 bytes a second), S the larger of In and Out msg "
-                    "nelems times the dtype's size; busbw = algbw times 2(n-1)/n for all-reduce, (n-1)/n for "
+                    "nelems (from a launching op: its input's count) times the dtype's size; busbw = algbw times 2(n-1)/n for all-reduce, (n-1)/n for "
                     "all-gather, reduce-scatter and all-to-all, 1 for broadcast and reduce; n the "
-                    "Group size recorded, else the members matched; none where the kernel records no size or dtype, "
-                    "or the collective is another kind",
+                    "Group size recorded, else the members matched; none where neither the kernel nor its launching op "
+                    "records size and dtype, where only the op's input is known and the collective is an all-gather "
+                    "(whose S is the gathered output), or the collective is another kind",
 }
 
 # The debug annotation a merge gives each collective kernel beside its own "args": read back
 # as `debug.cgtrace_collective.<figure>` (docs/sql.md).
 KERNEL_ARGS_NAME = "cgtrace_collective"
 # A collective's figures every member kernel carries, as its row names them ...
-_SHARED_FIGURES = ("kind", "index", "process_group", "collective", "dtype", "bytes", "group_size", "members",
-                   "start_skew_ns", "end_skew_ns", "effective_ns", "total_wait_ns", "held_up_ns", "algbw_gb_s",
-                   "busbw_gb_s")
+_SHARED_FIGURES = ("kind", "index", "process_group", "collective", "dtype", "bytes", "message_from", "group_size",
+                   "members", "start_skew_ns", "end_skew_ns", "effective_ns", "total_wait_ns", "held_up_ns",
+                   "algbw_gb_s", "busbw_gb_s")
 
-# Bytes per element of the dtypes Kineto records (c10's ScalarType names).
+# Bytes per element of the dtypes Kineto records: c10's ScalarType names on kernels, C++ type
+# names in an op's Input type.
 _DTYPE_BYTES = {
     "Bool": 1, "Byte": 1, "Char": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
     "Short": 2, "Half": 2, "BFloat16": 2, "Int": 4, "Float": 4, "UInt32": 4, "Long": 8, "Double": 8, "UInt64": 8,
     "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16,
+    "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2, "c10::Half": 2, "c10::BFloat16": 2, "int": 4,
+    "float": 4, "long int": 8, "double": 8, "c10::complex<float>": 8, "c10::complex<double>": 16,
 }
 
 
@@ -77,8 +86,11 @@ def bus_factor(collective: str, members: int) -> Optional[float]:
 
 def message_bytes(message: Optional[Message]) -> Optional[int]:
     """NCCL-tests' S: the larger of the in and out element counts times the element size; None
-    where the kernel records no count or a dtype of unknown size."""
+    where the kernel records no count or a dtype of unknown size, and where only a launching
+    op's input is known for an all-gather (S is its gathered output)."""
     if message is None or message.dtype not in _DTYPE_BYTES:
+        return None
+    if message.source == OP_INPUT and "allgather" in message.collective.replace("_", "").lower():
         return None
     counts = [count for count in (message.in_nelems, message.out_nelems) if count is not None]
     return max(counts) * _DTYPE_BYTES[message.dtype] if counts else None
@@ -137,6 +149,7 @@ def _collective(channel: Optional[str], kind: str, index: int, members: list[tup
         "collective": message.collective if message else None, "dtype": message.dtype if message else None,
         "in_nelems": message.in_nelems if message else None, "out_nelems": message.out_nelems if message else None,
         "group_size": message.group_size if message else None, "bytes": size,
+        "message_from": message.source if message else None,
         "members": len(members), "first_start_ns": starts[0], "last_start_ns": last_start, "last_end_ns": last_end,
         "start_skew_ns": last_start - starts[0], "end_skew_ns": last_end - min(ends),
         "effective_ns": effective, "total_wait_ns": sum(last_start - start for start in starts),
