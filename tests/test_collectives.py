@@ -27,6 +27,9 @@ NCCL = ("ncclKernel_", "ncclDevKernel_")
 FACTORS = {"allreduce": lambda n: 2 * (n - 1) / n, "_allgather_base": lambda n: (n - 1) / n,
            "_reduce_scatter_base": lambda n: (n - 1) / n, "broadcast": lambda n: 1.0}
 ELEMENT_BYTES = {"Float": 4, "BFloat16": 2}
+# An nccl:* op's Input type (C++ names) and its collective's busbw factor, as the DLRM capture has them.
+INPUT_TYPE_BYTES = {"float": 4, "int": 4, "long int": 8}
+OP_FACTORS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_to_all": lambda n: (n - 1) / n}
 DECIMAL = "@decimal@"  # marks a Decimal as delay_rank writes it, so its digits go out unquoted
 
 
@@ -50,6 +53,27 @@ def kernels(path: Path) -> list[dict]:
             start = base + to_ns(event["ts"])
             found.append({"name": event["name"], "args": args, "start": start, "end": start + to_ns(event["dur"])})
     return sorted(found, key=lambda kernel: kernel["start"])
+
+
+def launching_ops(path: Path) -> dict[int, dict]:
+    """Per NCCL kernel's start (the file's own clock), the nccl:* op whose CUDA runtime call of
+    the kernel's correlation id it encloses on the launching thread."""
+    header, events = load_events(path)
+    base = header.get("baseTimeNanoseconds", 0)
+    span = {id(event): (base + to_ns(event["ts"]), base + to_ns(event["ts"]) + to_ns(event.get("dur", 0)))
+            for event in events if "ts" in event}
+    runtime = {event["args"]["correlation"]: event for event in events
+               if event.get("cat") == "cuda_runtime" and "correlation" in (event.get("args") or {})}
+    ops = [event for event in events if event.get("name", "").startswith("nccl:") and event.get("ph") == "X"]
+    found = {}
+    for event in events:
+        if event.get("cat") == "kernel" and event.get("name", "").startswith(NCCL):
+            launch = runtime.get(event["args"].get("correlation"))
+            around = [op for op in ops if launch is not None and (op["pid"], op["tid"]) == (launch["pid"], launch["tid"])
+                      and span[id(op)][0] <= span[id(launch)][0] and span[id(launch)][1] <= span[id(op)][1]]
+            if around:
+                found[span[id(event)][0]] = max(around, key=lambda op: span[id(op)][0])
+    return found
 
 
 def oracle(files: list[Path], offsets: dict[str, int]) -> dict[tuple, dict[str, dict]]:
@@ -154,8 +178,23 @@ def test_every_dlrm_collective_is_one_row_with_the_inputs_kernel_times():
     files = sorted(DLRM.iterdir())
     expected = check_against_oracle(report, files)
     assert len(expected) == 8 and all(len(members) == 8 for members in expected.values())
-    # The capture's kernels record no size: no bandwidth is claimed.
-    assert all(row["bytes"] is None and row["algbw_gb_s"] is None for row in report["collectives"]["collectives"])
+    # The capture's kernels record no size: each one's is its launching nccl:* op's first input,
+    # found here by correlation id (the kernel's, its cudaLaunchKernel's) inside the op.
+    ops = {path.name: launching_ops(path) for path in files}
+    offsets = applied_offsets(report)
+    for row in report["collectives"]["collectives"]:
+        [op_of] = {(op["name"], json.dumps(op["args"]["Input Dims"][0]), op["args"]["Input type"][0])
+                   for name, kernel in expected[row_key(row)].items()
+                   for op in [ops[name][kernel["start"] - offsets[name]]]}
+        op_name, dims, element = op_of
+        size = INPUT_TYPE_BYTES[element]
+        for dim in json.loads(dims):
+            size *= dim
+        algbw = size / row["effective_ns"]
+        assert (row["collective"], row["dtype"], row["bytes"], row["message_from"]) == \
+            (op_name.removeprefix("nccl:"), element, size, "launching nccl:* op's input")
+        assert row["algbw_gb_s"] == pytest.approx(algbw, rel=1e-12)
+        assert row["busbw_gb_s"] == pytest.approx(algbw * OP_FACTORS[row["collective"]](8), rel=1e-12)
     # One host's clocks: a collective's kernels end within microseconds, though they start ms apart.
     worst = report["collectives"]["collectives"][0]
     assert worst["start_skew_ns"] > 5 * MS and worst["end_skew_ns"] < 10_000

@@ -23,6 +23,7 @@ from converter.inputs.kineto_reader import parse_trace_text
 from converter.lane_rules import load_lane_rules
 from converter.model import NO_ARGS, Flow, FlowEnd, Trace, Track, TrackRole
 from converter.outputs.flow_fields import write_order
+from converter.outputs.annotations import encode_value
 from converter.outputs.packets import varint_matrix
 from converter.outputs import packets, perfetto_writer
 from converter.outputs.perfetto_writer import PerfettoWriter
@@ -92,7 +93,7 @@ class PlainWriter(PerfettoWriter):
     """Every packet built by concatenating bytes, one slice at a time, each END written when the
     next slice of its track starts at or after its end (a stack of open slices)."""
 
-    def _write_slices(self, trace, uuids, flow_fields):
+    def _write_slices(self, trace, uuids, flow_fields, extra_args):
         flows_at_begin, flows_at_end = _plain_flow_fields(trace, flow_fields.next_flow_id - len(trace.flows))
         by_track = defaultdict(list)
         for slice_ in trace.slices.rows():
@@ -118,6 +119,9 @@ class PlainWriter(PerfettoWriter):
                 else:
                     blob, starts, lengths = prepared.runs(np.array([slice_.args]))
                     args = bytes(blob[starts[0]:starts[0] + lengths[0]])
+                name_field = self.annotation_names.field
+                for name, value in extra_args.get(slice_.row, {}).items():  # TrackEvent.debug_annotations
+                    args += _delimited(4, name_field(name) + encode_value(value, name_field))
                 kind = 3 if slice_.is_instant else 1
                 event = _field(9, 0) + _varint(kind) + track_field + head + args + flows_at_begin.get(slice_.row, b"")
                 self._packet(slice_.ts, event, begin=True)
@@ -143,17 +147,18 @@ class PlainWriter(PerfettoWriter):
             self._emit(_field(8, 0) + _varint(sample.ts) + self.sequence + _delimited(11, event))
 
 
-def _written(writer_class, trace: Trace, tuning: Tuning = DEFAULT_TUNING) -> bytes:
+def _written(writer_class, trace: Trace, tuning: Tuning = DEFAULT_TUNING, extra_args=None) -> bytes:
     stream = io.BytesIO()
     writer = writer_class(stream, tuning=tuning)
-    writer.write(trace)
+    writer.write(trace, extra_args)
     writer.close()
     return stream.getvalue()
 
 
-def _both_built(build, tuning: Tuning = DEFAULT_TUNING) -> tuple[bytes, bytes]:
-    """The two writers' bytes for a trace `build` makes afresh for each, both with `tuning`."""
-    return _written(PerfettoWriter, build(), tuning), _written(PlainWriter, build(), tuning)
+def _both_built(build, tuning: Tuning = DEFAULT_TUNING, extra_args=None) -> tuple[bytes, bytes]:
+    """The two writers' bytes for a trace `build` makes afresh for each, both with `tuning`
+    and `extra_args`."""
+    return _written(PerfettoWriter, build(), tuning, extra_args), _written(PlainWriter, build(), tuning, extra_args)
 
 
 def _both(text: bytes, prepare, tuning: Tuning = DEFAULT_TUNING) -> tuple[bytes, bytes]:
@@ -232,6 +237,17 @@ def built_traces(draw):
 @given(built_traces(), st.sampled_from([DEFAULT_TUNING.slices_at_once, 3]))
 def test_traces_built_row_by_row_are_written_alike(build, slices_at_once):
     columns, plain = _both_built(build, Tuning(slices_at_once=slices_at_once))
+    assert columns == plain
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(built_traces(), st.sets(st.integers(0, 39), max_size=12), st.sampled_from([DEFAULT_TUNING.slices_at_once, 3]))
+def test_annotations_added_to_chosen_slices_are_written_alike(build, chosen, slices_at_once):
+    """Annotations a stage adds beside some slices' own args (a merge's collective figures),
+    with names met for the first time in a later batch; rows the trace lacks are never met."""
+    extra = {row: {"cgtrace_extra": {"row": row, "name": f"r{row % 3}", "share": row / 7},
+                   **({"cgtrace_more": [row, "x"]} if row % 2 else {})} for row in chosen}
+    columns, plain = _both_built(build, Tuning(slices_at_once=slices_at_once), extra)
     assert columns == plain
 
 

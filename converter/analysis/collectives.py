@@ -1,6 +1,7 @@
 """Collectives across ranks: for every collective the ranks share, when each member got there
 and left, how far apart they were, how long each waited for its peers, and the bandwidth the
-collective achieved where its kernels record the message.
+collective achieved where its kernels (or the nccl:* ops that launched them) record the
+message.
 
 The collectives are stragglers.py's: the same kernels, read and matched the same way (by
 process group, kind and order, or by kernel name and order where no kernel names a group), on
@@ -8,14 +9,16 @@ the clock the caller put them on (one merge's, or `report DIR`'s aligned clock).
 computed here is derived from the kernels' times; bandwidth follows NCCL-tests' formulas
 (NVIDIA/nccl-tests, doc/PERFORMANCE.md), whose message size S is the whole buffer: for
 all-gather the gathered output, for reduce-scatter the input, so the larger of the kernel's
-in and out element counts, times its element size.
+in and out element counts, times its element size. A merge writes each member kernel's share
+of these figures as its args (`kernel_args`).
 """
 
 from __future__ import annotations
 
+from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from .stragglers import Arrival, Message, Who, match_collectives
+from .stragglers import OP_INPUT, Arrival, Message, Who, match_collectives
 
 # Text shows this many collectives (the worst); HTML a table of this many; JSON every one.
 TEXT_ROWS = 5
@@ -26,7 +29,11 @@ COLLECTIVE_DEFINITIONS = {
                    "kernel of a kind on a process group where Kineto names it on the kernel, else of a kernel name); "
                    "per member rank its kernel's start and end on the clock the report puts the ranks on, worst "
                    "first by total wait; kind, process group, size and dtype as the kernel's args record them "
-                   "(Collective name, In msg nelems, Out msg nelems, dtype, Group size), else not recorded",
+                   "(Collective name, In msg nelems, Out msg nelems, dtype, Group size), else where the kernel "
+                   "records no collective (traces from before torch recorded them) the collective, size and dtype as "
+                   "the nccl:* op its launch ran in records its first input (the op's name, the product of Input "
+                   "Dims, Input type; the launch is the kernel's incoming arrow's source), else not recorded; "
+                   "message_from says which",
     "start skew, end skew": "the latest member's kernel start minus the earliest one's, and the same for their "
                             "ends (derived, on the report's clock: each rank's clock uncertainty is listed with it)",
     "wait": "per member: from its kernel's start to the latest member's start, the time its kernel spent waiting "
@@ -38,17 +45,29 @@ COLLECTIVE_DEFINITIONS = {
                           "size recorded (a merge of one pipeline), it includes the wait for those absent",
     "algbw, busbw": "NCCL-tests' bandwidths (NVIDIA/nccl-tests doc/PERFORMANCE.md), over the effective duration: "
                     "algbw = S / effective duration in GB/s (1e9 bytes a second), S the larger of In and Out msg "
-                    "nelems times the dtype's size; busbw = algbw times 2(n-1)/n for all-reduce, (n-1)/n for "
+                    "nelems (from a launching op: its input's count) times the dtype's size; busbw = algbw times 2(n-1)/n for all-reduce, (n-1)/n for "
                     "all-gather, reduce-scatter and all-to-all, 1 for broadcast and reduce; n the "
-                    "Group size recorded, else the members matched; none where the kernel records no size or dtype, "
-                    "or the collective is another kind",
+                    "Group size recorded, else the members matched; none where neither the kernel nor its launching op "
+                    "records size and dtype, where only the op's input is known and the collective is an all-gather "
+                    "(whose S is the gathered output), or the collective is another kind",
 }
 
-# Bytes per element of the dtypes Kineto records (c10's ScalarType names).
+# The debug annotation a merge gives each collective kernel beside its own "args": read back
+# as `debug.cgtrace_collective.<figure>` (docs/sql.md).
+KERNEL_ARGS_NAME = "cgtrace_collective"
+# A collective's figures every member kernel carries, as its row names them ...
+_SHARED_FIGURES = ("kind", "index", "process_group", "collective", "dtype", "bytes", "message_from", "group_size",
+                   "members", "start_skew_ns", "end_skew_ns", "effective_ns", "total_wait_ns", "held_up_ns",
+                   "algbw_gb_s", "busbw_gb_s")
+
+# Bytes per element of the dtypes Kineto records: c10's ScalarType names on kernels, C++ type
+# names in an op's Input type.
 _DTYPE_BYTES = {
     "Bool": 1, "Byte": 1, "Char": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
     "Short": 2, "Half": 2, "BFloat16": 2, "Int": 4, "Float": 4, "UInt32": 4, "Long": 8, "Double": 8, "UInt64": 8,
     "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16,
+    "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2, "c10::Half": 2, "c10::BFloat16": 2, "int": 4,
+    "float": 4, "long int": 8, "double": 8, "c10::complex<float>": 8, "c10::complex<double>": 16,
 }
 
 
@@ -67,8 +86,11 @@ def bus_factor(collective: str, members: int) -> Optional[float]:
 
 def message_bytes(message: Optional[Message]) -> Optional[int]:
     """NCCL-tests' S: the larger of the in and out element counts times the element size; None
-    where the kernel records no count or a dtype of unknown size."""
+    where the kernel records no count or a dtype of unknown size, and where only a launching
+    op's input is known for an all-gather (S is its gathered output)."""
     if message is None or message.dtype not in _DTYPE_BYTES:
+        return None
+    if message.source == OP_INPUT and "allgather" in message.collective.replace("_", "").lower():
         return None
     counts = [count for count in (message.in_nelems, message.out_nelems) if count is not None]
     return max(counts) * _DTYPE_BYTES[message.dtype] if counts else None
@@ -84,6 +106,29 @@ def collectives(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
             for (channel, kind, index), members in matched.collectives.items()]
     rows.sort(key=lambda row: (-row["total_wait_ns"], row["first_start_ns"]))
     return {"collectives": rows, "left_out": matched.left_out, "could_not_tell": matched.could_not_tell}
+
+
+def kernel_args(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
+                describe: Callable[[Who], dict[str, Any]]) -> dict[Who, dict[int, dict[str, Any]]]:
+    """Per rank, per row of its collective kernels (arrivals read from its model: Arrival.row),
+    the collective's figures as that kernel's args: the collective's own (_SHARED_FIGURES,
+    those not recorded left out), its place among the collectives in first-start order
+    (`ordinal`), its members' global ranks in start order, the last to arrive, and this
+    member's wait. `describe(rank)` gives the rank's global_rank."""
+    matched = match_collectives(arrivals, title)
+    found: dict[Who, dict[int, dict[str, Any]]] = defaultdict(dict)
+    rows = [(_collective(channel, kind, index, members, title, describe), members)
+            for (channel, kind, index), members in matched.collectives.items()]
+    rows.sort(key=lambda pair: (pair[0]["first_start_ns"], pair[0]["process_group"] or "", pair[0]["kind"],
+                                pair[0]["index"]))
+    for ordinal, (row, members) in enumerate(rows):
+        ranks = [member["global_rank"] for member in row["ranks"]]
+        shared = {"ordinal": ordinal, **{key: row[key] for key in _SHARED_FIGURES if row[key] is not None},
+                  "ranks": ranks, "last_to_arrive": ranks[-1]}
+        for (arrival, rank), member in zip(members, row["ranks"]):
+            if arrival.row is not None:
+                found[rank][arrival.row] = {**shared, "wait_ns": member["wait_ns"]}
+    return dict(found)
 
 
 def _collective(channel: Optional[str], kind: str, index: int, members: list[tuple[Arrival, Who]],
@@ -104,6 +149,7 @@ def _collective(channel: Optional[str], kind: str, index: int, members: list[tup
         "collective": message.collective if message else None, "dtype": message.dtype if message else None,
         "in_nelems": message.in_nelems if message else None, "out_nelems": message.out_nelems if message else None,
         "group_size": message.group_size if message else None, "bytes": size,
+        "message_from": message.source if message else None,
         "members": len(members), "first_start_ns": starts[0], "last_start_ns": last_start, "last_end_ns": last_end,
         "start_skew_ns": last_start - starts[0], "end_skew_ns": last_end - min(ends),
         "effective_ns": effective, "total_wait_ns": sum(last_start - start for start in starts),

@@ -19,10 +19,14 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any, Callable, Generic, Hashable, Optional, TypeVar
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Generic, Hashable, Iterable, Optional, TypeVar
+
+import msgspec
+import numpy as np
 
 from ..kineto import KERNEL_CATEGORIES, group_ranks
+from ..model import Trace
 
 # A rank is a straggler where it arrives this much after its collectives' typical arrival, per
 # step, as a share of the median step.
@@ -41,35 +45,54 @@ STRAGGLER_DEFINITIONS = {
                   "too, and where no collective can be matched the answer is could not tell, with the reason",
 }
 
+_NCCL_OP = "nccl:"  # the CPU op (a user annotation) around an NCCL kernel's launch: nccl:all_reduce, ...
+# Each NCCL kernel with its args, and the nccl:* op its launch ran in (the innermost, on the
+# launching thread; the launch is the source of the kernel's incoming flow, Kineto's ac2g
+# arrow) with that op's first input's dims and type.
 _ARRIVALS_SQL = """
-select s.track_id, s.ts, s.dur, s.name,
-       extract_arg(s.arg_set_id, 'debug.args.Collective name') as collective,
-       extract_arg(s.arg_set_id, 'debug.args.Process Group Name') as pg,
-       extract_arg(s.arg_set_id, 'debug.args.Process Group Ranks') as ranks_text,
+select k.track_id, k.ts, k.dur, k.name, k.collective, k.pg, k.ranks_text, k.ranks_list, k.dtype, k.in_nelems,
+       k.out_nelems, k.group_size, k.stream, op.name as op,
        (select group_concat(a.int_value, ',') from args a
-        where a.arg_set_id = s.arg_set_id and a.key glob 'debug.args.Process Group Ranks[[]*') as ranks_list,
-       extract_arg(s.arg_set_id, 'debug.args.dtype') as dtype,
-       extract_arg(s.arg_set_id, 'debug.args.In msg nelems') as in_nelems,
-       extract_arg(s.arg_set_id, 'debug.args.Out msg nelems') as out_nelems,
-       extract_arg(s.arg_set_id, 'debug.args.Group size') as group_size,
-       extract_arg(s.arg_set_id, 'debug.args.stream') as stream
-from slice s where s.dur > 0 and s.category in ({categories})
-  and (s.name glob 'ncclKernel_*' or s.name glob 'ncclDevKernel_*')
-order by s.ts""".format(categories=", ".join(f"'{c}'" for c in KERNEL_CATEGORIES))
+        where a.arg_set_id = op.arg_set_id and a.key glob 'debug.args.Input Dims[[]0][[]*') as op_dims,
+       extract_arg(op.arg_set_id, 'debug.args.Input type[0]') as op_type
+from (select s.id, s.track_id, s.ts, s.dur, s.name,
+             extract_arg(s.arg_set_id, 'debug.args.Collective name') as collective,
+             extract_arg(s.arg_set_id, 'debug.args.Process Group Name') as pg,
+             extract_arg(s.arg_set_id, 'debug.args.Process Group Ranks') as ranks_text,
+             (select group_concat(a.int_value, ',') from args a
+              where a.arg_set_id = s.arg_set_id and a.key glob 'debug.args.Process Group Ranks[[]*') as ranks_list,
+             extract_arg(s.arg_set_id, 'debug.args.dtype') as dtype,
+             extract_arg(s.arg_set_id, 'debug.args.In msg nelems') as in_nelems,
+             extract_arg(s.arg_set_id, 'debug.args.Out msg nelems') as out_nelems,
+             extract_arg(s.arg_set_id, 'debug.args.Group size') as group_size,
+             extract_arg(s.arg_set_id, 'debug.args.stream') as stream,
+             (select a.id from ancestor_slice(l.launch) a where a.name glob '{op}*'
+              order by a.depth desc limit 1) as op_id
+      from slice s left join (select slice_in, min(slice_out) as launch from flow group by slice_in) l
+        on l.slice_in = s.id
+      where s.dur > 0 and s.category in ({categories})
+        and (s.name glob 'ncclKernel_*' or s.name glob 'ncclDevKernel_*')) k
+left join slice op on op.id = k.op_id
+order by k.ts""".format(op=_NCCL_OP, categories=", ".join(f"'{c}'" for c in KERNEL_CATEGORIES))
+_NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")  # the names _ARRIVALS_SQL globs
 _POINT_TO_POINT = ("send", "recv")
+OP_INPUT = "launching nccl:* op's input"  # a Message's source where the kernel records none
 Who = TypeVar("Who", bound=Hashable)  # how the caller names a rank: a rank of a merge, a file
 
 
 @dataclass(frozen=True)
 class Message:
-    """What a collective kernel's args record of its message (Kineto's `record_param_comms`
-    args, copied onto the kernel): the collective's name, element type and counts, group size."""
+    """What the trace records of a collective's message: the collective's name, element type
+    and counts, group size; from the kernel's args (Kineto's `record_param_comms` args, copied
+    onto the kernel), or where it records none, from the nccl:* op its launch ran in (its
+    first input's dims and type: `source` OP_INPUT)."""
 
     collective: str
     dtype: Optional[str] = None
     in_nelems: Optional[int] = None
     out_nelems: Optional[int] = None
     group_size: Optional[int] = None
+    source: str = "kernel args"
 
 
 @dataclass(frozen=True)
@@ -86,14 +109,20 @@ class Arrival:
     end: int
     stream: Any = None
     message: Optional[Message] = None
+    row: Optional[int] = None  # the kernel's row where it was read from a model (a merge's rank), else None
+
+    def shifted(self, offset: int) -> "Arrival":
+        """The arrival on a clock `offset` ns later."""
+        return replace(self, start=self.start + offset, end=self.end + offset)
 
 
-def _group_ranks(text: Optional[str], listed: Optional[str]) -> str:
-    """A group's ranks as "0,1": Kineto writes them as a string ("[0, 1]"), the generator as a list."""
+def _group_ranks(value: Any, listed: Optional[str]) -> str:
+    """A group's ranks as "0,1": Kineto writes them as a string ("[0, 1]"), the generator as a
+    list (`listed`, as trace_processor joins its elements, or `value` itself in a model)."""
     if listed is not None:
         return listed
-    ranks = group_ranks(text)
-    return ",".join(map(str, ranks)) if ranks is not None else text or ""
+    ranks = group_ranks(value)
+    return ",".join(map(str, ranks)) if ranks is not None else value or ""
 
 
 def _count(value: Any) -> Optional[int]:
@@ -113,22 +142,138 @@ def _kind(name: str, collective: Optional[str], dtype: Any, in_nelems: Any, out_
 
 def read_arrivals(rows: Callable[[str], list[tuple[Any, ...]]], whose: Callable[[int], Who]
                   ) -> dict[Who, list[Arrival]]:
-    """Each rank's collective kernels (pairwise sends and receives left out), numbered per
-    channel and kind in start order. `whose`: a kernel's track id -> its rank."""
-    found: dict[Who, list[Arrival]] = defaultdict(list)
-    counts: dict[tuple[Who, Optional[str], str], int] = defaultdict(int)
-    for (track, start, duration, name, collective, pg, ranks_text, ranks_list, dtype, in_nelems, out_nelems,
-         group_size, stream) in rows(_ARRIVALS_SQL):
+    """Each rank's collective kernels in a trace that trace_processor reads (pairwise sends and
+    receives left out), numbered per channel and kind in start order. `whose`: a kernel's track
+    id -> its rank."""
+    return _numbered((whose(track), None, start, duration, name, collective, pg, _group_ranks(ranks_text, ranks_list),
+                      dtype, in_nelems, out_nelems, group_size, stream,
+                      _op_input(op, op_dims.split(",") if op_dims else None, op_type))
+                     for (track, start, duration, name, collective, pg, ranks_text, ranks_list, dtype, in_nelems,
+                          out_nelems, group_size, stream, op, op_dims, op_type) in rows(_ARRIVALS_SQL))
+
+
+class _KernelArgs(msgspec.Struct):
+    """The args of a collective kernel that _ARRIVALS_SQL reads, as Kineto writes them."""
+
+    collective: Any = msgspec.field(default=None, name="Collective name")
+    pg: Any = msgspec.field(default=None, name="Process Group Name")
+    ranks: Any = msgspec.field(default=None, name="Process Group Ranks")  # text, or a list (the generator)
+    dtype: Any = None
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    stream: Any = None
+
+
+_decode_kernel_args = msgspec.json.Decoder(_KernelArgs).decode
+
+
+def model_arrivals(trace: Trace) -> list[Arrival]:
+    """A rank's collective kernels in its model, before it is written (a merge's), as
+    read_arrivals reads them from the written trace, each with its row."""
+    table = trace.slices
+    rows = table.named(lambda name: name.startswith(_NCCL_KERNEL_PREFIXES))
+    rows = rows[table.in_categories(KERNEL_CATEGORIES)[rows] & (table.dur[rows] > 0)]
+    rows = rows[np.argsort(table.ts[rows], kind="stable")]
+    ops = _launching_ops(trace, rows)
+    op_args = dict(zip(ops.values(), trace.args_texts(np.array(list(ops.values()), np.int64))))
+    kernels = []
+    for row, text in zip(rows.tolist(), trace.args_texts(rows)):
+        args = _decoded(_decode_kernel_args, text, _KernelArgs)
+        op = ops.get(row)
+        op_input = None if op is None else _decoded(_decode_op_args, op_args[op], _OpArgs)
+        kernels.append((None, row, int(table.ts[row]), int(table.dur[row]), table.texts[int(table.name[row])],
+                        args.collective, args.pg, _group_ranks(args.ranks, None), args.dtype, args.in_nelems,
+                        args.out_nelems, args.group_size, args.stream,
+                        None if op is None or op_input is None else _op_input(
+                            table.texts[int(table.name[op])], op_input.first_dims(), op_input.first_type())))
+    return _numbered(kernels).get(None, [])
+
+
+class _OpArgs(msgspec.Struct):
+    """The args of an nccl:* op that _ARRIVALS_SQL reads: its inputs' dims and types."""
+
+    dims: Any = msgspec.field(default=None, name="Input Dims")
+    types: Any = msgspec.field(default=None, name="Input type")
+
+    def first_dims(self) -> Optional[list[Any]]:
+        return self.dims[0] if isinstance(self.dims, list) and self.dims and isinstance(self.dims[0], list) else None
+
+    def first_type(self) -> Any:
+        return self.types[0] if isinstance(self.types, list) and self.types else None
+
+
+_decode_op_args = msgspec.json.Decoder(_OpArgs).decode
+_Decoded = TypeVar("_Decoded")
+
+
+def _decoded(decode: Callable[[bytes], _Decoded], text: Optional[bytes], empty: Callable[[], _Decoded]) -> _Decoded:
+    """Args text decoded, or no args where there is none or it is not an object of those fields."""
+    try:
+        return decode(text) if text is not None else empty()
+    except msgspec.MsgspecError:
+        return empty()
+
+
+def _launching_ops(trace: Trace, kernels: np.ndarray) -> dict[int, int]:
+    """Per kernel row, the row of the nccl:* op its launch ran in, where it has one: the launch
+    is the source of the kernel's incoming arrow (Kineto's ac2g), and the op the latest one
+    starting by the launch on the launch's track, where it lasts past the launch's end."""
+    table = trace.slices
+    launch_of: dict[int, int] = {}
+    for flow in trace.flows:
+        launch_of.setdefault(flow.target, flow.source)
+    ops = table.named(lambda name: name.startswith(_NCCL_OP))
+    by_track: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # its ops by start, and their starts
+    for track in np.unique(table.track[ops]).tolist():
+        mine = ops[table.track[ops] == track]
+        mine = mine[np.argsort(table.ts[mine], kind="stable")]
+        by_track[track] = mine, table.ts[mine]
+    found = {}
+    for kernel in kernels.tolist():
+        launch = launch_of.get(kernel)
+        if launch is None or int(table.track[launch]) not in by_track:
+            continue
+        candidates, starts = by_track[int(table.track[launch])]
+        place = int(np.searchsorted(starts, table.ts[launch], "right")) - 1
+        op = int(candidates[place]) if place >= 0 else None
+        if op is not None and table.ts[op] + table.dur[op] >= table.ts[launch] + table.dur[launch]:
+            found[kernel] = op
+    return found
+
+
+def _op_input(op: Optional[str], dims: Optional[list[Any]], dtype: Any) -> Optional[Message]:
+    """The message as an nccl:* op records its first input: its collective (the op's name),
+    element count (the product of the input's dims) and type; None without both."""
+    if op is None or not op.startswith(_NCCL_OP) or not dims or not isinstance(dtype, str):
+        return None
+    sizes = [int(size) if isinstance(size, str) and size.isdigit() else _count(size) for size in dims]
+    count = 1
+    for size in sizes:
+        if size is None:
+            return None
+        count *= size
+    return Message(op.removeprefix(_NCCL_OP), dtype, count, source=OP_INPUT)
+
+
+def _numbered(kernels: Iterable[tuple[Any, ...]]) -> dict[Any, list[Arrival]]:
+    """Arrivals per rank from kernels in start order, each (rank, row, start, duration, name,
+    collective, process group, its ranks as "0,1", dtype, in and out element counts, group
+    size, stream, the message its launching op records): pairwise sends and receives left out,
+    numbered per channel and kind."""
+    found: dict[Any, list[Arrival]] = defaultdict(list)
+    counts: dict[tuple[Any, Optional[str], str], int] = defaultdict(int)
+    for (rank, row, start, duration, name, collective, pg, ranks, dtype, in_nelems, out_nelems, group_size,
+         stream, launched) in kernels:
         if collective in _POINT_TO_POINT:
             continue
-        rank = whose(track)
-        channel = None if pg is None else f"group {pg} [{_group_ranks(ranks_text, ranks_list)}]"
+        channel = None if pg is None else f"group {pg} [{ranks}]"
         kind = _kind(name, collective, dtype, in_nelems, out_nelems)
         index = counts[(rank, channel, kind)]
         counts[(rank, channel, kind)] += 1
-        message = None if collective is None else Message(collective, dtype, _count(in_nelems), _count(out_nelems),
-                                                          _count(group_size))
-        found[rank].append(Arrival(channel, kind, index, start, start + duration, stream, message))
+        message = launched if collective is None else Message(collective, dtype, _count(in_nelems),
+                                                              _count(out_nelems), _count(group_size))
+        found[rank].append(Arrival(channel, kind, index, start, start + duration, stream, message, row))
     return dict(found)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
@@ -230,8 +229,7 @@ def _on_one_clock(files: list[Path], arrivals: list[list[Arrival]], title: Calla
     moved = {}
     for path, mine, clock in zip(files, arrivals, clocks.ranks):
         offset = clock.offset_ns if applied else 0
-        moved[path.name] = [replace(arrival, start=arrival.start + offset, end=arrival.end + offset)
-                            for arrival in mine]
+        moved[path.name] = [arrival.shifted(offset) for arrival in mine]
     shared = any(clock.evidence for clock in clocks.ranks)  # else (CPU-only ranks, say) every trace would warn alike
     return moved, {"applied": applied, "warnings": clocks.warnings if shared else [],
                    "ranks": [{"file": path.name, "title": title(path.name), "estimated_offset_ns": clock.offset_ns,

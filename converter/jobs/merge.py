@@ -23,6 +23,8 @@ from typing import Any, BinaryIO, Callable, Container, Iterable, Optional, cast
 import msgspec
 
 from .. import kineto
+from ..analysis.collectives import KERNEL_ARGS_NAME, kernel_args
+from ..analysis.stragglers import Arrival, model_arrivals
 from ..engine.activity import busy_gpu_changes, running_totals
 from ..engine.clock import Clocks, Collectives, estimate_clocks, find_collectives
 from ..engine.critical_path import add_path_tracks, critical_paths
@@ -62,6 +64,7 @@ class RankInfo:
     pp_annotations: str = ""  # which annotations its blocks came from (engine.pp's schemes)
     p2p: RankOps = field(default_factory=RankOps)  # its c10d sends and receives (engine.transfers)
     collectives: Collectives = field(default_factory=Collectives)  # its clock's evidence (engine.clock)
+    arrivals: list[Arrival] = field(default_factory=list)  # its collective kernels, for their args (pass two)
     snapshot: str = ""  # where pass one kept the prepared rank for pass two
 
 
@@ -79,6 +82,7 @@ class RankPlan:
     flow_ends: list[tuple[BlockKey, Anchor, int, bool]] = field(default_factory=list)
     # (block, which of its slices, flow id, outgoing)
     transfer_ends: list[TransferEnd] = field(default_factory=list)
+    kernel_args: dict[int, dict[str, Any]] = field(default_factory=dict)  # per collective kernel's row, its figures
 
     @property
     def identity(self) -> RankIdentity:
@@ -271,6 +275,11 @@ def _merge_pipeline(members: list[RankInfo], group_index: int, output: Path, opt
         plans[end.position].flow_ends.append((end.block, end.anchor, end.flow_id, end.outgoing))
     for transfer_end in transfers.ends if transfers is not None else []:
         plans[transfer_end.position].transfer_ends.append(transfer_end)
+    # Each collective's figures across the pipeline's ranks, on its one clock, for its kernels' args.
+    arrivals = {k: [arrival.shifted(offsets[k]) for arrival in info.arrivals] for k, info in enumerate(members)}
+    figures = kernel_args(arrivals, lambda k: plans[k].identity.title, lambda k: {"global_rank": plans[k].global_rank})
+    for position, rows in figures.items():
+        plans[position].kernel_args = rows
     cross_rank_arrows = len(arrows.ends) // 2 + (transfers.pairs if transfers is not None else 0)
     base = min(info.base_time_ns or 0 for info in members)
     parts: list[RankPart] = _in_workers(workers, _write_rank_part,
@@ -396,13 +405,15 @@ def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:
         else frozenset()
     p2p = find_ops(trace, options.lanes, stages)  # before the snapshot takes the trace
     collectives = find_collectives(trace)
+    arrivals = model_arrivals(trace)
     return RankInfo(
         file=file, global_rank=header.rank, world_size=header.world_size, pp_group=header.pp_group,
         base_time_ns=base,
         # Old Kineto traces carry epoch microseconds and no base: already one clock.
         absolute_clock=base is None and first_ts > 10**15,
         blocks={key: block.extent() for key, block in prepared.blocks.items()},
-        pp_annotations=prepared.pp_annotations, p2p=p2p, collectives=collectives, snapshot=_saved(prepared, snapshot))
+        pp_annotations=prepared.pp_annotations, p2p=p2p, collectives=collectives, arrivals=arrivals,
+        snapshot=_saved(prepared, snapshot))
 
 
 def _saved(prepared: Prepared, snapshot: str) -> str:
@@ -495,7 +506,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
         with open(path, "wb") as stream:
             writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32,
                                     flow_id_base=stride << 40, tuning=tuning)
-            writer.write(trace)
+            writer.write(trace, {row: {KERNEL_ARGS_NAME: args} for row, args in plan.kernel_args.items()})
             writer.close()
     except OSError as error:
         raise _scratch_failed(Path(path), "write a rank's part of the merge", error) from None

@@ -81,6 +81,12 @@ def encode_value(value, name_ref: Callable[[str], bytes]) -> bytes:
     return b""
 
 
+def annotation(name: str, value, name_ref: Callable[[str], bytes]) -> bytes:
+    """One TrackEvent.debug_annotations entry named `name`, typed: what a stage adds to a slice
+    beside its own "args" (read back as `debug.<name>.<key>`), which stay as read."""
+    return _DEBUG_ANNOTATIONS + length_prefixed(name_ref(name) + encode_value(value, name_ref))
+
+
 def _placeholder(item) -> bytes:
     """trace_processor numbers array elements by the args it stored, so an element that stores
     nothing (null, [], {}) would shift every later index; it is kept as its JSON text instead."""

@@ -12,7 +12,7 @@ from collections import defaultdict
 from functools import partial
 from itertools import repeat
 from operator import attrgetter
-from typing import BinaryIO, Callable, Iterable, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optional
 
 import numpy as np
 
@@ -21,7 +21,7 @@ from ..model import CounterScale, PreparedArgs, Process, SliceTable, Trace, Trac
 from ..model.columns import first_positions
 from ..model.nesting import clear_points
 from ..tuning import DEFAULT_TUNING, Tuning
-from .annotations import ArgsEncoder
+from .annotations import ArgsEncoder, annotation
 from .event_order import events_in_write_order
 from .interning import EVENT_CATEGORIES, EVENT_NAMES, Interner, annotation_name_interner
 from .fields import (ChromeEventBundle, ChromeMetadata, CounterDescriptor, ProcessDescriptor, ThreadDescriptor,
@@ -76,12 +76,15 @@ class PerfettoWriter:
         self.next_flow_id = flow_id_base + 1
         self._emit(self.sequence + _STATE_CLEARED + _FIRST_ON_SEQUENCE)
 
-    def write(self, trace: Trace) -> None:
+    def write(self, trace: Trace, extra_args: Optional[Mapping[int, Mapping[str, Any]]] = None) -> None:
+        """`extra_args`: per row, debug annotations (name -> value) its slice carries beside its
+        own args, which are written as read: what a stage derives about a slice (a merge's
+        collective figures), never mistaken for what the profiler recorded."""
         uuids, process_uuids = self._write_descriptors(trace)
         self._write_track_roles(trace, uuids, process_uuids)
         flow_fields = FlowFields(trace, self.next_flow_id)
         self.next_flow_id = flow_fields.next_flow_id
-        self._write_slices(trace, uuids, flow_fields)
+        self._write_slices(trace, uuids, flow_fields, extra_args or {})
         self._write_counters(trace, uuids)
 
     def close(self) -> None:
@@ -148,7 +151,8 @@ class PerfettoWriter:
         return uuid
 
     # -- events -----------------------------------------------------------------------------
-    def _write_slices(self, trace: Trace, uuids: dict[int, int], flow_fields: FlowFields) -> None:
+    def _write_slices(self, trace: Trace, uuids: dict[int, int], flow_fields: FlowFields,
+                      extra_args: Mapping[int, Mapping[str, Any]]) -> None:
         """Every track's slices in nesting order (flat tracks in start order), each END as soon as
         its slice is over, a batch of tracks (or of a long track's stretches) at a time. Where
         the args helper is still there, it encodes the later parts of each batch's packets
@@ -158,6 +162,7 @@ class PerfettoWriter:
         share = _HelperShare()
         waiting: Optional[tuple[PacketHelper, SliceBatch, ArgsRuns, range]] = None  # parts the helper encodes
         tracks = write_order(trace.tracks, flow_fields.sources_first)
+        extra_rows = np.fromiter(sorted(extra_args), np.int64, len(extra_args))
         batches = _batches(trace.slices, _runs(trace.slices, tracks, uuids), self.tuning.slices_at_once)
         written = 0
         for number, runs in enumerate(batches):
@@ -166,7 +171,7 @@ class PerfettoWriter:
             if number == 0:  # interns the annotation names first: only where a slice follows
                 prepared = self._prepared_args(trace)
                 helper = prepared.take_packet_helper() if isinstance(prepared, EncodedArgs) else None
-            batch, args_runs = self._slice_batch(trace, runs, prepared, flow_fields)
+            batch, args_runs = self._slice_batch(trace, runs, prepared, flow_fields, extra_args, extra_rows)
             if waiting is not None:
                 self._write_shared(share, *waiting)
                 waiting = None
@@ -200,7 +205,8 @@ class PerfettoWriter:
             self.stream.write(part.data)
 
     def _slice_batch(self, trace: Trace, runs: list[tuple[bytes, np.ndarray]], prepared: Optional[PreparedArgs],
-                     flow_fields: FlowFields) -> tuple[SliceBatch, ArgsRuns]:
+                     flow_fields: FlowFields, extra_args: Mapping[int, Mapping[str, Any]], extra_rows: np.ndarray
+                     ) -> tuple[SliceBatch, ArgsRuns]:
         """Runs of rows (a track's, or a stretch of one that nothing open spans) as the
         columns their packets are encoded from (slice_packets.py), and where their args are."""
         table = trace.slices
@@ -222,6 +228,7 @@ class PerfettoWriter:
         else:
             args_source, args_starts, args_lengths = prepared.runs(args)
             args_runs = partial(Spliced, args_source, release=prepared.release_pages)
+        extras = self._extra_fields(rows, extra_args, extra_rows, pieces, interned)
         state = np.full(len(rows), pieces.id(self.sequence + _NEEDS_STATE), _ID)
         for first_use, entries in interned.items():
             state[first_use] = pieces.id(self.sequence + _NEEDS_STATE + _INTERNED_DATA + length_prefixed(b"".join(entries)))
@@ -233,7 +240,28 @@ class PerfettoWriter:
         begin_head = np.where(instant, instant_head, begin_head)
         tags = PacketTags.of(pieces, self.sequence)
         return SliceBatch(pieces.table(), tags, none, events, starts, ends, state, names, begin_head, end_head,
-                          args_starts, args_lengths, flows, self.tuning.packets_at_once), args_runs
+                          args_starts, args_lengths, extras, flows, self.tuning.packets_at_once), args_runs
+
+    def _extra_fields(self, rows: np.ndarray, extra_args: Mapping[int, Mapping[str, Any]], given: np.ndarray,
+                      pieces: Pieces, interned: dict[int, list[bytes]]) -> np.ndarray:
+        """Per row, the piece of the annotations `extra_args` gives it (`given`: its rows,
+        sorted), the empty piece for the others; an empty column where no row of the batch has
+        any, so its packets are as without them. A name met for the first time is defined in
+        that slice's packet."""
+        if not len(given):
+            return np.zeros(0, _ID)
+        chosen = np.flatnonzero(given[np.minimum(np.searchsorted(given, rows), len(given) - 1)] == rows)
+        if not len(chosen):
+            return np.zeros(0, _ID)
+        extras = np.full(len(rows), pieces.id(b""), _ID)
+        name_field, pending = self.annotation_names.field, self.pending_interned
+        for index in chosen.tolist():
+            extras[index] = pieces.id(b"".join(annotation(name, value, name_field)
+                                                for name, value in extra_args[int(rows[index])].items()))
+            if pending:
+                interned[index] += pending
+                pending.clear()
+        return extras
 
     def _name_fields(self, table: SliceTable, rows: np.ndarray, pieces: Pieces,
                      interned: dict[int, list[bytes]]) -> np.ndarray:

@@ -46,8 +46,9 @@ class PacketTags(msgspec.Struct, frozen=True):
 class SliceBatch(msgspec.Struct, frozen=True):
     """A batch's packets as columns. `events`: 2i is slice i's BEGIN (or instant), 2i + 1 its
     END, in write order; per slice: its start and end, the state pieces its BEGIN carries,
-    its name's piece, its BEGIN and END heads, where its encoded args lie; `flows`: the flow
-    ids its BEGIN and END carry; `none`: the empty piece; `packets_at_once`: a part's packets
+    its name's piece, its BEGIN and END heads, where its encoded args lie; `extras`: per slice
+    the piece of annotations its BEGIN carries beside its args (empty: none in the batch);
+    `flows`: the flow ids its BEGIN and END carry; `none`: the empty piece; `packets_at_once`: a part's packets
     (the writer's tuning, which the args helper encoding some parts follows too)."""
 
     table: PieceTable
@@ -62,6 +63,7 @@ class SliceBatch(msgspec.Struct, frozen=True):
     end_head: np.ndarray
     args_starts: np.ndarray
     args_lengths: np.ndarray
+    extras: np.ndarray
     flows: SliceFlowFields
     packets_at_once: int
 
@@ -89,14 +91,14 @@ class SliceBatch(msgspec.Struct, frozen=True):
             arrays.append(array)
             offset += array.nbytes
         (blob, piece_starts, piece_lengths, events, starts, ends, state, names, begin_head, end_head, args_starts,
-         args_lengths, *flows) = arrays
+         args_lengths, extras, *flows) = arrays
         batch = cls((blob, piece_starts, piece_lengths), tags, none, events, starts, ends, state, names, begin_head,
-                    end_head, args_starts, args_lengths, SliceFlowFields(*flows), packets_at_once)
+                    end_head, args_starts, args_lengths, extras, SliceFlowFields(*flows), packets_at_once)
         return batch, range(first, stop)
 
     def _arrays(self) -> list[np.ndarray]:
         return [*self.table, self.events, self.starts, self.ends, self.state, self.names, self.begin_head,
-                self.end_head, self.args_starts, self.args_lengths, *self.flows.columns()]
+                self.end_head, self.args_starts, self.args_lengths, self.extras, *self.flows.columns()]
 
 
 class PacketHelper(Protocol):
@@ -129,8 +131,10 @@ def encode_batch(batch: SliceBatch, args_runs: ArgsRuns, parts: range | None = N
         event = Rows(len(part), table) \
             .piece(np.where(is_end, batch.end_head[index], batch.begin_head[index])) \
             .piece(np.where(is_end, batch.none, batch.names[index])) \
-            .add(args_runs(batch.args_starts[index], args_lengths)) \
-            .add(batch.flows.column(index, is_end))
+            .add(args_runs(batch.args_starts[index], args_lengths))
+        if len(batch.extras):
+            event.piece(np.where(is_end, batch.none, batch.extras[index]))
+        event.add(batch.flows.column(index, is_end))
         yield packets(table, tags, np.where(is_end, batch.ends[index], batch.starts[index]),
                       np.where(is_end, tags.sequence, batch.state[index]), event)
 
