@@ -21,6 +21,7 @@ from converter.model.trace import rank_title
 
 from .helpers import SHARED_TRACES
 from .oracle import load_events, to_ns
+from .test_report_oracle import GPU, launch_times, owned_steps
 
 REAL = SHARED_TRACES / "hta_nccl_a100.json.gz"
 KERNEL = {"kernel", "Kernel"}
@@ -376,13 +377,17 @@ OP_CATEGORIES = {"cpu_op", "user_annotation"}
 def kernels_by_op(path: Path) -> tuple[dict[str, tuple[int, float]], tuple[int, float], tuple[int, float]]:
     """From the JSON alone, as Kineto links them: each kernel (by its correlation id) to the CPU
     call that launched it, and that call to the innermost cpu_op or user_annotation on its thread
-    around it (ProfilerStep#N spans are steps); each kernel's time inside the ProfilerStep spans,
-    per step. Returns ({op: (kernels, ns per step)}, (kernels, ns) with no launch, and with no op)."""
+    around it (ProfilerStep#N spans are steps); each kernel's time inside the steps (bounded by
+    the GPU work they launched, the default step windows), per step. Returns ({op: (kernels, ns
+    per step)}, (kernels, ns) with no launch, and with no op)."""
     header, events = load_events(path)
     base = header.get("baseTimeNanoseconds", 0)
     complete = [e for e in events if e.get("ph") == "X"]
-    steps = [(base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e["dur"])) for e in complete
-             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    cpu_steps = sorted((e["name"], base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e["dur"])) for e in complete
+                       if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    gpu = [(e, base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e["dur"])) for e in complete if e.get("cat") in GPU]
+    steps = [(start, end) for _, start, end in owned_steps(sorted(cpu_steps, key=lambda step: step[1]), gpu,
+                                                           launch_times(events, base))]
     correlated = {e["args"]["correlation"]: e for e in complete
                   if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     ops_by_thread: dict[tuple, list[dict]] = {}

@@ -40,9 +40,9 @@ DIFF_DEFINITIONS = {
     "per step": "every figure but a single step's is a mean per step: its total over the window divided by the "
                 "GPU's steps in it (an active span counts as one); kernel and stage totals are divided by the "
                 "steps of their trace (mean over its GPUs) and of their PP rank",
-    "step": "a step's length (a ProfilerStep#N span on the CPU side, else the active span); steps are matched "
-            "by their order in each GPU's window, the first with the first, since their numbers differ between "
-            "runs; steps beyond the shorter side's are not compared",
+    "step": "a step's length (a ProfilerStep#N span bounded as the report's step windows say, both sides alike, "
+            "else the active span); steps are matched by their order in each GPU's window, the first with the "
+            "first, since their numbers differ between runs; steps beyond the shorter side's are not compared",
     "compute busy": "time at least one compute lane is busy",
     "kernel time": "a kernel's time in the window, summed over its slices and GPUs",
     "kind time": "the busy time of a kind's lane groups, summed over them and over GPUs",

@@ -14,7 +14,7 @@ from ..fileio.regular import read_small_text
 from ..jobs.stopping import exit_status
 from ..kineto import MAX_RANK
 from ..lane_rules import load_lane_rules
-from ..jobs.options import MAX_TOP
+from ..jobs.options import MAX_TOP, STEP_WINDOWS
 from .options import (QUERY_FILE_LIMIT, add_cycle_option, add_quiet, add_tp_bin, add_workers_options, int_from,
                       output_path, percentage, port_number, print_summary, say, workers_of)
 
@@ -121,6 +121,9 @@ def _add_answer_options(command: Any, top_help: str) -> None:
     command.add_argument("--lanes", type=Path, metavar="FILE",
                          help="lane rules (TOML) for a trace cgtrace did not compact; a compacted trace's "
                               "own lanes always win")
+    command.add_argument("--step-windows", choices=STEP_WINDOWS, default=STEP_WINDOWS[0],
+                         help="launched (default): a step runs on to the end of the GPU work it launched; "
+                              "cpu: a step is its ProfilerStep span on the CPU side alone")
     add_tp_bin(command)
     add_workers_options(command)
     add_quiet(command)
@@ -179,12 +182,13 @@ def _run_report(args) -> int:
         if args.format == "html":
             raise CgtraceError(f"{args.trace}: --format html is for one trace; use text or json for a directory")
         with workers_of(args) as workers:
-            across = report_across(args.trace, workers, args.tp_bin, lanes, args.cycle)
+            across = report_across(args.trace, workers, args.tp_bin, lanes, args.cycle, args.step_windows)
         _say_absent(across["rank_account"]["note"])
         text = render_across(across, args.format)
     else:
         with as_perfetto(args.trace, compact=True, lanes=lanes) as trace:
-            report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes=lanes, shown_as=args.trace)
+            report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes=lanes, shown_as=args.trace,
+                                  step_windows=args.step_windows)
         text = render(report, args.format)
     _answer(text, args, "report")
     return 0
@@ -202,7 +206,7 @@ def _run_diff(args) -> int:
     lanes = load_lane_rules(args.lanes)
     with workers_of(args) as workers:
         diff = diff_traces(args.a, args.b, workers, args.tp_bin, lanes, args.top,
-                           (Side(args.a_rank, args.a_gpu), Side(args.b_rank, args.b_gpu)))
+                           (Side(args.a_rank, args.a_gpu), Side(args.b_rank, args.b_gpu)), args.step_windows)
     _answer(render_diff(diff, args.format), args, "diff")
     changed = [] if args.fail_above is None else beyond(diff, args.fail_above)
     for line in changed:

@@ -24,16 +24,17 @@ _EVERY_KERNEL = (1 << 63) - 1  # SQL's LIMIT that keeps every row
 
 
 def diff_traces(a: Path, b: Path, workers: Workers, tp_bin: Optional[str], lanes: LaneRules,
-                top: int, sides: tuple[Side, Side] = (Side(), Side())) -> dict[str, Any]:
+                top: int, sides: tuple[Side, Side] = (Side(), Side()), step_windows: str = "launched"
+                ) -> dict[str, Any]:
     """The diff of trace `a` (before) and `b` (after), `top` kernels and ops listed; `sides`:
-    what of each is compared."""
+    what of each is compared; `step_windows`: how both bound their steps (report's)."""
     for path in (a, b):
         if path.is_dir():
             raise CgtraceError(f"{path}: is a directory; diff compares two traces: merge a directory of ranks "
                                "first (cgtrace merge DIR) and diff the merges")
     for path, side, option in zip((a, b), sides, ("--a-rank", "--b-rank")):
         _check_rank(path, side.rank, option)
-    tasks = [(for_cluster(path, workers.remote), tp_bin, lanes) for path in (a, b)]
+    tasks = [(for_cluster(path, workers.remote), tp_bin, lanes, step_windows) for path in (a, b)]
     before, after = run_tasks(workers, _figures, tasks, [str(a), str(b)], "reporting", stop_at_failure=True)
     return diff_reports(before.value, after.value, top=top, sides=sides)
 
@@ -47,6 +48,7 @@ def _check_rank(path: Path, rank: Optional[int], option: str) -> None:
         raise CgtraceError(f"{path}: holds rank {header.rank}{world}, not rank {rank} ({option})")
 
 
-def _figures(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> dict[str, Any]:
+def _figures(path: Path, tp_bin: Optional[str], lanes: LaneRules, step_windows: str) -> dict[str, Any]:
     with as_perfetto(path, compact=True, lanes=lanes) as trace:
-        return build_report(trace, tp_bin=tp_bin, top=_EVERY_KERNEL, lanes=lanes, shown_as=path).figures
+        return build_report(trace, tp_bin=tp_bin, top=_EVERY_KERNEL, lanes=lanes, shown_as=path,
+                            step_windows=step_windows).figures
