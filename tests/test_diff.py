@@ -13,13 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from converter.analysis.diff import DIFF_DEFINITIONS, beyond, diff_reports
+from converter.analysis.diff import DIFF_DEFINITIONS, Side, beyond, diff_reports
 from converter.cli import main
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
+from converter.jobs import diff_pair
+from converter.jobs.options import workers
+from converter.lane_rules import load_lane_rules
 from converter.model.trace import rank_title
 
-from .helpers import SHARED_TRACES
+from .helpers import SHARED_TRACES, compact_file
 from .oracle import load_events, to_ns
 from .test_report_oracle import GPU, launch_times, owned_steps
 
@@ -499,13 +502,39 @@ def test_a_run_against_itself_with_its_rank_chosen_is_all_zero_through_every_op(
     assert no_launch[0] == no_op[0] == 0
 
 
-def test_a_gpu_index_not_in_a_trace_is_refused_naming_its_gpus(capsys):
-    """--a-gpu is checked against the GPUs the trace has once measured: one line naming them."""
+class Measured(Exception):
+    """Raised where diff would start measuring its traces."""
+
+
+def test_a_gpu_index_not_in_profiler_output_is_refused_before_it_is_measured(capsys, monkeypatch):
+    """--a-gpu / --b-gpu are checked against the devices profiler output's GPU events ran on
+    before either trace is measured: diff's task runner, replaced by one that fails, is never
+    reached; the one line names the GPUs the trace has (read here from the JSON)."""
     if not REAL.is_file():
         pytest.skip("../shared/traces is absent")
-    status, out, err = run_diff(capsys, REAL, REAL, "--a-gpu", 99)
+
+    def measure(*args, **kwargs):
+        raise Measured
+
+    monkeypatch.setattr(diff_pair, "run_tasks", measure)
+    _, events = load_events(REAL)
+    devices = sorted({e["args"]["device"] for e in events if e.get("cat") in GPU})
+    status, out, err = run_diff(capsys, REAL, REAL, "--b-gpu", 99)
+    assert (status, out) == (2, "") and err == [
+        f"cgtrace: error: {REAL}: ran no GPU work on GPU 99 (--b-gpu); it has GPU {', '.join(map(str, devices))}"]
+    with workers(1, None) as local, pytest.raises(Measured):  # the GPU it has passes: measuring would start
+        diff_pair.diff_traces(REAL, REAL, local, None, load_lane_rules(), 10, (Side(gpu=devices[0]), Side()))
+
+
+def test_a_gpu_index_not_in_a_trace_cgtrace_wrote_is_refused_once_measured(capsys, tmp_path):
+    """A trace cgtrace wrote records its GPUs in what it holds: checked once measured, one line."""
+    if not REAL.is_file():
+        pytest.skip("../shared/traces is absent")
+    compacted = tmp_path / "a.perfetto-trace"
+    compact_file(REAL, compacted)
+    status, out, err = run_diff(capsys, compacted, compacted, "--a-gpu", 99)
     assert status == 2 and out == "" and len(err) == 1
-    assert f"{REAL}: has no GPU of GPU index 99; it has GPU " in err[0]
+    assert f"{compacted}: has no GPU of GPU index 99; it has GPU " in err[0]
 
 
 def test_kernels_launched_by_cuda_graphs_are_put_under_the_op_around_the_graph_launch(capsys):
