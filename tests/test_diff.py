@@ -13,14 +13,18 @@ from pathlib import Path
 
 import pytest
 
-from converter.analysis.diff import DIFF_DEFINITIONS, beyond, diff_reports
+from converter.analysis.diff import DIFF_DEFINITIONS, Side, beyond, diff_reports
 from converter.cli import main
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_pp_run, write_trace
+from converter.jobs import diff_pair
+from converter.jobs.options import workers
+from converter.lane_rules import load_lane_rules
 from converter.model.trace import rank_title
 
-from .helpers import SHARED_TRACES
+from .helpers import SHARED_TRACES, compact_file
 from .oracle import load_events, to_ns
+from .test_report_oracle import GPU, expected_gpus, launch_times, owned_steps
 
 REAL = SHARED_TRACES / "hta_nccl_a100.json.gz"
 KERNEL = {"kernel", "Kernel"}
@@ -376,13 +380,17 @@ OP_CATEGORIES = {"cpu_op", "user_annotation"}
 def kernels_by_op(path: Path) -> tuple[dict[str, tuple[int, float]], tuple[int, float], tuple[int, float]]:
     """From the JSON alone, as Kineto links them: each kernel (by its correlation id) to the CPU
     call that launched it, and that call to the innermost cpu_op or user_annotation on its thread
-    around it (ProfilerStep#N spans are steps); each kernel's time inside the ProfilerStep spans,
-    per step. Returns ({op: (kernels, ns per step)}, (kernels, ns) with no launch, and with no op)."""
+    around it (ProfilerStep#N spans are steps); each kernel's time inside the steps (bounded by
+    the GPU work they launched, the default step windows), per step. Returns ({op: (kernels, ns
+    per step)}, (kernels, ns) with no launch, and with no op)."""
     header, events = load_events(path)
     base = header.get("baseTimeNanoseconds", 0)
     complete = [e for e in events if e.get("ph") == "X"]
-    steps = [(base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e["dur"])) for e in complete
-             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    cpu_steps = sorted((e["name"], base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e["dur"])) for e in complete
+                       if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
+    gpu = [(e, base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e["dur"])) for e in complete if e.get("cat") in GPU]
+    steps = [(start, end) for _, start, end in owned_steps(sorted(cpu_steps, key=lambda step: step[1]), gpu,
+                                                           launch_times(events, base))]
     correlated = {e["args"]["correlation"]: e for e in complete
                   if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
     ops_by_thread: dict[tuple, list[dict]] = {}
@@ -494,13 +502,39 @@ def test_a_run_against_itself_with_its_rank_chosen_is_all_zero_through_every_op(
     assert no_launch[0] == no_op[0] == 0
 
 
-def test_a_gpu_index_not_in_a_trace_is_refused_naming_its_gpus(capsys):
-    """--a-gpu is checked against the GPUs the trace has once measured: one line naming them."""
+class Measured(Exception):
+    """Raised where diff would start measuring its traces."""
+
+
+def test_a_gpu_index_not_in_profiler_output_is_refused_before_it_is_measured(capsys, monkeypatch):
+    """--a-gpu / --b-gpu are checked against the devices profiler output's GPU events ran on
+    before either trace is measured: diff's task runner, replaced by one that fails, is never
+    reached; the one line names the GPUs the trace has (read here from the JSON)."""
     if not REAL.is_file():
         pytest.skip("../shared/traces is absent")
-    status, out, err = run_diff(capsys, REAL, REAL, "--a-gpu", 99)
+
+    def measure(*args, **kwargs):
+        raise Measured
+
+    monkeypatch.setattr(diff_pair, "run_tasks", measure)
+    _, events = load_events(REAL)
+    devices = sorted({e["args"]["device"] for e in events if e.get("cat") in GPU})
+    status, out, err = run_diff(capsys, REAL, REAL, "--b-gpu", 99)
+    assert (status, out) == (2, "") and err == [
+        f"cgtrace: error: {REAL}: ran no GPU work on GPU 99 (--b-gpu); it has GPU {', '.join(map(str, devices))}"]
+    with workers(1, None) as local, pytest.raises(Measured):  # the GPU it has passes: measuring would start
+        diff_pair.diff_traces(REAL, REAL, local, None, load_lane_rules(), 10, (Side(gpu=devices[0]), Side()))
+
+
+def test_a_gpu_index_not_in_a_trace_cgtrace_wrote_is_refused_once_measured(capsys, tmp_path):
+    """A trace cgtrace wrote records its GPUs in what it holds: checked once measured, one line."""
+    if not REAL.is_file():
+        pytest.skip("../shared/traces is absent")
+    compacted = tmp_path / "a.perfetto-trace"
+    compact_file(REAL, compacted)
+    status, out, err = run_diff(capsys, compacted, compacted, "--a-gpu", 99)
     assert status == 2 and out == "" and len(err) == 1
-    assert f"{REAL}: has no GPU of GPU index 99; it has GPU " in err[0]
+    assert f"{compacted}: has no GPU of GPU index 99; it has GPU " in err[0]
 
 
 def test_kernels_launched_by_cuda_graphs_are_put_under_the_op_around_the_graph_launch(capsys):
@@ -521,3 +555,56 @@ def test_kernels_launched_by_cuda_graphs_are_put_under_the_op_around_the_graph_l
     assert (found["no_launch"]["kernels"], found["no_launch"]["total_ns"]) == (no_launch[0], round(no_launch[1] * steps))
     assert found["no_launch"]["kernels"] == 705 and found["no_op"]["kernels"] == no_op[0] == 0
     assert "CompiledFunctionBackward" in ops   # its kernels ran inside CUDA graphs
+
+
+# -- two directories, rank by rank ----------------------------------------------------------------
+def test_directories_are_compared_rank_by_rank(capsys, tmp_path):
+    """Two runs of four independent ranks, rank 1's GPU compute 1.5x as long in B and rank 3 not
+    profiled in B: a section per rank both hold, rank 3 named as A's alone; rank 1's change is
+    found (its kernels 50% longer, its compute busy per step as the JSON gives it), the other
+    ranks' figures unchanged, and only rank 1 fails --fail-above, each line naming it."""
+    run = dict(pp_size=1, dp_size=4, steps=3, seed=4, graphs_per_step=2, kernels_per_replay=8)
+    ranks_a = write_pp_run(tmp_path / "runA", **run)
+    ranks_b = write_pp_run(tmp_path / "runB", slow_rank=1, slow_factor=1.5, **run)
+    ranks_b.pop().unlink()
+    status, out, err = run_diff(capsys, tmp_path / "runA", tmp_path / "runB", "--format", "json", "--jobs", 2,
+                                "--top", 100_000, "--fail-above", 5)
+    assert status == 1 and err and all(line.startswith("cgtrace: rank 1: ") for line in err)
+    diff = json.loads(out)
+    assert [(pair["a_rank"], pair["b_rank"]) for pair in diff["pairs"]] == [(0, 0), (1, 1), (2, 2)]
+    assert diff["only_in_a"] == [{"global_rank": 3, "trace": str(ranks_a[3])}] and diff["only_in_b"] == []
+    for pair, trace_a, trace_b in zip(diff["pairs"], ranks_a, ranks_b):
+        [expected_a], [expected_b] = expected_gpus(trace_a).values(), expected_gpus(trace_b).values()
+        [compute] = [row for row in pair["diff"]["gpus"] if row["figure"] == "compute busy"]
+        assert (compute["a_ns"], compute["b_ns"]) == tuple(
+            round(sum(step["compute_busy_ns"] for step in expected["steps"]) / len(expected["steps"]))
+            for expected in (expected_a, expected_b))
+        changed = {finding["key"] for finding in pair["diff"]["findings"] if not finding["unchanged"]}
+        if pair["a_rank"] == 1:
+            assert {"step_time", "kind.compute"} <= changed and compute["b_ns"] > 1.3 * compute["a_ns"]
+            kernels = pair["diff"]["kernels"]  # every kernel whose time changed: its compute, by the factor
+            assert len(kernels) > 5 and all(abs(kernel["change_pct"] - 50) < 0.1 for kernel in kernels)
+        else:
+            assert changed == set()
+            assert all(row["delta_ns"] == 0 for row in pair["diff"]["gpus"] + pair["diff"]["lane_groups"])
+    assert {change["rank"] for change in diff["largest_changes"]} == {"rank 1"}
+    assert diff["largest_changes"][0]["key"] == "step_time"
+
+    status, text, _ = run_diff(capsys, tmp_path / "runA", tmp_path / "runB", "--a-rank", 2, "--b-rank", 1,
+                               "--jobs", 2)
+    assert status == 0 and "=== rank 2 / rank 1 ===" in text and "=== rank 0 ===" not in text
+
+
+def test_directories_that_cannot_be_paired_are_refused_in_one_line(capsys, tmp_path):
+    run = dict(pp_size=1, dp_size=2, steps=1, seed=4, graphs_per_step=2, kernels_per_replay=8)
+    write_pp_run(tmp_path / "runA", **run)
+    write_pp_run(tmp_path / "runB", **run)
+    for args, says in (((tmp_path / "runA", tmp_path / "runB", "--a-rank", 5), "holds no trace of global rank 5"),
+                       ((tmp_path / "runA", tmp_path / "runB", "--format", "html"), "--format html is for two traces"),
+                       ((tmp_path / "runA", tmp_path / "runB" / "rank0_trace.json"), "is a directory and the other")):
+        status, out, err = run_diff(capsys, *args)
+        assert (status, out, len(err)) == (2, "", 1) and says in err[0]
+    import converter
+
+    with pytest.raises(CgtraceError, match="compares two directories rank by rank"):
+        converter.diff(tmp_path / "runA", tmp_path / "runB")

@@ -70,13 +70,39 @@ def kind(event: dict) -> str:
     return "communication" if COMMUNICATION.search(event.get("name") or "") else "compute"
 
 
-def expected_gpus(path: Path) -> dict[int, dict]:
-    """Per GPU (its device: Kineto's GPU pid) the figures the report must give."""
+LAUNCH_ARROWS = {"ac2g", "async_cpu_to_gpu", "async"}  # Kineto's CPU -> GPU flows, newest first
+
+
+def launch_times(events: list, base: int) -> dict:
+    """Kineto's launch arrows: a flow start's id (a GPU slice's correlation) -> when it was launched."""
+    return {e["id"]: base + to_ns(e["ts"]) for e in events if e.get("ph") == "s" and e.get("cat") in LAUNCH_ARROWS}
+
+
+def owned_steps(periods, gpu, launched: dict) -> list:
+    """The step windows the report draws by default: each step (CPU span) on to the end of the
+    GPU work launched in it, no earlier than the previous step ends."""
+    out, previous = [], None
+    for name, start, cpu_end in periods:
+        end = cpu_end
+        for e, _, gpu_end in gpu:
+            launch = launched.get((e.get("args") or {}).get("correlation"))
+            if launch is not None and start <= launch < cpu_end:
+                end = max(end, gpu_end)
+        start = start if previous is None else max(start, previous)
+        previous = max(start, end)
+        out.append((name, start, previous))
+    return out
+
+
+def expected_gpus(path: Path, step_windows: str = "launched") -> dict[int, dict]:
+    """Per GPU (its device: Kineto's GPU pid) the figures the report must give, its steps
+    bounded as `--step-windows` says."""
     header, events = load_events(path)
     base = header.get("baseTimeNanoseconds", 0)
     spans = [(e, base + to_ns(e["ts"]), base + to_ns(e["ts"]) + to_ns(e["dur"])) for e in events
              if e.get("ph") == "X" and "ts" in e and to_ns(e.get("dur", 0)) > 0]
     gpu = [(e, start, end) for e, start, end in spans if e.get("cat") in GPU]
+    launched = launch_times(events, base)
     devices = {e["pid"] for e, _, _ in gpu}
     steps: dict[str, list[int]] = {}
     for e, start, end in spans:
@@ -91,6 +117,8 @@ def expected_gpus(path: Path) -> dict[int, dict]:
         everything = merged((s, t) for _, s, t in mine)
         periods = sorted(((name, s, t) for name, (s, t) in steps.items()), key=lambda p: p[1]) or \
             [("active span", everything[0][0], everything[-1][1])]
+        if steps and step_windows == "launched":
+            periods = owned_steps(periods, gpu, launched)  # a rank's launches, on any of its GPUs
         window = merged((s, t) for _, s, t in periods)
         blocks = {action: merged((s, t) for e, s, t in spans if e["pid"] == device
                                  and e.get("cat") == "gpu_user_annotation"

@@ -40,9 +40,9 @@ DIFF_DEFINITIONS = {
     "per step": "every figure but a single step's is a mean per step: its total over the window divided by the "
                 "GPU's steps in it (an active span counts as one); kernel and stage totals are divided by the "
                 "steps of their trace (mean over its GPUs) and of their PP rank",
-    "step": "a step's length (a ProfilerStep#N span on the CPU side, else the active span); steps are matched "
-            "by their order in each GPU's window, the first with the first, since their numbers differ between "
-            "runs; steps beyond the shorter side's are not compared",
+    "step": "a step's length (a ProfilerStep#N span bounded as the report's step windows say, both sides alike, "
+            "else the active span); steps are matched by their order in each GPU's window, the first with the "
+            "first, since their numbers differ between runs; steps beyond the shorter side's are not compared",
     "compute busy": "time at least one compute lane is busy",
     "kernel time": "a kernel's time in the window, summed over its slices and GPUs",
     "kind time": "the busy time of a kind's lane groups, summed over them and over GPUs",
@@ -310,6 +310,38 @@ def _stage_rows(a: list[dict[str, Any]], b: list[dict[str, Any]], names: tuple[s
         rows += [{"pp_rank": pp_rank, "rank": titles[pp_rank], "part": part, "a_steps": steps_a, "b_steps": steps_b,
                   **_compared(parts_a.get(part, 0), parts_b.get(part, 0))} for part in {**parts_a, **parts_b}]
     return rows
+
+
+# -- directories, rank by rank -------------------------------------------------------------------
+class RankPair(NamedTuple):
+    """One rank's trace in each directory (the same global rank, or the ranks chosen) and their diff."""
+
+    a_rank: int
+    b_rank: int
+    diff: dict[str, Any]
+
+    def title(self) -> str:
+        return f"rank {self.a_rank}" + ("" if self.a_rank == self.b_rank else f" / rank {self.b_rank}")
+
+
+def diff_ranks(pairs: list[RankPair], only_a: dict[int, str], only_b: dict[int, str], top: int = 10
+               ) -> dict[str, Any]:
+    """Two directories' diff: each rank pair's diff, the `top` largest findings over all pairs
+    (changes beyond each pair's noise floor, largest first), and the ranks (global rank -> trace)
+    one side holds alone."""
+    changes = [{"a_rank": pair.a_rank, "b_rank": pair.b_rank, "rank": pair.title(), **finding}
+               for pair in pairs for finding in pair.diff["findings"] if not finding["unchanged"]]
+    changes.sort(key=lambda row: (-abs(row["delta_ns"]), row["a_rank"], row["key"]))
+    return {"pairs": [{"a_rank": pair.a_rank, "b_rank": pair.b_rank, "rank": pair.title(), "diff": pair.diff}
+                      for pair in pairs],
+            "largest_changes": changes[:max(top, 0)],
+            "only_in_a": [{"global_rank": rank, "trace": trace} for rank, trace in sorted(only_a.items())],
+            "only_in_b": [{"global_rank": rank, "trace": trace} for rank, trace in sorted(only_b.items())]}
+
+
+def beyond_ranks(diff: dict[str, Any], pct: float) -> list[str]:
+    """`beyond` for each rank pair of a directories' diff, each line naming its rank."""
+    return [f"{pair['rank']}: {line}" for pair in diff["pairs"] for line in beyond(pair["diff"], pct)]
 
 
 # -- findings and the gate -----------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""`cgtrace diff`'s output: the diff as JSON, or findings and tables as text or one HTML page.
+"""`cgtrace diff`'s output: the diff as JSON, or findings and tables as text or one HTML page;
+two directories' diff as JSON, or as text: the largest changes over all ranks, then each rank's.
 
 The pages are render.py's (its tables, text layout and HTML skeleton), so a diff reads like a
 report; only diff.py decides what is compared and what counts as a change.
@@ -27,6 +28,22 @@ def render_diff(diff: dict[str, Any], fmt: str) -> str:
                          _sides(diff), lead, _tables(diff, lambda name: name), diff["definitions"])
     findings = "\nFindings\n" + "".join(f"  - {line}\n" for line in _findings(diff))
     return text_page(f"cgtrace diff: {_sides(diff)}", findings, _tables(diff, short_name), diff["definitions"])
+
+
+def render_rank_diffs(diff: dict[str, Any], fmt: str) -> str:
+    """Two directories' diff (diff.diff_ranks'), as JSON or text."""
+    if fmt == "json":
+        return orjson.dumps(diff, option=orjson.OPT_INDENT_2).decode() + "\n"
+    lines = [f"cgtrace diff, rank by rank: A: {diff['a']['directory']}; B: {diff['b']['directory']}", "",
+             "Largest changes"]
+    lines += [f"  - {change['rank']}: {change['text']}" for change in diff["largest_changes"]] or [
+        "  - none beyond any rank's noise floor"]
+    for side in ("a", "b"):
+        lines += [f"Only in {side.upper()}: rank {alone['global_rank']} ({alone['trace']})"
+                  for alone in diff[f"only_in_{side}"]]
+    for pair in diff["pairs"]:
+        lines += ["", f"=== {pair['rank']} ===", render_diff(pair["diff"], "text").rstrip("\n")]
+    return "\n".join(lines) + "\n"
 
 
 def _told_apart(a: str, b: str) -> tuple[str, str]:

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Optional
 
+import numpy as np
+
 from ..kineto import CPU_OP_CATEGORY, KERNEL_CATEGORIES, PROFILER_STEP_PREFIX
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import LaneGroup, LaneKind, TrackRole, roles_document
@@ -29,14 +31,19 @@ from .collectives import COLLECTIVE_DEFINITIONS, collectives
 from .critical_path import CRITICAL_PATH_DEFINITIONS, read_critical_path
 from .memory import MEMORY_DEFINITIONS, memcpy_traffic, memory_peaks
 from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
+from .step_windows import owned_step_windows
 from .stragglers import STRAGGLER_DEFINITIONS, Arrival, hold_ups, late_arrivals, read_arrivals, straggler_answer
 from .query import open_checked, run_sql
 
 # The figures, each defined once: keys as in the JSON's "definitions".
 DEFINITIONS: dict[str, str] = {
-    "window": "each GPU's profiled steps (its rank's ProfilerStep#N spans on the CPU side), else its active "
-              "span (from its first GPU slice's start to its last one's end); every figure covers this window "
-              "only, slices cut at its edges",
+    "window": "each GPU's profiled steps (its rank's ProfilerStep#N spans, bounded as step windows says), else "
+              "its active span (from its first GPU slice's start to its last one's end); every figure covers "
+              "this window only, slices cut at its edges",
+    "step windows": "launched (the default): a step runs from its CPU span's start to the end of the last GPU "
+                    "slice launched within that span (its launch arrow, Kineto's ac2g flow, starts there), or "
+                    "to its CPU span's end if later, and starts no earlier than the previous step ends, so steps "
+                    "never overlap and each holds the GPU work it launched; cpu: the CPU spans alone",
     "busy": "time at least one slice runs: the union of slice intervals, so concurrent slices count once",
     "exposed communication": "time some communication lane is busy while no compute lane is; a kernel that "
                              "waits for data inside a compute lane is compute, so this is not time blocked",
@@ -285,9 +292,10 @@ class Report:
 
 
 def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes: Optional[LaneRules] = None,
-                 shown_as: Optional[Path] = None) -> Report:
+                 shown_as: Optional[Path] = None, step_windows: str = "launched") -> Report:
     """All figures of the trace at `path` (named `shown_as` where it was made from another file).
-    `lanes`: lane rules for traces cgtrace did not compact (default: the built-in rules)."""
+    `lanes`: lane rules for traces cgtrace did not compact (default: the built-in rules);
+    `step_windows`: how a step is bounded, "launched" or "cpu" (--step-windows; step_windows.py)."""
     rules = lanes or load_lane_rules()
     with open_checked(path, tp_bin, shown_as) as tp:
         trace = _Trace(tp, path, rules)
@@ -297,6 +305,8 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
             islands[owner][group].append((start, end))
         names = trace.gpu_names()
         steps = _steps(trace)
+        if step_windows == "launched":
+            steps = _owning(trace, steps)
         blocks = _blocks(trace)
         gpus = sorted((_Gpu(trace, owner, groups, names[owner], steps, blocks.get(owner, {}))
                        for owner, groups in islands.items()), key=_Gpu.order)
@@ -317,7 +327,8 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
     per_gpu = [{**gpu.figures(counts), "kernels_by_op": by_op.get(gpu.owner, _launched_by([], top))} for gpu in gpus]
     figures: dict[str, Any] = {
         "input": {"trace": str(shown_as or path),
-                  "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories"},
+                  "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories",
+                  "step_windows": step_windows},
         "definitions": DEFINITIONS,
         "gpus": per_gpu,
         "top_kernels": [{"name": name, "count": count, "total_ns": total, "mean_ns": total / count}
@@ -453,6 +464,23 @@ def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:
     for (rank, name), (start, end) in spans.items():
         by_rank[rank].append((name, start, end))
     return {rank: sorted(items, key=lambda item: item[1]) for rank, items in by_rank.items()}
+
+
+def _owning(trace: _Trace, steps: dict[Rank, list[tuple[str, int, int]]]) -> dict[Rank, list[tuple[str, int, int]]]:
+    """Each rank's steps run on to the end of the GPU work launched within them (the "step
+    windows" definition): each GPU slice's launch is the start of its launch arrow's source."""
+    launched: dict[Rank, list[tuple[int, int]]] = defaultdict(list)
+    for owner, launch, end in trace.rows("""
+            select g.owner, s.ts, g.ts + g.dur from report_gpu g
+            join (select slice_in, min(slice_out) as launch from flow group by slice_in) l on l.slice_in = g.id
+            join slice s on s.id = l.launch"""):
+        launched[trace.rank(owner)].append((launch, end))
+    owned = {}
+    for rank, spans in steps.items():
+        found = np.array(launched.get(rank, []), np.int64).reshape(-1, 2)
+        windows = owned_step_windows([(start, end) for _, start, end in spans], found[:, 0], found[:, 1])
+        owned[rank] = [(name, start, end) for (name, _, _), (start, end) in zip(spans, windows)]
+    return owned
 
 
 def _pp_kind(name: str, rules: LaneRules) -> str:

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Optional, Sequence
 
 from ..errors import CgtraceError
-from ..jobs.options import (MAX_TOP, PathLike, cut, job_options, lane_rules, merge_outputs, rank_list, whole_number,
-                            workers)
+from ..jobs.options import (MAX_TOP, PathLike, checked_step_windows, cut, job_options, lane_rules, merge_outputs,
+                            rank_list, whole_number, workers)
 from .handler import ChromeTraceExporter, TraceHandler
 from .summaries import (Change, CompactSummary, ConvertSummary, DiffSummary, Finding, GpuFigures, GpuLanes, Kernel,
                         MergeSummary, ReportSummary)
@@ -108,7 +108,7 @@ def merge(traces: PathLike | Sequence[PathLike], output: Optional[PathLike] = No
 
 
 def report(trace: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
-           tp_bin: Optional[str] = None) -> ReportSummary:
+           tp_bin: Optional[str] = None, step_windows: str = "launched") -> ReportSummary:
     """`cgtrace report`: per GPU its busy time and exposed communication, per step the bubble,
     the top kernels; profiler output is compacted first. `.text()` and `.html()` render it
     (a notebook shows the HTML).
@@ -122,15 +122,17 @@ def report(trace: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
     from ..jobs.readable import as_perfetto
 
     whole_number("top", top, 0, MAX_TOP)
+    bounds = checked_step_windows(step_windows)
     source, rules = _one_trace(Path(trace), "report"), lane_rules(lanes)
     with as_perfetto(source, compact=True, lanes=rules) as readable:
-        return ReportSummary.of(build_report(readable, tp_bin=tp_bin, top=top, lanes=rules, shown_as=source))
+        return ReportSummary.of(build_report(readable, tp_bin=tp_bin, top=top, lanes=rules, shown_as=source,
+                                             step_windows=bounds))
 
 
 def diff(a: PathLike, b: PathLike, *, top: int = 10, lanes: Optional[PathLike] = None,
          tp_bin: Optional[str] = None, jobs: Optional[int] = None, scheduler: Optional[str] = None,
          a_rank: Optional[int] = None, b_rank: Optional[int] = None, a_gpu: Optional[int] = None,
-         b_gpu: Optional[int] = None) -> DiffSummary:
+         b_gpu: Optional[int] = None, step_windows: str = "launched") -> DiffSummary:
     """`cgtrace diff`: what changed from trace `a` (before) to `b` (after), per step, lane
     group, kernel and launching op (the `top` that moved most) and pipeline stage part, with
     findings first; `a_rank`/`b_rank`, `a_gpu`/`b_gpu`: compare only that global rank or GPU
@@ -146,8 +148,9 @@ def diff(a: PathLike, b: PathLike, *, top: int = 10, lanes: Optional[PathLike] =
 
     whole_number("top", top, 0, MAX_TOP)
     sides = (Side.checked("a", a_rank, a_gpu), Side.checked("b", b_rank, b_gpu))
+    bounds = checked_step_windows(step_windows)
     with workers(jobs, scheduler) as where:
-        return DiffSummary.of(diff_traces(Path(a), Path(b), where, tp_bin, lane_rules(lanes), top, sides))
+        return DiffSummary.of(diff_traces(Path(a), Path(b), where, tp_bin, lane_rules(lanes), top, sides, bounds))
 
 
 def open_trace(trace: PathLike | bytes, tp_bin: Optional[str] = None,

@@ -14,7 +14,7 @@ from ..fileio.regular import read_small_text
 from ..jobs.stopping import exit_status
 from ..kineto import MAX_RANK
 from ..lane_rules import load_lane_rules
-from ..jobs.options import MAX_TOP
+from ..jobs.options import MAX_TOP, STEP_WINDOWS
 from .options import (QUERY_FILE_LIMIT, add_cycle_option, add_quiet, add_tp_bin, add_workers_options, int_from,
                       output_path, percentage, port_number, print_summary, say, workers_of)
 
@@ -61,12 +61,14 @@ def _add_diff(commands: Any) -> None:
         description="Compare two traces (profiler output, compacted or merged), each measured as `cgtrace report` "
                     "measures it, GPUs matched by PP rank, global rank and device; figures per step. "
                     "--fail-above PCT exits 1 when a gated figure changed more than PCT percent.")
-    diff.add_argument("a", type=Path, metavar="A", help="the trace before (a trace file, not a directory)")
-    diff.add_argument("b", type=Path, metavar="B", help="the trace after, of the same GPUs")
+    diff.add_argument("a", type=Path, metavar="A", help="the trace before, or a directory of rank traces")
+    diff.add_argument("b", type=Path, metavar="B", help="the trace after, of the same GPUs (a directory: of the same "
+                                                       "ranks, compared rank by rank)")
     for side in ("a", "b"):
         diff.add_argument(f"--{side}-rank", type=int_from(0, MAX_RANK), metavar="R",
                           help=f"compare only global rank R of {side.upper()} (checked against its header first); "
-                               "ranks that differ are compared one GPU against the other")
+                               "ranks that differ are compared one GPU against the other; of directories, the one "
+                               "rank pair compared")
         diff.add_argument(f"--{side}-gpu", type=int_from(0, MAX_RANK), metavar="N",
                           help=f"compare only GPU index N of {side.upper()}, where it holds several")
     diff.add_argument("--fail-above", type=percentage, metavar="PCT",
@@ -121,6 +123,9 @@ def _add_answer_options(command: Any, top_help: str) -> None:
     command.add_argument("--lanes", type=Path, metavar="FILE",
                          help="lane rules (TOML) for a trace cgtrace did not compact; a compacted trace's "
                               "own lanes always win")
+    command.add_argument("--step-windows", choices=STEP_WINDOWS, default=STEP_WINDOWS[0],
+                         help="launched (default): a step runs on to the end of the GPU work it launched; "
+                              "cpu: a step is its ProfilerStep span on the CPU side alone")
     add_tp_bin(command)
     add_workers_options(command)
     add_quiet(command)
@@ -179,12 +184,13 @@ def _run_report(args) -> int:
         if args.format == "html":
             raise CgtraceError(f"{args.trace}: --format html is for one trace; use text or json for a directory")
         with workers_of(args) as workers:
-            across = report_across(args.trace, workers, args.tp_bin, lanes, args.cycle)
+            across = report_across(args.trace, workers, args.tp_bin, lanes, args.cycle, args.step_windows)
         _say_absent(across["rank_account"]["note"])
         text = render_across(across, args.format)
     else:
         with as_perfetto(args.trace, compact=True, lanes=lanes) as trace:
-            report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes=lanes, shown_as=args.trace)
+            report = build_report(trace, tp_bin=args.tp_bin, top=args.top, lanes=lanes, shown_as=args.trace,
+                                  step_windows=args.step_windows)
         text = render(report, args.format)
     _answer(text, args, "report")
     return 0
@@ -192,19 +198,24 @@ def _run_report(args) -> int:
 
 def _run_diff(args) -> int:
     """The diff, then with --fail-above exit 1 where a figure moved more, each named on stderr."""
-    from ..analysis.diff import Side, beyond
-    from ..analysis.diff_render import render_diff
+    from ..analysis.diff import Side, beyond, beyond_ranks
+    from ..analysis.diff_render import render_diff, render_rank_diffs
     from ..fileio.atomic import check_output_path
-    from ..jobs.diff_pair import diff_traces
+    from ..jobs.diff_pair import diff_directories, diff_traces
 
+    directories = args.a.is_dir() and args.b.is_dir()
+    if directories and args.format == "html":
+        raise CgtraceError(f"{args.a}: --format html is for two traces; use text or json for two directories")
     if args.output is not None:
         check_output_path(args.output, args.overwrite, inputs=_files_of([args.a, args.b]))
     lanes = load_lane_rules(args.lanes)
+    sides = (Side(args.a_rank, args.a_gpu), Side(args.b_rank, args.b_gpu))
+    compare = diff_directories if directories else diff_traces
     with workers_of(args) as workers:
-        diff = diff_traces(args.a, args.b, workers, args.tp_bin, lanes, args.top,
-                           (Side(args.a_rank, args.a_gpu), Side(args.b_rank, args.b_gpu)))
-    _answer(render_diff(diff, args.format), args, "diff")
-    changed = [] if args.fail_above is None else beyond(diff, args.fail_above)
+        diff = compare(args.a, args.b, workers, args.tp_bin, lanes, args.top, sides, args.step_windows)
+    _answer((render_rank_diffs if directories else render_diff)(diff, args.format), args, "diff")
+    gate = beyond_ranks if directories else beyond
+    changed = [] if args.fail_above is None else gate(diff, args.fail_above)
     for line in changed:
         say(f"cgtrace: {line}: more than --fail-above {args.fail_above:g}%")
     return 1 if changed else 0

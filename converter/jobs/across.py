@@ -178,15 +178,16 @@ def recorded_rank(tp: Any, path: Path) -> Optional[int]:
 
 
 def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = None,
-                  lanes: Optional[LaneRules] = None, cycle: Optional[int] = None) -> dict[str, Any]:
+                  lanes: Optional[LaneRules] = None, cycle: Optional[int] = None,
+                  step_windows: str = "launched") -> dict[str, Any]:
     """Per GPU of every trace: step time, busy, exposed communication and bubble; per PP rank
     (a rank trace with PP annotations or c10d transfers, GPU or CPU-only): its pipeline stage
     rows; the findings they give, and the stragglers: the traces whose late arrival into
     collectives holds the others up."""
     files = traces_in(directory, cycle)
     lanes = lanes or load_lane_rules()
-    answers = _answers(directory, run_tasks(workers, report_one, [(for_cluster(path, workers.remote), tp_bin, lanes)
-                                                                  for path in files], list(map(str, files)), "reporting"))
+    tasks = [(for_cluster(path, workers.remote), tp_bin, lanes, step_windows) for path in files]
+    answers = _answers(directory, run_tasks(workers, report_one, tasks, list(map(str, files)), "reporting"))
     rows = [_rank_row(path, gpu) for path, (figures, _) in zip(files, answers) for gpu in figures["gpus"]]
     stages = [{"file": path.name, **stage} for path, (figures, _) in zip(files, answers)
               for stage in figures.get("pipeline", {}).get("stages", [])]
@@ -210,7 +211,8 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
     answer = straggler_answer(found, held, median)
     shared = collectives(arrivals, title, lambda file: {
         "file": file, "global_rank": identity[file]["global_rank"] if file in identity else None})
-    definitions = {**{k: DEFINITIONS[k] for k in ("window", "busy", "exposed communication", "bubble")},
+    definitions = {**{k: DEFINITIONS[k] for k in ("window", "step windows", "busy", "exposed communication",
+                                                  "bubble")},
                    **(ANATOMY_DEFINITIONS if stages else {}), "stragglers": DEFINITIONS["stragglers"],
                    **COLLECTIVE_DEFINITIONS, "findings": DEFINITIONS["findings"], **ACROSS_DEFINITIONS}
     return {"directory": str(directory), "traces": len(files), "rank_account": rank_account(directory).as_json(),
@@ -249,11 +251,12 @@ def _step_times(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> dic
     return {file: (sum(steps) / len(steps), len(steps)) for file, steps in lengths.items()}
 
 
-def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules) -> tuple[dict[str, Any], list[Arrival]]:
+def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules,
+               step_windows: str = "launched") -> tuple[dict[str, Any], list[Arrival]]:
     """One trace's report figures, as `cgtrace report` computes them (no kernel list), and
     its collective kernels' arrivals: the stragglers' evidence and its clock's (small)."""
     with as_perfetto(path, compact=True, lanes=lanes) as trace:
-        report = build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path)
+        report = build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path, step_windows=step_windows)
     return report.figures, [arrival for arrivals in report.arrivals.values() for arrival in arrivals]
 
 

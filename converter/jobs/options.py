@@ -28,6 +28,10 @@ PathLike = Union[str, os.PathLike[str]]  # what open() takes, typed
 # the base times; "none" only keeps the base times (no estimate). Here, not in clock.py: the
 # command line lists them without loading the estimate.
 ALIGN_MODES = ("auto", "base-time", "none")
+# How report and diff bound a profiled step (`--step-windows`): "launched", on to the end of the
+# GPU work it launched (analysis/step_windows.py); "cpu", its ProfilerStep span on the CPU side
+# alone. Here, not there: the command line lists them without loading the analyses.
+STEP_WINDOWS = ("launched", "cpu")
 MAX_TOP = 100_000  # kernels a report or diff lists; SQL's LIMIT takes no more than 2**63 - 1
 MAX_JOBS = 1024  # ranks held at once; far beyond any machine's cores
 
@@ -55,6 +59,13 @@ def job_options(compact: bool, lanes: Optional[LaneRules] = None, *, relane: boo
                       strict=strict, window=window, split_steps=split_steps, relane=relane,
                       output_format=output_format, args_strategy="auto", overwrite=overwrite, verify=verify,
                       tp_bin=tp_bin, ends_command=ends_command, critical_path=critical_path)
+
+
+def checked_step_windows(value: object) -> str:
+    """`step_windows=` of report and diff, checked as --step-windows is."""
+    if value not in STEP_WINDOWS:
+        raise CgtraceError(f"step_windows={value!r}: expected one of {', '.join(map(repr, STEP_WINDOWS))}")
+    return str(value)
 
 
 def lane_rules(path: Optional[PathLike]) -> LaneRules:
