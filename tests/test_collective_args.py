@@ -111,6 +111,14 @@ def test_every_dlrm_collective_kernel_carries_its_figures(tmp_path):
     output = tmp_path / "dlrm.perfetto-trace"
     summary = merge_files(files, lambda group, groups: output, jobs=1)
     assert check_merged_args(output, files, summary) == 8 * 8
+    # `report DIR` places each rank's clock as the merge does: the same offset, and the same
+    # uncertainty (the drift reaching over the whole capture, not the collectives' span alone).
+    merged = {rank["global_rank"]: (rank["estimated_offset_ns"], rank["uncertainty_ns"])
+              for rank in summary["clock_alignment"]["ranks"]}
+    global_rank = {path.name: load_events(path)[0]["distributedInfo"]["rank"] for path in files}
+    across = {global_rank[row["file"]]: (row["estimated_offset_ns"], row["uncertainty_ns"])
+              for row in report_json(DLRM)["clock_alignment"]["ranks"]}
+    assert across == merged and len(merged) == 8 and any(uncertainty for _, uncertainty in merged.values())
 
 
 def test_a_generated_job_carries_sizes_and_bandwidths(tmp_path):

@@ -289,6 +289,7 @@ class Report:
     figures: dict[str, Any]
     timelines: list[Timeline] = field(default_factory=list)
     arrivals: dict[Rank, list[Arrival]] = field(default_factory=dict)  # each rank's collective kernels
+    span: tuple[int, int] = (0, 0)  # the first slice's start and the last one's end: how far a clock drift reaches
 
 
 def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes: Optional[LaneRules] = None,
@@ -322,6 +323,7 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
         arrivals = read_arrivals(trace.rows, lambda track: trace.rank(owners.get(track)))
         critical = read_critical_path(trace.rows, trace.path_tracks)
         peaks, copies = memory_peaks(trace.rows), memcpy_traffic(trace.rows)
+        span = trace.rows("select coalesce(min(ts), 0), coalesce(max(ts + dur), 0) from slice")[0]
         pipeline = anatomy(read_stages(trace.rows, trace.rank, rules, steps,
                                        {gpu.rank: (gpu.compute, gpu.communication) for gpu in gpus if gpu.rank}))
     per_gpu = [{**gpu.figures(counts), "kernels_by_op": by_op.get(gpu.owner, _launched_by([], top))} for gpu in gpus]
@@ -351,7 +353,7 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
             "pp_rank": rank[0] if rank else None, "global_rank": rank[1] if rank else None})
     figures = {"input": figures["input"], "findings": [f.as_json() for f in report_findings(figures)], **figures}
     return Report(figures, [gpu.timeline(gpu_label(shown)) for gpu, shown in zip(gpus, per_gpu) if gpu.blocks],
-                  arrivals)
+                  arrivals, (int(span[0]), int(span[1])))
 
 
 # How much of each window list lies before `t`: the window open at or last before `t`, found

@@ -188,8 +188,8 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
     lanes = lanes or load_lane_rules()
     tasks = [(for_cluster(path, workers.remote), tp_bin, lanes, step_windows) for path in files]
     answers = _answers(directory, run_tasks(workers, report_one, tasks, list(map(str, files)), "reporting"))
-    rows = [_rank_row(path, gpu) for path, (figures, _) in zip(files, answers) for gpu in figures["gpus"]]
-    stages = [{"file": path.name, **stage} for path, (figures, _) in zip(files, answers)
+    rows = [_rank_row(path, gpu) for path, (figures, _, _) in zip(files, answers) for gpu in figures["gpus"]]
+    stages = [{"file": path.name, **stage} for path, (figures, _, _) in zip(files, answers)
               for stage in figures.get("pipeline", {}).get("stages", [])]
     _refuse_duplicate_ranks(directory, ((row["file"], row["global_rank"]) for row in rows + stages))
     step_times = _step_times(rows, stages)
@@ -202,7 +202,7 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
         row = identity.get(file)
         return f"rank {row['global_rank']} ({file})" if row and row["global_rank"] is not None else file
 
-    arrivals, clocks = _on_one_clock(files, [mine for _, mine in answers], title)
+    arrivals, clocks = _on_one_clock(files, [(mine, span) for _, mine, span in answers], title)
     found = late_arrivals(arrivals, title, {row["file"]: row["uncertainty_ns"] or 0 for row in clocks["ranks"]})
     held = [{"file": file, "global_rank": identity[file]["global_rank"] if file in identity else None,
              "gpu": identity[file].get("gpu") if file in identity else None, "title": title(file), **figures}
@@ -221,15 +221,16 @@ def report_across(directory: Path, workers: Workers, tp_bin: Optional[str] = Non
             "clock_alignment": clocks, **answer, "collectives": shared}
 
 
-def _on_one_clock(files: list[Path], arrivals: list[list[Arrival]], title: Callable[[str], str]
-                  ) -> tuple[dict[str, list[Arrival]], dict[str, Any]]:
-    """Every trace's collective arrivals on one clock, with the alignment merge uses (engine.clock
-    on their collectives, applied only where the base times disagree beyond what it can tell),
-    and how each trace was placed."""
-    clocks = estimate_clocks([_clock_evidence(mine) for mine in arrivals], [], [title(path.name) for path in files])
+def _on_one_clock(files: list[Path], arrivals: list[tuple[list[Arrival], tuple[int, int]]],
+                  title: Callable[[str], str]) -> tuple[dict[str, list[Arrival]], dict[str, Any]]:
+    """Every trace's collective arrivals (each with its capture's span) on one clock, with the
+    alignment merge uses (engine.clock on their collectives, applied only where the base times
+    disagree beyond what it can tell), and how each trace was placed."""
+    clocks = estimate_clocks([_clock_evidence(mine, span) for mine, span in arrivals], [],
+                             [title(path.name) for path in files])
     applied = clocks.skewed()
     moved = {}
-    for path, mine, clock in zip(files, arrivals, clocks.ranks):
+    for path, (mine, _), clock in zip(files, arrivals, clocks.ranks):
         offset = clock.offset_ns if applied else 0
         moved[path.name] = [arrival.shifted(offset) for arrival in mine]
     shared = any(clock.evidence for clock in clocks.ranks)  # else (CPU-only ranks, say) every trace would warn alike
@@ -251,22 +252,22 @@ def _step_times(rows: list[dict[str, Any]], stages: list[dict[str, Any]]) -> dic
     return {file: (sum(steps) / len(steps), len(steps)) for file, steps in lengths.items()}
 
 
-def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules,
-               step_windows: str = "launched") -> tuple[dict[str, Any], list[Arrival]]:
-    """One trace's report figures, as `cgtrace report` computes them (no kernel list), and
-    its collective kernels' arrivals: the stragglers' evidence and its clock's (small)."""
+def report_one(path: Path, tp_bin: Optional[str], lanes: LaneRules, step_windows: str = "launched"
+               ) -> tuple[dict[str, Any], list[Arrival], tuple[int, int]]:
+    """One trace's report figures, as `cgtrace report` computes them (no kernel list), its
+    collective kernels' arrivals (the stragglers' evidence and its clock's, small) and its
+    capture's span (how far its clock's drift reaches)."""
     with as_perfetto(path, compact=True, lanes=lanes) as trace:
         report = build_report(trace, tp_bin=tp_bin, top=0, lanes=lanes, shown_as=path, step_windows=step_windows)
-    return report.figures, [arrival for arrivals in report.arrivals.values() for arrival in arrivals]
+    return report.figures, [arrival for arrivals in report.arrivals.values() for arrival in arrivals], report.span
 
 
-def _clock_evidence(arrivals: list[Arrival]) -> Collectives:
+def _clock_evidence(arrivals: list[Arrival], span: tuple[int, int]) -> Collectives:
     """A rank's collectives as its clock's evidence (engine.clock), as a merge reads them from
     its model: per process group, else per stream, their kinds and ends in start order; the
-    span the drift reaches over is the collectives' own."""
+    drift reaches over the whole capture (`span`), as in a merge, so both give one uncertainty."""
     return collectives_of(((arrival.channel or f"stream {arrival.stream}", arrival.kind, arrival.end)
-                           for arrival in arrivals),
-                          (min((a.start for a in arrivals), default=0), max((a.end for a in arrivals), default=0)))
+                           for arrival in arrivals), span)
 
 
 def _rank_row(path: Path, gpu: dict[str, Any]) -> dict[str, Any]:
