@@ -130,7 +130,26 @@ def _tables(figures: dict, kernel_name: Callable[[str], str]) -> list[Table]:
         ["kernel", "count", "total ms", "mean us"],
         [[kernel_name(k["name"]), str(k["count"]), ms(k["total_ns"]), f"{k['mean_ns'] / 1e3:.3f}"] for k in kernels],
         [1, 2, 3], (2, [k["total_ns"] / longest for k in kernels])))
+    tables.append(_by_op_table(gpus, kernel_name))
     return tables
+
+
+def _by_op_table(gpus: list[dict], kernel_name: Callable[[str], str]) -> Table:
+    """Each GPU's time by the op, annotation and module that launched it, and what no op can be told for."""
+    rows: list[list[str]] = []
+    for g in gpus:
+        found = g["gpu_time_by_op"]
+        if "could_not_tell" in found:
+            rows.append([gpu_label(g), "-", found["could_not_tell"], "-", "-"])
+            continue
+        named = [(by, row[by], row) for by, key in (("op", "ops"), ("annotation", "annotations"), ("module", "modules"))
+                 for row in found[key]]
+        named += [("no op", "launched outside every op", found["no_op"])] if found["no_op"]["gpu_slices"] else []
+        named += [("unattributed", row["reason"], row) for row in found["unattributed"]]
+        rows += [[gpu_label(g), by, kernel_name(name), str(row["gpu_slices"]), ms(row["total_ns"])]
+                 for by, name, row in named]
+    return Table("GPU time by what launched it: op, annotation, module; unattributed by reason",
+                 ["gpu", "by", "name", "gpu slices", "total ms"], rows, [3, 4], wrap=2)
 
 
 def _memory_tables(figures: dict) -> list[Table]:
