@@ -51,6 +51,8 @@ TRANSFER_BUFFERS = ("aten::empty", "aten::detach", "detach")
 CPU_OP_CATEGORY = "cpu_op"
 OP_CATEGORIES = (CPU_OP_CATEGORY, "Operator")  # a CPU op, as current and 2021 traces name its category
 RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime")  # CUDA API calls: launches, copies, syncs
+# Runtime calls in which the host waits for the GPU to finish work (not cudaStreamWaitEvent: a stream waits there).
+HOST_SYNCHRONISATIONS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
 ANNOTATION_CATEGORY = "user_annotation"  # a record_function region on the CPU
 MODULE_PREFIX = "nn.Module: "  # a python_function slice of an nn.Module's forward (with_stack traces)
 
