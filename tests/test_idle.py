@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from bisect import bisect_left, bisect_right
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
@@ -48,10 +49,11 @@ def expected_launches(source: Path) -> dict[str, dict]:
         if e.get("cat") in RUNTIME and isinstance(number, int):
             calls.setdefault(number, (to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"])))
     work = sorted((to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"]), (e.get("args") or {}).get("correlation"),
-                   e["cat"] == "kernel") for e in spans if e.get("cat") in GPU and to_ns(e["dur"]) > 0)
+                   e["cat"] == "kernel", (e.get("args") or {}).get("stream"))
+                  for e in spans if e.get("cat") in GPU and to_ns(e["dur"]) > 0)
     replay_end: dict[int, int] = {}
     ready = []
-    for start, end, number, _ in work:
+    for start, end, number, _, _ in work:
         if isinstance(number, int) and number in calls:
             ready.append(max(calls[number][1], replay_end.get(number, 0)))
             replay_end[number] = max(replay_end.get(number, 0), end)
@@ -60,7 +62,10 @@ def expected_launches(source: Path) -> dict[str, dict]:
     steps = sorted((e["name"], to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"])) for e in spans
                    if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#"))
     if not steps:
-        steps = [("active span", work[0][0], max(end for _, end, _, _ in work))]
+        steps = [("active span", work[0][0], max(item[1] for item in work))]
+    queued = defaultdict(list)  # per stream: (from, to) of each slice launched and not yet ended
+    for item, launched in zip(work, ready):
+        queued[item[4]].append((item[0] if launched is None else min(launched, item[0]), item[1]))
     found = {}
     for name, step_start, step_end in steps:
         mine = [(item, launched) for item, launched in zip(work, ready) if item[3] and step_start <= item[0] < step_end]
@@ -69,8 +74,15 @@ def expected_launches(source: Path) -> dict[str, dict]:
         cpu = [calls[number][1] - calls[number][0] for number in used]
         lengths = [item[1] - item[0] for item, _ in mine]
         short = [length for length in lengths if length < 10_000]
+        depths = {}
+        for stream, spans_ in queued.items():
+            cuts = sorted({step_start, step_end} | {m for span in spans_ for m in span if step_start < m < step_end})
+            # no slice enters or leaves inside a stretch: those in it entered by its start and leave after it
+            enters, leaves = sorted(enter for enter, _ in spans_), sorted(leave for _, leave in spans_)
+            counts = [(b - a, bisect_right(enters, a) - bisect_right(leaves, a)) for a, b in zip(cuts, cuts[1:])]
+            depths[stream] = (max(count for _, count in counts), sum(w * c for w, c in counts) / (step_end - step_start))
         found[name] = {"kernels": len(mine), "delays": delays, "cpu_mean": sum(cpu) / len(cpu),
-                       "short": len(short), "short_time": sum(short) / sum(lengths)}
+                       "short": len(short), "short_time": sum(short) / sum(lengths), "depths": depths}
     return found
 
 
@@ -170,3 +182,5 @@ def test_launch_stats_agree_with_the_input(tmp_path: Path, capsys, name: str) ->
         assert step["short_kernels"] == want["short"]
         assert step["short_kernel_share"] == pytest.approx(want["short"] / want["kernels"])
         assert step["short_kernel_time_share"] == pytest.approx(want["short_time"])
+        assert {row["stream"]: (row["max_depth"], pytest.approx(row["mean_depth"])) for row in step["queue_depth"]} \
+            == want["depths"]

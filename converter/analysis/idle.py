@@ -13,7 +13,7 @@ the replay's kernels that started before it ended, not all at once at the launch
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable, Optional
+from typing import Any, Callable, NamedTuple, Optional
 
 from ..kineto import GPU_CATEGORIES, HOST_SYNCHRONISATIONS, KERNEL_CATEGORIES, RECEIVE_OPS, RUNTIME_CATEGORIES
 from .intervals import Intervals, clip, intersect, subtract, union
@@ -36,7 +36,18 @@ IDLE_DEFINITIONS = {
                  "launch had not returned",
     OTHER: "the rest: the GPU work that ends the idle gap has no launch in the trace, or no GPU work follows",
 }
-Work = tuple[int, int, Optional[int], bool]  # a GPU slice: start, end, correlation id, whether a kernel
+
+
+class Work(NamedTuple):
+    """A GPU slice as the causes and launch figures need it."""
+
+    start: int
+    end: int
+    correlation: Optional[int]
+    kernel: bool
+    stream: Optional[int]  # args.stream, where the slice names one
+
+
 RankKey = tuple[Optional[int], Optional[int]]  # (PP rank, global rank) as the track roles name it; None, None: unnamed
 
 
@@ -82,11 +93,12 @@ def host_sides(rows: Callable[[str], list[tuple[Any, ...]]]) -> dict[RankKey, Ho
 def gpu_work(rows: Callable[[str], list[tuple[Any, ...]]]) -> dict[int, list[Work]]:
     """Per GPU (owner), its slices (Work), by start."""
     found: dict[int, list[Work]] = defaultdict(list)
-    for owner, start, end, correlation, kernel in rows(f"""
+    for owner, start, end, correlation, kernel, stream in rows(f"""
             select owner, ts, ts + dur, extract_arg(arg_set_id, 'debug.args.correlation'),
-                   category in ({_quoted(KERNEL_CATEGORIES)}) from report_gpu
-            order by owner, ts, ts + dur"""):
-        found[owner].append((start, end, correlation if isinstance(correlation, int) else None, bool(kernel)))
+                   category in ({_quoted(KERNEL_CATEGORIES)}), extract_arg(arg_set_id, 'debug.args.stream')
+            from report_gpu order by owner, ts, ts + dur"""):
+        found[owner].append(Work(start, end, correlation if isinstance(correlation, int) else None, bool(kernel),
+                                 stream if isinstance(stream, int) else None))
     return found
 
 
@@ -113,7 +125,7 @@ def ready_times(work: list[Work], launch: dict[int, tuple[int, int]]) -> list[Op
     of the replay's kernels begun before it."""
     replay_end: dict[int, int] = {}  # per correlation id: the latest end of its slices begun so far
     found: list[Optional[int]] = []
-    for start, end, correlation, _ in work:
+    for start, end, correlation, *_ in work:
         if correlation is None or correlation not in launch:
             found.append(None)
             continue
@@ -128,9 +140,9 @@ def _waiting(work: list[Work], ready: list[Optional[int]], busy: Intervals) -> t
     host behind: the gap before that launch returned). A gap whose next work has no launch in
     the trace, and the time after the last work, are in neither."""
     ready_at: dict[int, int] = {}  # per start: the earliest any slice begun then was launched
-    for (start, _, _, _), launched in zip(work, ready):
+    for slice_, launched in zip(work, ready):
         if launched is not None:
-            ready_at[start] = min(ready_at.get(start, launched), launched)
+            ready_at[slice_.start] = min(ready_at.get(slice_.start, launched), launched)
     queued: Intervals = []
     behind: Intervals = []
     for gap_start, gap_end in subtract([(-(1 << 62), busy[-1][1])], busy) if busy else []:

@@ -147,11 +147,17 @@ def _launch_table(gpus: list[dict]) -> Table:
 
     return Table("Launches: delay from launch to kernel start, CPU time per launch, short kernels",
                  ["gpu", "step", "kernels", "delay p50 us", "delay p90 us", "delay max us", "CPU per launch us",
-                  "short kernels", "short share", "short time share"],
+                  "short kernels", "short share", "short time share", "deepest queue (stream)"],
                  [[gpu_label(g), s["step"], str(s["kernels"]), us(s["launch_delay_p50_ns"]),
                    us(s["launch_delay_p90_ns"]), us(s["launch_delay_max_ns"]), us(s["cpu_per_launch_ns"]),
-                   str(s["short_kernels"]), share(s["short_kernel_share"]), share(s["short_kernel_time_share"])]
+                   str(s["short_kernels"]), share(s["short_kernel_share"]), share(s["short_kernel_time_share"]),
+                   _deepest(s["queue_depth"])]
                   for g in gpus for s in g["launches"]], list(range(2, 10)))
+
+
+def _deepest(streams: list[dict]) -> str:
+    deepest = max(streams, key=lambda stream: stream["max_depth"], default=None)
+    return "-" if deepest is None else f"{deepest['max_depth']} ({deepest['stream']})"
 
 
 def _idle_table(gpus: list[dict]) -> Table:
