@@ -49,6 +49,12 @@ COMMUNICATION_OPS = ("c10d::", "gloo:", "nccl:", "record_param_comms")
 RECEIVE_OPS = ("c10d::recv", "gloo:recv", "nccl:recv")
 TRANSFER_BUFFERS = ("aten::empty", "aten::detach", "detach")
 CPU_OP_CATEGORY = "cpu_op"
+OP_CATEGORIES = (CPU_OP_CATEGORY, "Operator")  # a CPU op, as current and 2021 traces name its category
+RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime")  # CUDA API calls: launches, copies, syncs
+# Runtime calls in which the host waits for the GPU to finish work (not cudaStreamWaitEvent: a stream waits there).
+HOST_SYNCHRONISATIONS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
+ANNOTATION_CATEGORY = "user_annotation"  # a record_function region on the CPU
+MODULE_PREFIX = "nn.Module: "  # a python_function slice of an nn.Module's forward (with_stack traces)
 
 
 def is_communication_op(name: str) -> bool:
@@ -250,6 +256,26 @@ def kernel_label(args: Optional[bytes]) -> Optional[str]:
     except msgspec.MsgspecError:  # not an object, or a number beyond range
         return None
     return name if type(name) is str and name else None
+
+
+class _Correlated(msgspec.Struct):
+    correlation: Any = None
+
+
+_decode_correlated = msgspec.json.Decoder(_Correlated).decode
+
+
+def correlation(args: Optional[bytes]) -> Optional[int]:
+    """args.correlation: the id CUPTI gives a runtime call and the GPU work it launched (a CUDA
+    graph's replayed kernels carry their cudaGraphLaunch's), numbered in launch order; None
+    where absent or not an int."""
+    if args is None or b'"correlation"' not in args:
+        return None
+    try:
+        value = _decode_correlated(args).correlation
+    except msgspec.MsgspecError:
+        return None
+    return value if type(value) is int else None
 
 
 def original_stream(args: Optional[bytes]) -> Optional[str]:

@@ -7,12 +7,16 @@ from pathlib import Path
 
 import pytest
 
+from converter.model.derived import ATTRIBUTION
+
 from .helpers import convert_file
 
 from .helpers import problem_stats, rows, shared_trace_param, shared_trace_paths, write_json
 from .oracle import expected_from
 
 ARG_PREFIX = "debug.args."
+# What a compact adds beside a GPU slice's own args (engine/attribution.py): not the input's.
+ADDED_ARGS = f"{ARG_PREFIX}{ATTRIBUTION}.*"
 
 
 def actual_slices(trace, skip_categories=()) -> tuple[Counter, Counter]:
@@ -24,7 +28,7 @@ def actual_slices(trace, skip_categories=()) -> tuple[Counter, Counter]:
     for row in rows(trace, f"""
             select s.id, s.name, s.ts, s.dur, a.key, a.int_value, a.string_value, a.real_value
             from slice s left join args a
-              on a.arg_set_id = s.arg_set_id and a.key glob '{ARG_PREFIX}*'
+              on a.arg_set_id = s.arg_set_id and a.key glob '{ARG_PREFIX}*' and a.key not glob '{ADDED_ARGS}'
             {where}"""):
         basics[row["id"]] = (row["name"], row["ts"], row["dur"])
         flat = args_by_slice.setdefault(row["id"], {})

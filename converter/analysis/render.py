@@ -18,6 +18,7 @@ import orjson
 from ..model.derived import PATH_KINDS
 from .collectives import HTML_ROWS, NUMERIC_COLUMNS, TEXT_ROWS, collective_lines
 from .findings import as_text, waited_for
+from .idle import IDLE_PARTS, part_key
 from .pipeline_anatomy import STAGE_PARTS
 from .intervals import Intervals
 from ..terminal import terminal_safe
@@ -132,7 +133,61 @@ def _tables(figures: dict, kernel_name: Callable[[str], str], collectives_shown:
         ["kernel", "count", "total ms", "mean us"],
         [[kernel_name(k["name"]), str(k["count"]), ms(k["total_ns"]), f"{k['mean_ns'] / 1e3:.3f}"] for k in kernels],
         [1, 2, 3], (2, [k["total_ns"] / longest for k in kernels])))
+    tables.append(_by_op_table(gpus, kernel_name))
+    tables.append(_idle_table(gpus))
+    tables.append(_launch_table(gpus))
     return tables
+
+
+def _launch_table(gpus: list[dict]) -> Table:
+    """Each GPU's launches per step (launches.py)."""
+    def us(ns: Optional[float]) -> str:
+        return "-" if ns is None else f"{ns / 1e3:.1f}"
+
+    def share(value: Optional[float]) -> str:
+        return "-" if value is None else pct(value)
+
+    return Table("Launches: delay from launch to kernel start, CPU time per launch, short kernels",
+                 ["gpu", "step", "kernels", "delay p50 us", "delay p90 us", "delay max us", "CPU per launch us",
+                  "short kernels", "short share", "short time share", "deepest queue (stream)"],
+                 [[gpu_label(g), s["step"], str(s["kernels"]), us(s["launch_delay_p50_ns"]),
+                   us(s["launch_delay_p90_ns"]), us(s["launch_delay_max_ns"]), us(s["cpu_per_launch_ns"]),
+                   str(s["short_kernels"]), share(s["short_kernel_share"]), share(s["short_kernel_time_share"]),
+                   _deepest(s["queue_depth"])]
+                  for g in gpus for s in g["launches"]], list(range(2, 10)))
+
+
+def _deepest(streams: list[dict]) -> str:
+    deepest = max(streams, key=lambda stream: stream["max_depth"], default=None)
+    return "-" if deepest is None else f"{deepest['max_depth']} ({deepest['stream']})"
+
+
+def _idle_table(gpus: list[dict]) -> Table:
+    """Each GPU's idle time per step, by cause (idle.py); its parts add up to the idle time."""
+    keys = [part_key(part) for part in IDLE_PARTS]
+    rows = [[gpu_label(g), step["step"], ms(step["idle_ns"])] + [ms(step[key]) for key in keys]
+            for g in gpus for step in g["idle_by_cause"]]
+    return Table("Idle by cause: each step's idle time (no GPU slice runs), in parts that add up to it",
+                 ["gpu", "step", "idle ms"] + [f"{part} ms" for part in IDLE_PARTS], rows,
+                 list(range(2, 3 + len(keys))))
+
+
+def _by_op_table(gpus: list[dict], kernel_name: Callable[[str], str]) -> Table:
+    """Each GPU's time by the op, annotation and module that launched it, and what no op can be told for."""
+    rows: list[list[str]] = []
+    for g in gpus:
+        found = g["gpu_time_by_op"]
+        if "could_not_tell" in found:
+            rows.append([gpu_label(g), "-", found["could_not_tell"], "-", "-"])
+            continue
+        named = [(by, row[by], row) for by, key in (("op", "ops"), ("annotation", "annotations"), ("module", "modules"))
+                 for row in found[key]]
+        named += [("no op", "launched outside every op", found["no_op"])] if found["no_op"]["gpu_slices"] else []
+        named += [("unattributed", row["reason"], row) for row in found["unattributed"]]
+        rows += [[gpu_label(g), by, kernel_name(name), str(row["gpu_slices"]), ms(row["total_ns"])]
+                 for by, name, row in named]
+    return Table("GPU time by what launched it: op, annotation, module; unattributed by reason",
+                 ["gpu", "by", "name", "gpu slices", "total ms"], rows, [3, 4], wrap=2)
 
 
 def _memory_tables(figures: dict) -> list[Table]:

@@ -26,6 +26,9 @@ from ..model import LaneGroup, LaneKind, TrackRole, roles_document
 from ..model.roles_document import RolesDocument, TrackEntry
 from ..model.trace import rank_title
 from .findings import FINDINGS_DEFINITION, report_findings
+from .idle import IDLE_DEFINITIONS, HostSide, gpu_work, host_sides, idle_by_cause, ready_times
+from .launches import LAUNCH_DEFINITIONS, launch_stats
+from .gpu_time_by_op import GPU_TIME_BY_OP_DEFINITIONS, NOT_ATTRIBUTED, gpu_time_by_op
 from .intervals import Intervals, covered, intersect, subtract, union
 from .collectives import COLLECTIVE_DEFINITIONS, collectives
 from .critical_path import CRITICAL_PATH_DEFINITIONS, read_critical_path
@@ -64,6 +67,9 @@ DEFINITIONS: dict[str, str] = {
     **COLLECTIVE_DEFINITIONS,
     **CRITICAL_PATH_DEFINITIONS,
     **MEMORY_DEFINITIONS,
+    **GPU_TIME_BY_OP_DEFINITIONS,
+    **IDLE_DEFINITIONS,
+    **LAUNCH_DEFINITIONS,
     "findings": FINDINGS_DEFINITION,
 }
 _PP_KIND_OF = {"F": "F", "B": "B", "I": "I", "W": "W", "SEND_F": "SEND", "SEND_B": "SEND",
@@ -319,6 +325,8 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
             where category in ({_quoted(KERNEL_CATEGORIES)})
             group by name order by total desc, name limit {max(int(top), 0)}""")
         by_op = _kernels_by_op(trace, top)
+        by_launch = gpu_time_by_op(trace.rows, top)
+        hosts, work = host_sides(trace.rows), gpu_work(trace.rows)
         owners = dict(trace.rows("select id, owner from report_track"))
         arrivals = read_arrivals(trace.rows, lambda track: trace.rank(owners.get(track)))
         critical = read_critical_path(trace.rows, trace.path_tracks)
@@ -326,7 +334,14 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
         span = trace.rows("select coalesce(min(ts), 0), coalesce(max(ts + dur), 0) from slice")[0]
         pipeline = anatomy(read_stages(trace.rows, trace.rank, rules, steps,
                                        {gpu.rank: (gpu.compute, gpu.communication) for gpu in gpus if gpu.rank}))
-    per_gpu = [{**gpu.figures(counts), "kernels_by_op": by_op.get(gpu.owner, _launched_by([], top))} for gpu in gpus]
+    per_gpu = []
+    for gpu in gpus:
+        host = hosts.get(gpu.rank[:2] if gpu.rank else (None, None), HostSide())
+        ready = ready_times(work[gpu.owner], host.launch)
+        per_gpu.append({**gpu.figures(counts), "kernels_by_op": by_op.get(gpu.owner, _launched_by([], top)),
+                        "gpu_time_by_op": by_launch.get(gpu.owner, {"could_not_tell": NOT_ATTRIBUTED}),
+                        "idle_by_cause": idle_by_cause(work[gpu.owner], ready, gpu.busy, gpu.periods, host),
+                        "launches": launch_stats(work[gpu.owner], ready, gpu.periods, host)})
     figures: dict[str, Any] = {
         "input": {"trace": str(shown_as or path),
                   "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories",

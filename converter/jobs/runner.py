@@ -15,6 +15,7 @@ import msgspec
 
 from .. import kineto, progress
 from ..engine.activity import add_busy_lanes
+from ..engine.attribution import add_attribution_args
 from ..engine.compaction import compact
 from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
@@ -163,6 +164,9 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     input_read()
     header = kineto.rank_header(trace.metadata, str(input_path))
     summary = trace_summary(trace)
+    # Before a window cuts launches away, and before compaction asks the args helper for labels
+    # (entries added later would miss its encoding).
+    summary["launch_attribution"] = add_attribution_args(trace)
     if options.window is not None:
         cut_to = cut_to_steps if options.window.by_steps else cut
         trace, cut_summary = cut_to(trace, *window_bounds(trace, options.window, str(input_path)))

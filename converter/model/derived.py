@@ -6,7 +6,8 @@ markers where a transfer's data arrived, and a merge's critical path. A sum over
 must not count them as work, so each has a category of its own, named here, which the
 writers give them and every reader (trace_processor's views, the report, the self-checks)
 tells them apart by. Counters (a GPU's or rank's activity, a device's memory) are derived too, but live in
-trace_processor's counter table, never among slices.
+trace_processor's counter table, never among slices. What launched a GPU slice is derived as
+args added beside its own, under one key (ATTRIBUTION), which SQL and the report read.
 """
 
 from __future__ import annotations
@@ -26,3 +27,23 @@ CATEGORIES = {
 # a wait is time nothing of the path ran.
 COMPUTE, TRANSFER, LAUNCH, WAIT = "compute", "transfer", "launch", "wait"
 PATH_KINDS = (COMPUTE, TRANSFER, LAUNCH, WAIT)
+
+# A GPU slice's launch attribution (engine/attribution.py): args under this key, beside the
+# slice's own (in SQL: debug.args.cgtrace.<field>), each field present where the trace names it.
+ATTRIBUTION = "cgtrace"
+LAUNCH, OP, ANNOTATION, MODULE, UNATTRIBUTED = "launch", "op", "annotation", "module", "unattributed"
+ATTRIBUTION_FIELDS = (LAUNCH, OP, ANNOTATION, MODULE, UNATTRIBUTED)
+# Why a GPU slice has no launch in the trace (its UNATTRIBUTED field), each defined once.
+BEFORE_CAPTURE = "launched before the capture"
+NOT_RECORDED = "launch not recorded"
+NO_CPU_CALLS = "no CPU calls recorded"
+NO_CORRELATION = "no correlation id"
+UNATTRIBUTED_REASONS = {
+    BEFORE_CAPTURE: "its correlation id is below every CPU runtime call's in the trace: CUPTI numbers launches in "
+                    "order, so it was launched before the profiler began recording the CPU side",
+    NOT_RECORDED: "no CPU runtime call in the trace carries its correlation id, though calls before and after it "
+                  "are recorded",
+    NO_CPU_CALLS: "the trace holds no CPU runtime call with a correlation id (a capture of the GPU alone), so "
+                  "whether it was launched before the capture cannot be told",
+    NO_CORRELATION: "it carries no correlation id (args.correlation) and no launch arrow reaches it",
+}

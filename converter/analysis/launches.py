@@ -1,0 +1,99 @@
+"""How a GPU's kernels were launched, per step: how long after its launch each kernel began,
+the CPU time each launch took, and how many kernels were too short to hide that cost.
+
+A kernel's launch is found as idle.py finds it (the runtime call of its rank with its
+correlation id, graph-aware for a CUDA graph's replay), so the two agree on every kernel.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, bisect_right
+from collections import defaultdict
+from typing import Any, Optional
+
+from .idle import HostSide, Work
+
+SHORT_KERNEL_NS = 10_000  # the short kernels figure's threshold (its definition quotes it)
+LAUNCH_DEFINITIONS = {
+    "launch delay": "per GPU and step: for each kernel that begins in the step and whose launch is in the trace, its "
+                    "start less the moment it was launched (as idle by cause counts it: its runtime call's return, "
+                    "for a CUDA graph replay's kernel no earlier than the end of the replay's kernels begun before "
+                    "it); median (p50), p90 and largest, nearest rank; negative where a kernel began before its "
+                    "call returned",
+    "CPU time per launch": "per GPU and step: the mean duration of the runtime calls that launched the step's "
+                           "kernels, each call once (a cudaGraphLaunch once for its whole replay)",
+    "queue depth": "per GPU, step and stream: how many of the stream's slices were launched and not yet ended, "
+                   "largest and time-weighted mean over the step; a slice counts from its launch (graph-aware, as "
+                   "launch delay: a CUDA graph replay's kernel only once the replay's kernels begun before it ended, "
+                   "never all at its cudaGraphLaunch) or from its start where that is earlier or its launch is not "
+                   "in the trace",
+    "short kernels": f"per GPU and step: the kernels that begin in the step and last under {SHORT_KERNEL_NS // 1000} "
+                     "us, as a share of the step's kernels and of their time",
+}
+
+
+def launch_stats(work: list[Work], ready: list[Optional[int]], steps: list[tuple[str, int, int]],
+                 host: HostSide) -> list[dict[str, Any]]:
+    """Per step of one GPU (`work` by start, `ready` its launch moments: idle.ready_times)."""
+    starts = [slice_.start for slice_ in work]
+    depths = _queue_depths(work, ready)
+    rows = []
+    for name, step_start, step_end in steps:
+        inside = [index for index in range(bisect_left(starts, step_start), bisect_left(starts, step_end))
+                  if work[index].kernel]
+        delays = sorted(work[index].start - launched for index in inside
+                        if (launched := ready[index]) is not None)
+        calls = {work[index].correlation for index in inside if ready[index] is not None}
+        cpu = [host.launch[call][1] - host.launch[call][0] for call in calls if call is not None]
+        durations = [work[index].end - work[index].start for index in inside]
+        short = [duration for duration in durations if duration < SHORT_KERNEL_NS]
+        rows.append({"step": name, "kernels": len(inside), "launched_kernels": len(delays),
+                     "launch_delay_p50_ns": _rank(delays, 50), "launch_delay_p90_ns": _rank(delays, 90),
+                     "launch_delay_max_ns": delays[-1] if delays else None, "launches": len(cpu),
+                     "cpu_per_launch_ns": sum(cpu) / len(cpu) if cpu else None, "short_kernels": len(short),
+                     "short_kernel_share": len(short) / len(inside) if inside else None,
+                     "short_kernel_time_share": sum(short) / sum(durations) if sum(durations) else None,
+                     "queue_depth": [{"stream": stream, **_depth_within(changes, step_start, step_end)}
+                                     for stream, changes in depths.items()]})
+    return rows
+
+
+def _queue_depths(work: list[Work], ready: list[Optional[int]]) -> dict[Optional[int], list[tuple[int, int]]]:
+    """Per stream, its queue depth as (moment, depth from then on), by moment: a slice is queued
+    from its launch (graph-aware: ready_times) or its start where earlier or unknown, until it
+    ends; at one moment ends come before launches."""
+    events: dict[Optional[int], list[tuple[int, int]]] = defaultdict(list)
+    for slice_, launched in zip(work, ready):
+        enters = slice_.start if launched is None else min(launched, slice_.start)
+        events[slice_.stream] += [(enters, 1), (slice_.end, -1)]
+    depths = {}
+    for stream in sorted(events, key=lambda stream: (stream is None, stream or 0)):
+        depth = 0
+        changes: list[tuple[int, int]] = []
+        for moment, step in sorted(events[stream]):
+            depth += step
+            if changes and changes[-1][0] == moment:
+                changes[-1] = (moment, depth)
+            else:
+                changes.append((moment, depth))
+        depths[stream] = changes
+    return depths
+
+
+def _depth_within(changes: list[tuple[int, int]], start: int, end: int) -> dict[str, float]:
+    """The largest and the time-weighted mean depth over [start, end)."""
+    moments = [moment for moment, _ in changes]
+    first = bisect_right(moments, start) - 1
+    depth = changes[first][1] if first >= 0 else 0
+    largest, total, at = depth, 0, start
+    for moment, after in changes[first + 1:bisect_left(moments, end)]:
+        total += depth * (moment - at)
+        depth, at = after, moment
+        largest = max(largest, depth)
+    total += depth * (end - at)
+    return {"max_depth": largest, "mean_depth": total / (end - start) if end > start else 0.0}
+
+
+def _rank(ordered: list[int], percent: int) -> Optional[int]:
+    """The nearest-rank percentile of sorted values (None for none)."""
+    return ordered[max(0, -(-percent * len(ordered) // 100) - 1)] if ordered else None

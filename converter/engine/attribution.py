@@ -1,0 +1,179 @@
+"""Which CPU call launched each GPU slice, and the op, record_function annotation and module
+around that call, written as args on the slice: the UI shows them on a kernel, SQL reads them
+(docs/sql.md, "From a kernel to its op"), the report sums GPU time by them.
+
+A GPU slice names its launch by correlation id: CUPTI gives a runtime call and the GPU work it
+launched the same `correlation` arg (a CUDA graph's replayed kernels all carry their
+cudaGraphLaunch's), and Kineto draws that tie as an `ac2g` arrow. The id is taken first: the
+arrow's start is bound by time (Chrome's rule), and where a zero-length call starts with the
+launch (cudaPeekAtLastError beside cudaMemsetAsync, in HTA's CUDA-graph trace) it lands on that
+call; the arrow serves where the id finds no call. The launch's op, annotation and
+module are the innermost cpu_op, user_annotation (a ProfilerStep#N span is a step, not an
+annotation) and `nn.Module: ` python_function slices on its thread that hold it; of slices with
+one span, the last in the trace's canonical order (by name), as cgtrace nests them.
+
+A GPU slice whose launch is not in the trace says why (UNATTRIBUTED). Nothing is moved or
+dropped: every GPU slice stays in every figure, and its own args stay as read, the attribution
+added beside them under one key (model/derived.py's ATTRIBUTION, with its fields and reasons).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import msgspec
+import numpy as np
+
+from .. import kineto
+from ..model import Trace
+from ..model.derived import (ANNOTATION, ATTRIBUTION, BEFORE_CAPTURE, LAUNCH, MODULE, NO_CORRELATION, NO_CPU_CALLS,
+                             NOT_RECORDED, OP, UNATTRIBUTED)
+
+
+class Attribution(msgspec.Struct):
+    """Per GPU slice (`gpu`: its rows), the rows of its launch and of the op, annotation and
+    module around that launch (-1: none), and why it has no launch ("" where it has one: one of
+    model/derived.py's UNATTRIBUTED_REASONS)."""
+
+    gpu: np.ndarray
+    launch: np.ndarray
+    op: np.ndarray
+    annotation: np.ndarray
+    module: np.ndarray
+    reason: list[str]
+
+
+def attribute(trace: Trace) -> Attribution:
+    """Every GPU slice's launch and what was around it on the CPU."""
+    table = trace.slices
+    texts = table.texts
+
+    def of_categories(categories: tuple[str, ...]) -> np.ndarray:
+        return table.in_categories(categories) & ~table.instant
+
+    def named(wanted: Callable[[str], bool]) -> np.ndarray:
+        return np.fromiter(map(wanted, texts), np.bool_, len(texts))[table.name]
+
+    gpu, runtime = np.flatnonzero(of_categories(kineto.GPU_CATEGORIES)), np.flatnonzero(
+        of_categories(kineto.RUNTIME_CATEGORIES))
+    correlations = np.fromiter((-1 if value is None else value for value in map(
+        kineto.correlation, trace.args_texts(np.concatenate([gpu, runtime])))), np.int64, len(gpu) + len(runtime))
+    gpu_ids, runtime_ids = correlations[:len(gpu)], correlations[len(gpu):]
+    known = runtime_ids >= 0
+    ids, callers = runtime_ids[known], runtime[known]
+    order = np.argsort(ids, kind="stable")
+    ids, callers = ids[order], callers[order]
+    launch = np.full(len(gpu), -1, np.int64)
+    if len(ids):
+        at = np.minimum(np.searchsorted(ids, gpu_ids), len(ids) - 1)
+        found = (gpu_ids >= 0) & (ids[at] == gpu_ids)
+        launch[found] = callers[at[found]]
+    unlinked = launch < 0
+    launch[unlinked] = _by_arrow(trace, gpu[unlinked], runtime)
+    first_call = int(ids[0]) if len(ids) else None
+    reason = ["" if caller >= 0 else NO_CORRELATION if number < 0
+              else NO_CPU_CALLS if first_call is None else BEFORE_CAPTURE if number < first_call else NOT_RECORDED
+              for caller, number in zip(launch.tolist(), gpu_ids.tolist())]
+    steps = named(lambda text: kineto.profiler_step(text) is not None)
+    ops = np.flatnonzero(of_categories(kineto.OP_CATEGORIES) & ~steps)
+    annotations = np.flatnonzero(of_categories((kineto.ANNOTATION_CATEGORY,)) & ~steps)
+    modules = np.flatnonzero(named(lambda text: text.startswith(kineto.MODULE_PREFIX)) & ~table.instant)
+    launches, position = np.unique(launch[launch >= 0], return_inverse=True)
+
+    def around(containers: np.ndarray) -> np.ndarray:
+        found = np.full(len(gpu), -1, np.int64)
+        found[launch >= 0] = _innermost(trace, launches, containers)[position]
+        return found
+
+    return Attribution(gpu, launch, around(ops), around(annotations), around(modules), reason)
+
+
+def _by_arrow(trace: Trace, gpu: np.ndarray, runtime: np.ndarray) -> np.ndarray:
+    """Per GPU row, the runtime call its launch arrow comes from, -1 for none."""
+    sources, targets = trace.flow_rows()
+    is_gpu = np.zeros(len(trace.slices), np.bool_)
+    is_gpu[gpu] = True
+    is_runtime = np.zeros(len(trace.slices), np.bool_)
+    is_runtime[runtime] = True
+    launched = is_gpu[targets] & is_runtime[sources]
+    source_of = np.full(len(trace.slices), -1, np.int64)
+    source_of[targets[launched]] = sources[launched]
+    return source_of[gpu]
+
+
+def _innermost(trace: Trace, targets: np.ndarray, containers: np.ndarray) -> np.ndarray:
+    """Per target row, the innermost container row on its track whose span holds the target's,
+    -1 for none: one sweep per track in nesting order (containers before targets at one start)
+    with a stack of the containers open; n log n."""
+    table = trace.slices
+    found = np.full(len(targets), -1, np.int64)
+    if not len(targets) or not len(containers):
+        return found
+    rows = np.concatenate([containers, targets])
+    is_target = np.concatenate([np.zeros(len(containers), np.bool_), np.ones(len(targets), np.bool_)])
+    order = np.lexsort((is_target, -table.dur[rows], table.ts[rows], table.track[rows]))
+    open_: list[tuple[int, int]] = []  # (end, row) of the containers open, outermost first
+    current_track = -1
+    for index, row, track, start, end, target in zip(
+            order.tolist(), rows[order].tolist(), table.track[rows[order]].tolist(), table.ts[rows[order]].tolist(),
+            table.end[rows[order]].tolist(), is_target[order].tolist()):
+        if track != current_track:
+            open_.clear()
+            current_track = track
+        while open_ and open_[-1][0] < start:
+            open_.pop()
+        if not target:
+            open_.append((end, row))
+            continue
+        # Slices that partially overlap leave one open that does not hold this target: look below it.
+        found[index - len(containers)] = next((holder for holder_end, holder in reversed(open_)
+                                               if holder_end >= end), -1)
+    return found
+
+
+def add_attribution_args(trace: Trace) -> dict[str, object]:
+    """Each GPU slice's attribution (attribute) added to its args under ATTRIBUTION; its own args
+    stay as read (a slice whose args are no JSON object, or hold ATTRIBUTION already, keeps them
+    alone). Returns what the summary says: GPU slices attributed, and the rest by reason."""
+    found = attribute(trace)
+    table = trace.slices
+    texts = table.texts
+    names = table.name
+    encode = msgspec.json.Encoder().encode
+    originals = trace.args_texts(found.gpu)
+    added: list[bytes] = []
+    rows: list[int] = []
+    unattributed: dict[str, int] = {}
+    for index, (row, original) in enumerate(zip(found.gpu.tolist(), originals)):
+        fields: dict[str, str] = {}
+        if found.reason[index]:
+            fields[UNATTRIBUTED] = found.reason[index]
+            unattributed[found.reason[index]] = unattributed.get(found.reason[index], 0) + 1
+        for key, column in ((LAUNCH, found.launch), (OP, found.op), (ANNOTATION, found.annotation),
+                            (MODULE, found.module)):
+            if column[index] >= 0:
+                fields[key] = texts[names[column[index]]]
+        text = _with_entry(original, encode(fields))
+        if text is not None:
+            added.append(text)
+            rows.append(row)
+    if rows:
+        first = trace.args.add_many(added)
+        table.extend_args(np.array(rows, np.int64), np.arange(first, first + len(rows)))
+    return {"gpu_slices": len(found.gpu), "attributed": len(found.gpu) - sum(unattributed.values()),
+            "unattributed": dict(sorted(unattributed.items()))}
+
+
+_KEY = msgspec.json.encode(ATTRIBUTION)
+
+
+def _with_entry(original: Optional[bytes], value: bytes) -> Optional[bytes]:
+    """`original` (a JSON object's text, None for no args) with ATTRIBUTION: `value` added last, its
+    own text untouched; None where it is no object or may hold the key already."""
+    if original is None:
+        return b"{" + _KEY + b":" + value + b"}"
+    body = original.strip()
+    if not (body.startswith(b"{") and body.endswith(b"}")) or _KEY in body:
+        return None
+    separator = b"," if body[1:-1].strip() else b""
+    return body[:-1] + separator + _KEY + b":" + value + b"}"
