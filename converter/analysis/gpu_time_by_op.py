@@ -25,8 +25,8 @@ GPU_TIME_BY_OP_DEFINITIONS = {
                     + "; ".join(f"{reason}: {meaning}" for reason, meaning in UNATTRIBUTED_REASONS.items()),
 }
 # Where the trace holds no attribution (cgtrace did not compact it): what the report says instead.
-NOT_ATTRIBUTED = "could not tell: no GPU slice carries cgtrace's launch attribution (args cgtrace.*); cgtrace " \
-                 "compact writes it"
+NOT_ATTRIBUTED = "could not tell: no GPU slice carries cgtrace's launch attribution (args cgtrace.*); compact " \
+                 "the profiler's JSON with --attribution and report that"
 _SQL = """select w.owner, {fields}, count(*), sum(w.inside)
 from report_gpu_in_window w join report_gpu g on g.id = w.id
 group by 1, 2, 3, 4, 5, 6"""

@@ -54,6 +54,9 @@ class JobOptions(msgspec.Struct, frozen=True):
     # compact: derive each step's critical path (engine/critical_path.py) and write it on rows of
     # its own; asked for, as it costs a real trace's compact as much again or more (docs/cli.md#compact)
     critical_path: bool = False
+    # write on each GPU slice the CPU call, op, annotation and module that launched it
+    # (engine/attribution.py); asked for, as it adds a third to a real trace's compact (docs/cli.md#compact)
+    attribution: bool = False
     strict: bool = False
     window: Optional[Window] = None
     split_steps: bool = False
@@ -166,7 +169,8 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     summary = trace_summary(trace)
     # Before a window cuts launches away, and before compaction asks the args helper for labels
     # (entries added later would miss its encoding).
-    summary["launch_attribution"] = add_attribution_args(trace)
+    if options.attribution:
+        summary["launch_attribution"] = add_attribution_args(trace)
     if options.window is not None:
         cut_to = cut_to_steps if options.window.by_steps else cut
         trace, cut_summary = cut_to(trace, *window_bounds(trace, options.window, str(input_path)))
