@@ -117,10 +117,11 @@ def worker_memory_over_tasks(tasks: int, workers: int) -> dict:
     from converter.jobs.executors import open_workers, run_tasks
     from converter.jobs.runner import JobOptions
 
-    work = OUT / "cluster-memory"
+    work = OUT / f"cluster-memory-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     write_pp_run(work / "in", pp_size=2, microbatches=2, steps=1, seed=1)
     rank = sorted((work / "in").glob("rank*_trace.json"))[0]
+    rank_bytes = rank.stat().st_size
     options = JobOptions(compact=True, overwrite=True)
     outputs = [work / f"out{k % 8}.perfetto-trace" for k in range(tasks)]  # 8 at a time at most
     started = time.perf_counter()
@@ -136,7 +137,7 @@ def worker_memory_over_tasks(tasks: int, workers: int) -> dict:
         by_worker.setdefault(outcome.value[0], []).append(outcome.value[1])
     shutil.rmtree(work, ignore_errors=True)
     settled = 300 // workers
-    return {"tasks": tasks, "workers": workers, "rank_json_bytes": rank.stat().st_size, "wall_s": round(wall, 1),
+    return {"tasks": tasks, "workers": workers, "rank_json_bytes": rank_bytes, "wall_s": round(wall, 1),
             "worker_rss_mb": [{"tasks_run": len(rss), "after_first": round(rss[settled - 1] / MB, 1),
                                "tenths": [round(rss[min(len(rss), len(rss) * k // 10) - 1] / MB, 1)
                                           for k in range(1, 11)],
