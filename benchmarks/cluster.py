@@ -3,6 +3,12 @@ LocalCluster of N single-threaded worker processes (`--scheduler`), on the same 
 
     python benchmarks/cluster.py                       # 16 ranks, 1 GB in all, 2 workers
     python benchmarks/cluster.py --size 200MB --ranks 8
+    python benchmarks/cluster.py --memory-tasks 3000   # worker RSS over 3,000 compact tasks, one command
+
+`--memory-tasks N` runs N compactions of one small generated rank through the jobs' own task
+loop (executors.run_tasks, as `compact DIR --scheduler` does) on a 2-worker LocalCluster; each
+task returns its worker's RSS as it ends, and the report gives each worker's RSS after its
+first 150 tasks (300 in all), at every tenth of the run and at its end.
 
 Inputs are generated once by run.py's cache (benchmarks/out/inputs/, ignored by git); outputs
 go to benchmarks/out/cluster/. Each run is the real command line in a subprocess (the driver),
@@ -95,6 +101,50 @@ def noop_round_trip(executor, tasks: int) -> float:
     return (time.perf_counter() - start) / tasks
 
 
+def _compact_and_rss(input_path: Path, output_path: Path, options) -> tuple[int, int]:
+    """One compaction in a worker: the worker's pid and resident bytes as it ends."""
+    from converter.jobs.runner import run_job
+
+    run_job(input_path, output_path, options)
+    return os.getpid(), psutil.Process().memory_info().rss
+
+
+def worker_memory_over_tasks(tasks: int, workers: int) -> dict:
+    """Worker RSS over `tasks` compactions of one small rank in one command's task loop."""
+    from distributed import LocalCluster
+
+    from converter.generator import write_pp_run
+    from converter.jobs.executors import open_workers, run_tasks
+    from converter.jobs.runner import JobOptions
+
+    work = OUT / f"cluster-memory-{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    write_pp_run(work / "in", pp_size=2, microbatches=2, steps=1, seed=1)
+    rank = sorted((work / "in").glob("rank*_trace.json"))[0]
+    rank_bytes = rank.stat().st_size
+    options = JobOptions(compact=True, overwrite=True)
+    outputs = [work / f"out{k % 8}.perfetto-trace" for k in range(tasks)]  # 8 at a time at most
+    started = time.perf_counter()
+    with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, host="127.0.0.1",
+                      dashboard_address=None, scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as cluster, \
+            open_workers(1, cluster.scheduler_address) as remote:
+        outcomes = run_tasks(remote, _compact_and_rss, [(rank, out, options) for out in outputs],
+                             [str(rank)] * tasks, "compacting")
+    wall = time.perf_counter() - started
+    by_worker: dict[int, list[int]] = {}
+    for outcome in outcomes:
+        assert outcome.error is None, outcome.error
+        by_worker.setdefault(outcome.value[0], []).append(outcome.value[1])
+    shutil.rmtree(work, ignore_errors=True)
+    settled = 300 // workers
+    return {"tasks": tasks, "workers": workers, "rank_json_bytes": rank_bytes, "wall_s": round(wall, 1),
+            "worker_rss_mb": [{"tasks_run": len(rss), "after_first": round(rss[settled - 1] / MB, 1),
+                               "tenths": [round(rss[min(len(rss), len(rss) * k // 10) - 1] / MB, 1)
+                                          for k in range(1, 11)],
+                               "end_vs_settled": round(rss[-1] / rss[settled - 1] - 1, 3)}
+                              for rss in by_worker.values()]}
+
+
 def main(argv: Optional[list[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=parse_size, default=parse_size("1GB"), help="all ranks together (default 1GB)")
@@ -102,7 +152,16 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--noop", type=int, default=100, help="no-op tasks for the overhead figure")
     parser.add_argument("--keep", action="store_true", help="keep the outputs")
+    parser.add_argument("--memory-tasks", type=int, default=0,
+                        help="instead: worker RSS over this many compact tasks in one command")
     args = parser.parse_args(argv)
+    if args.memory_tasks:
+        results = {"machine": machine_info(), **worker_memory_over_tasks(args.memory_tasks, args.workers),
+                   "loadavg_end": list(os.getloadavg())}
+        (OUT / "results").mkdir(parents=True, exist_ok=True)
+        (OUT / "results" / f"cluster-memory-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(results))
+        print(json.dumps(results, indent=1))
+        return 0
 
     from distributed import Client, LocalCluster
 

@@ -200,6 +200,59 @@ def test_a_failing_rank_is_retried_once_then_named_and_the_others_are_kept(clust
     assert len(list(inputs.glob("*.perfetto-trace"))) == 7
 
 
+# -- a cluster over many tasks --------------------------------------------------------------------
+def _rss_after_a_result(size: int) -> tuple[int, int, bytes]:
+    """A task with a result of `size` random bytes: its worker's pid and resident memory as the
+    result is made (the kernel's count, /proc)."""
+    result = os.urandom(size)
+    with open("/proc/self/statm") as statm:
+        resident_pages = int(statm.read().split()[1])
+    return os.getpid(), resident_pages * os.sysconf("SC_PAGE_SIZE"), result
+
+
+@needs_dask
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux /proc")
+def test_dask_workers_stay_flat_over_hundreds_of_tasks(cluster):
+    """Through the jobs' own run_tasks: 400 tasks of 200 KB results each. Each worker's growth
+    from its 100th task to its last, per task, stays under 25 KB; a worker that kept every
+    result the command had read (their futures held to the end, as before) grew by 200 KB a
+    task. Dask's own per-task logs (1,000 entries each) still fill over these tasks, a few KB
+    a task, which the bound leaves room for."""
+    address, _ = cluster
+    size, count = 200_000, 400
+    with executors.open_workers(1, address) as workers:
+        outcomes = executors.run_tasks(workers, _rss_after_a_result, [(size,)] * count,
+                                       [f"task {k}" for k in range(count)], "testing")
+    by_worker: dict[int, list[int]] = {}
+    for outcome in outcomes:
+        assert outcome.error is None and len(outcome.value[2]) == size
+        by_worker.setdefault(outcome.value[0], []).append(outcome.value[1])
+    assert len(by_worker) == 2 and all(len(rss) > 120 for rss in by_worker.values())
+    for rss in by_worker.values():
+        growth_per_task = (rss[-1] - rss[99]) / (len(rss) - 100)
+        assert growth_per_task < 25_000, (growth_per_task, rss[99], rss[-1])
+
+
+@needs_dask
+def test_a_scheduler_without_workers_is_one_line_after_the_bounded_wait(ranks, tmp_path, capsys, monkeypatch):
+    """No worker at all (none started, or every one gone): after NO_WORKERS_S, one line naming
+    the scheduler and what to do, exit 2, nothing written."""
+    from distributed import LocalCluster
+
+    monkeypatch.setattr(executors, "NO_WORKERS_S", 2.0)
+    with LocalCluster(n_workers=0, processes=True, host="127.0.0.1", dashboard_address=None,
+                      scheduler_kwargs={"dashboard_address": "127.0.0.1:0"}) as empty:
+        started = time.monotonic()
+        code, out, err = cli(capsys, "compact", str(ranks), "-o", str(tmp_path), "--scheduler", empty.scheduler_address)
+        waited = time.monotonic() - started
+    assert (code, out) == (2, "")
+    [line] = err.strip().splitlines()
+    assert empty.scheduler_address in line and "no worker for 2 s" in line and "(0 of 8 tasks done)" in line
+    assert f"dask worker {empty.scheduler_address}" in line
+    assert 2.0 <= waited < 20.0
+    assert list(tmp_path.iterdir()) == []
+
+
 # -- answers across ranks -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def compacted(ranks, tmp_path_factory) -> Path:

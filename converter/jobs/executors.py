@@ -36,6 +36,10 @@ _CONNECT_TIMEOUT_S = 10  # Client() to a scheduler that has just answered the id
 _IDENTITY_S = 5.0
 _UNWIND_S = 10.0  # how long a stopped command waits for its tasks on a cluster to remove their files
 _RETRIES = 1  # a task that raises runs once more; a dead worker's task the scheduler reschedules (allowed-failures)
+# How long a command waits while its Dask scheduler has no worker at all (none started yet, or
+# every one gone) before it gives up in one line; docs/cluster.md#errors repeats it.
+NO_WORKERS_S = 60.0
+_POLL_S = 1.0  # how often a command waiting on a cluster's task asks whether any worker is left
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,9 @@ class Workers:
     where: str      # for messages: "2 local processes", "Dask scheduler tcp://..."
     remote: bool    # a cluster: tasks run in long-lived worker processes, not forked from this one
     token: str = ""  # on a cluster, what names this command's tasks to the workers (cluster_tasks.py)
+    scheduler: Optional[str] = None  # a cluster's scheduler address
+    # on a cluster, how many workers the scheduler has now (asked while a task is awaited)
+    count_workers: Optional[Callable[[], int]] = None
 
 
 @dataclass
@@ -96,7 +103,8 @@ def open_workers(jobs: int, scheduler: Optional[str], identity_s: float = _IDENT
         executor = client.get_executor(retries=_RETRIES, pure=False)
         token = uuid.uuid4().hex
         try:
-            yield Workers(executor, f"Dask scheduler {scheduler}", remote=True, token=token)
+            yield Workers(executor, f"Dask scheduler {scheduler}", remote=True, token=token,
+                          scheduler=scheduler, count_workers=lambda: len(client.nthreads()))
         except BaseException:
             executor.shutdown(wait=False)  # cancels what has not started
             _stop_running(client, token)
@@ -200,18 +208,48 @@ def run_tasks(workers: Workers, function: Callable[..., Any], tasks: Sequence[tu
     """function(*task) for every task (`names`: the file each is about); outcomes in task
     order, progress as they come. A failed task is its outcome's error, so the others'
     results are kept; with `stop_at_failure` the first failure is raised instead, and leaving
-    `open_workers` then stops the rest."""
+    `open_workers` then stops the rest. Each future is let go once its outcome is read: a Dask
+    worker keeps a task's result for as long as the command holds its future, so over thousands
+    of tasks the workers grew by every result they had returned."""
     submit = workers.executor.submit
-    futures: list["Future"] = [submit(run_task, workers.token, function, *task) if workers.remote
-                             else submit(function, *task) for task in tasks]
+    futures: list[Optional["Future"]] = [submit(run_task, workers.token, function, *task) if workers.remote
+                                         else submit(function, *task) for task in tasks]
     outcomes = []
-    for done, (future, name) in enumerate(zip(futures, names), 1):
+    for done, name in enumerate(names, 1):
+        future, futures[done - 1] = futures[done - 1], None
+        assert future is not None
+        if workers.count_workers is not None:
+            _await_with_workers(future, workers, done - 1, len(tasks))
         outcome = _outcome(future, name)
+        del future
         if stop_at_failure and outcome.exception is not None:
             raise outcome.exception
         outcomes.append(outcome)
         progress.stage(f"{label}: {done} of {len(tasks)} done ({workers.where})")
     return outcomes
+
+
+def _await_with_workers(future: "Future", workers: Workers, done: int, total: int) -> None:
+    """Wait for a cluster's task while the scheduler has a worker to run it; after
+    `NO_WORKERS_S` with none (none started, or every one gone), a one-line error naming the
+    scheduler: Dask itself would wait for ever."""
+    assert workers.count_workers is not None
+    alone_since: Optional[float] = None
+    while not future.done():
+        try:
+            future.exception(timeout=_POLL_S)
+            return
+        except TimeoutError:
+            pass
+        if workers.count_workers():
+            alone_since = None
+            continue
+        now = time.monotonic()
+        alone_since = now if alone_since is None else alone_since
+        if now - alone_since >= NO_WORKERS_S:
+            raise CgtraceError(f"--scheduler {workers.scheduler}: the Dask scheduler has had no worker for "
+                               f"{NO_WORKERS_S:g} s ({done} of {total} tasks done); start workers "
+                               f"(dask worker {workers.scheduler}) and run the command again")
 
 
 def _outcome(future: Future, name: str) -> Outcome:
