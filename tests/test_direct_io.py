@@ -69,3 +69,26 @@ def test_a_file_system_that_rejects_direct_writes_gets_buffered_ones(tmp_path, m
         writer.close()
     assert rejected == [0] and not writer.direct
     assert path.read_bytes() == b"x" * (BLOCK + 10)
+
+
+def test_a_view_held_past_its_write_does_not_stop_the_close(tmp_path, monkeypatch, try_direct):
+    """A sampling profiler (Dask's, in its workers) can hold a frame of the writer, and with it a
+    view of the buffer, after the write returned: closing must still work. Here every view
+    handed to pwrite is kept, as such a frame would keep it."""
+    import converter.fileio.direct as direct
+
+    kept = []
+    real_pwrite = os.pwrite
+
+    def pwrite_and_keep(fd, data, offset):
+        kept.append(data)
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(direct.os, "pwrite", pwrite_and_keep)
+    path = tmp_path / "out.bin"
+    payload = random.Random(3).randbytes((1 << 22) + 3 * BLOCK + 5)  # a full buffer, whole blocks and a tail
+    with open(path, "wb") as file:
+        writer = DirectWriter(file.fileno(), try_direct)
+        writer.write(payload)
+        writer.close()
+    assert kept and path.read_bytes() == payload

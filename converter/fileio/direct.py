@@ -73,7 +73,8 @@ class DirectWriter:
         """Make every byte written so far readable from the file."""
         self._write_whole_blocks()
         if self._used:
-            self._write_at(self._view[:BLOCK], self._offset)  # padded; rewritten with what follows
+            with self._view[:BLOCK] as padded:  # rewritten with what follows
+                self._write_at(padded, self._offset)
 
     def close(self) -> None:
         """Flush and cut the file to its size (the last block was written padded)."""
@@ -88,17 +89,23 @@ class DirectWriter:
         whole = self._used - self._used % BLOCK
         if not whole:
             return
-        self._write_at(self._view[:whole], self._offset)
+        with self._view[:whole] as blocks:
+            self._write_at(blocks, self._offset)
         self._offset += whole
         rest = self._used - whole
-        self._view[:rest] = self._view[whole:self._used]
+        with self._view[whole:self._used] as tail:
+            self._view[:rest] = tail
         self._used = rest
 
     def _write_at(self, data: memoryview, offset: int) -> None:
+        """Every view of the buffer is released as soon as it is written, not when the last
+        reference goes: a sampling profiler (Dask's, in its workers) can hold a frame, and with
+        it a view, past the call, and the buffer cannot close while one is alive."""
         done = 0
         while done < len(data):
             try:
-                done += os.pwrite(self._fd, data[done:], offset + done)
+                with data[done:] as rest:
+                    done += os.pwrite(self._fd, rest, offset + done)
             except OSError as error:
                 if not (self.direct and error.errno == errno.EINVAL):
                     raise
