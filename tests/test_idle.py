@@ -13,6 +13,7 @@ import pytest
 
 from .helpers import SHARED_TRACES, compact_file
 from .oracle import load_events, to_ns
+from .test_report_oracle import merged
 
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME = ("cuda_runtime", "cuda_driver")
@@ -21,17 +22,7 @@ RECEIVES = ("c10d::recv", "gloo:recv", "nccl:recv")
 PARTS = ("queued_ns", "host_sync_ns", "peer_ns", "host_behind_ns", "other_ns")
 
 
-def merged(spans) -> list[list[int]]:
-    out: list[list[int]] = []
-    for start, end in sorted(spans):
-        if out and start <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], end)
-        else:
-            out.append([start, end])
-    return out
-
-
-def holds(spans: list[list[int]], a: int, b: int) -> bool:
+def holds(spans: list[tuple[int, int]], a: int, b: int) -> bool:
     """Whether one of the disjoint, sorted `spans` covers [a, b]."""
     index = bisect_right([start for start, _ in spans], a) - 1
     return index >= 0 and spans[index][1] >= b
@@ -137,20 +128,26 @@ def expected_idle(source: Path) -> dict[str, dict[str, int]]:
     return found
 
 
-@pytest.mark.parametrize("name", ["hta_cuda_graph_rank0.json.gz", "hta_nccl_a100.json.gz",
-                                  "tracelens_b200_eager.json.gz"])
-def test_idle_parts_add_up_and_agree_with_the_input(tmp_path: Path, capsys, name: str) -> None:
+def reported_gpu(source: Path, tmp_path: Path, capsys) -> dict:
+    """The report's one GPU of `source`, compacted; steps bounded by their ProfilerStep spans,
+    as the oracles bound them (test_step_windows checks the default's bounds)."""
     from converter.cli import main
 
-    source = SHARED_TRACES / name
     if not source.is_file():
         pytest.skip("../shared/traces is absent")
     output = tmp_path / "out.perfetto-trace"
     compact_file(source, output)
     capsys.readouterr()
-    # The oracle bounds steps by their ProfilerStep spans (test_step_windows checks the default's bounds).
     assert main(["report", str(output), "--format", "json", "--step-windows", "cpu"]) == 0
     [gpu] = json.loads(capsys.readouterr().out)["gpus"]
+    return gpu
+
+
+@pytest.mark.parametrize("name", ["hta_cuda_graph_rank0.json.gz", "hta_nccl_a100.json.gz",
+                                  "tracelens_b200_eager.json.gz"])
+def test_idle_parts_add_up_and_agree_with_the_input(tmp_path: Path, capsys, name: str) -> None:
+    source = SHARED_TRACES / name
+    gpu = reported_gpu(source, tmp_path, capsys)
     steps = {step["step"]: {key: value for key, value in step.items() if key != "step"} for step in gpu["idle_by_cause"]}
     for step in steps.values():
         assert sum(step[part] for part in PARTS) == step["idle_ns"]
@@ -160,17 +157,8 @@ def test_idle_parts_add_up_and_agree_with_the_input(tmp_path: Path, capsys, name
 @pytest.mark.parametrize("name", ["hta_cuda_graph_rank0.json.gz", "hta_nccl_a100.json.gz",
                                   "tracelens_b200_eager.json.gz"])
 def test_launch_stats_agree_with_the_input(tmp_path: Path, capsys, name: str) -> None:
-    from converter.cli import main
-
     source = SHARED_TRACES / name
-    if not source.is_file():
-        pytest.skip("../shared/traces is absent")
-    output = tmp_path / "out.perfetto-trace"
-    compact_file(source, output)
-    capsys.readouterr()
-    # The oracle bounds steps by their ProfilerStep spans (test_step_windows checks the default's bounds).
-    assert main(["report", str(output), "--format", "json", "--step-windows", "cpu"]) == 0
-    [gpu] = json.loads(capsys.readouterr().out)["gpus"]
+    gpu = reported_gpu(source, tmp_path, capsys)
     expected = expected_launches(source)
     assert [step["step"] for step in gpu["launches"]] == list(expected)
     for step in gpu["launches"]:
