@@ -53,6 +53,14 @@ def collective_kernels(path: Path, offset: int = 0) -> list[tuple[object, object
     return sorted(found, key=lambda kernel: kernel[2])
 
 
+def median_start(starts: list[int]) -> int:
+    """The median of whole-ns starts as the stragglers' definition takes it: of an even number,
+    the two middle starts' mean rounded down to the ns."""
+    ordered = sorted(starts)
+    half = len(ordered) // 2
+    return ordered[half] if len(ordered) % 2 else (ordered[half - 1] + ordered[half]) // 2
+
+
 def late_arrivals(files: list[Path], offsets: Optional[dict[str, int]] = None,
                   uncertainty: Optional[dict[str, int]] = None) -> dict[str, dict[str, int]]:
     """Per file: at how many collectives it starts after the collective's median start by more
@@ -85,11 +93,11 @@ def late_arrivals(files: list[Path], offsets: Optional[dict[str, int]] = None,
     for (channel, kind, _), starts in arrivals.items():
         if (channel, kind) in matched:
             starts.sort()
-            typical = statistics.median(start for start, _ in starts)
+            typical = median_start([start for start, _ in starts])
             for start, name in starts:
-                if int(start - typical) - unsure.get(name, 0) > 0:
+                if start - typical - unsure.get(name, 0) > 0:
                     figures(name)["late_collectives"] += 1
-                    figures(name)["late_ns"] += int(start - typical) - unsure.get(name, 0)
+                    figures(name)["late_ns"] += start - typical - unsure.get(name, 0)
             last, name = starts[-1]
             if last - starts[-2][0] - unsure.get(name, 0) > 0:
                 figures(name)["held_up_ns"] += last - starts[-2][0] - unsure.get(name, 0)

@@ -17,7 +17,7 @@ import pytest
 from converter.generator import write_pp_run
 
 from .helpers import merge_files
-from .test_stragglers import collective_kernels, report_dir, step_lengths
+from .test_stragglers import collective_kernels, median_start, report_dir, step_lengths
 
 MS = 1_000_000
 JOB = dict(steps=4, seed=3, kernels_per_replay=8, joint_pipelines=True)
@@ -44,9 +44,9 @@ def lateness(files: list[Path], clock_offsets: Optional[dict[str, int]] = None,
     clock's `uncertainty`, and by how much beyond it in all."""
     late: dict[str, tuple[int, int]] = defaultdict(lambda: (0, 0))
     for starts in collective_starts(files, clock_offsets).values():
-        typical = statistics.median(starts.values())
+        typical = median_start(list(starts.values()))
         for name, start in starts.items():
-            beyond = int(start - typical) - (uncertainty or {}).get(name, 0)
+            beyond = start - typical - (uncertainty or {}).get(name, 0)
             if beyond > 0:
                 late[name] = (late[name][0] + 1, late[name][1] + beyond)
     return late

@@ -11,9 +11,9 @@ page or a native shell. The views, version VERSION (docs/cli.md#sql-tables defin
   cgtrace derived (model/derived.py), with `derived_as`; `cgtrace_slice`: the measured
   slices, each with its track's role, lane group, kind, GPU and rank;
 - `cgtrace_rank`, `cgtrace_track`: ranks, and every track with its role and rank;
-- `cgtrace_step`: each rank's profiler steps; `cgtrace_transfer`: arrows between ranks;
-  `cgtrace_critical_path`: a merge's critical path segments; `cgtrace_counter`: counter
-  samples with what they mean;
+- `cgtrace_step`: each rank's profiler steps, their CPU spans and launched windows;
+  `cgtrace_transfer`: arrows between ranks; `cgtrace_critical_path`: a merge's critical path
+  segments; `cgtrace_counter`: counter samples with what they mean;
 - `cgtrace_stage_span`: what each pipeline stage's anatomy is made of (its compute,
   communication, receives and schedule actions); `cgtrace_stage_piece`: its steps cut where
   any of those begins or ends, each piece with the report's stage part, so every part is a sum.
@@ -100,21 +100,62 @@ from parsed p left join receive_block b on b.id = (
   select o.id from receive_block o where p.receive_op and o.rank_document = p.rank_document
     and o.ts <= p.ts and o.end_ts > p.ts order by o.ts desc, o.end_ts desc limit 1)"""
 
-# Each stage's steps cut where any of its spans begins or ends: in each piece nothing changes,
-# so every part of the anatomy is a sum of whole pieces.
+# Each rank's profiler steps: the CPU span (`ts`, `dur`, `end_ts`) and the launched window
+# (analysis/step_windows.py): a GPU slice belongs to the step whose span is the last to start
+# by its launch (its incoming flow's source, the lowest id where several), where the launch is
+# before that span ends. The window's end is then the running maximum of each step's own end
+# (its span's end, or its launched work's, if later), and its start its span's start, or the
+# previous window's end, if later: what owned_step_windows computes step by step.
+_STEP = f"""
+with mine as materialized (
+  select id, ts, end_ts, name, role, rank_document, pp_rank, global_rank, rank from cgtrace_slice
+  where (role = '{TrackRole.LANE.value}' and dur > 0)
+     or (name glob '{PROFILER_STEP_PREFIX}[0-9]*' and role = '{TrackRole.PLAIN.value}'
+         and coalesce(category, '') not in ({_GPU_ANNOTATIONS}))),
+span as materialized (
+  select rank_document, pp_rank, global_rank, rank, cast(substr(name, {len(PROFILER_STEP_PREFIX) + 1}) as int) as step,
+         name, min(ts) as ts, max(end_ts) as end_ts,
+         row_number() over (partition by rank_document order by min(ts), name) as nth
+  from mine where role = '{TrackRole.PLAIN.value}' group by rank_document, name),
+launch as (
+  select g.rank_document, l.ts as at, null as nth, g.end_ts as gpu_end_ts
+  from mine g join (select slice_in, min(slice_out) as launch from flow group by slice_in) f on f.slice_in = g.id
+  join cgtrace_all_slice l on l.id = f.launch
+  where g.role = '{TrackRole.LANE.value}' and {_measured("l.category")}),
+latest as (
+  select rank_document, at, gpu_end_ts,
+         max(nth) over (partition by rank_document order by at, nth is null rows unbounded preceding) as nth
+  from (select rank_document, ts as at, nth, null as gpu_end_ts from span union all select * from launch)),
+own as (
+  select s.*, max(s.end_ts, coalesce(max(l.gpu_end_ts), s.end_ts)) as own_end_ts
+  from span s left join latest l on l.rank_document is s.rank_document and l.nth = s.nth
+    and l.gpu_end_ts is not null and l.at < s.end_ts
+  group by s.rank_document, s.nth)
+select rank_document, pp_rank, global_rank, rank, step, name, ts, end_ts - ts as dur, end_ts,
+       max(ts, coalesce(max(own_end_ts) over earlier, ts)) as window_ts,
+       max(own_end_ts) over so_far - max(ts, coalesce(max(own_end_ts) over earlier, ts)) as window_dur,
+       max(own_end_ts) over so_far as window_end_ts
+from own
+window so_far as (partition by rank_document order by nth rows unbounded preceding),
+       earlier as (partition by rank_document order by nth rows between unbounded preceding and 1 preceding)"""
+
+# Each stage's steps (their launched windows, as the report bounds them by default) cut where
+# any of its spans begins or ends: in each piece nothing changes, so every part of the anatomy
+# is a sum of whole pieces.
 _STAGE_PIECE = """
 with span as materialized (select rank_document, what, ts, end_ts from cgtrace_stage_span),
 stage as (select distinct rank_document from span where what not in ('compute', 'communication', 'communication op')),
+step as materialized (
+  select rank_document, step, window_ts as ts, window_end_ts as end_ts from cgtrace_step where rank_document in stage),
 clipped as (
   select w.rank_document, w.step, s.what, max(s.ts, w.ts) as ts, min(s.end_ts, w.end_ts) as end_ts
-  from span s join cgtrace_step w on w.rank_document = s.rank_document
-    and s.ts < w.end_ts and s.end_ts > w.ts
-  where s.rank_document in stage),
+  from span s join step w on w.rank_document = s.rank_document
+    and s.ts < w.end_ts and s.end_ts > w.ts),
 edge as (
   select rank_document, step, what, ts as at, 1 as delta from clipped
   union all select rank_document, step, what, end_ts, -1 from clipped
-  union all select rank_document, step, 'step', ts, 0 from cgtrace_step where rank_document in stage
-  union all select rank_document, step, 'step', end_ts, 0 from cgtrace_step where rank_document in stage),
+  union all select rank_document, step, 'step', ts, 0 from step
+  union all select rank_document, step, 'step', end_ts, 0 from step),
 point as (
   select rank_document, step, at,
          sum(case when what = 'compute' then delta else 0 end) as compute,
@@ -204,13 +245,7 @@ select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, s.category, s.depth, s
        t.rank_document, t.pp_rank, t.global_rank, t.rank
 from cgtrace_all_slice s join t on t.track_id = s.track_id
 where {_measured("s.category")}"""),
-    ("cgtrace_step", f"""
-select rank_document, pp_rank, global_rank, rank, cast(substr(name, {len(PROFILER_STEP_PREFIX) + 1}) as int) as step,
-       name, min(ts) as ts, max(end_ts) - min(ts) as dur, max(end_ts) as end_ts
-from cgtrace_slice
-where name glob '{PROFILER_STEP_PREFIX}[0-9]*' and role = '{TrackRole.PLAIN.value}'
-  and coalesce(category, '') not in ({_GPU_ANNOTATIONS})
-group by rank_document, name"""),
+    ("cgtrace_step", _STEP),
     ("cgtrace_stage_span", _STAGE_SPAN),
     ("cgtrace_stage_piece", _STAGE_PIECE),
     # Tracks made once, as in cgtrace_slice.
