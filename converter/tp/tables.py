@@ -32,7 +32,7 @@ from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, GPU_A
                       PROFILER_STEP_PREFIX, RECEIVE_OPS, TRANSFER_BUFFERS)
 from ..model import LaneKind, TrackRole, derived, roles_document
 
-VERSION = 1
+VERSION = 2
 _DERIVED = ", ".join(f"'{category}'" for category in derived.CATEGORIES)
 
 
@@ -110,7 +110,7 @@ _STEP = f"""
 with mine as materialized (
   select id, ts, end_ts, name, role, rank_document, pp_rank, global_rank, rank from cgtrace_slice
   where (role = '{TrackRole.LANE.value}' and dur > 0)
-     or (name glob '{PROFILER_STEP_PREFIX}[0-9]*' and role = '{TrackRole.PLAIN.value}'
+     or (name glob '{PROFILER_STEP_PREFIX}[0-9]*' and role = '{TrackRole.PLAIN.value}' and dur > 0
          and coalesce(category, '') not in ({_GPU_ANNOTATIONS}))),
 span as materialized (
   select rank_document, pp_rank, global_rank, rank, cast(substr(name, {len(PROFILER_STEP_PREFIX) + 1}) as int) as step,
