@@ -17,6 +17,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from ..kineto import GPU_CATEGORIES, HOST_SYNCHRONISATIONS, KERNEL_CATEGORIES, RECEIVE_OPS, RUNTIME_CATEGORIES
 from .intervals import Intervals, clip, intersect, subtract, union
+from .query import sql_list
 
 QUEUED, HOST_SYNC, PEER, HOST_BEHIND, OTHER = "queued", "host sync", "peer", "host behind", "other"
 IDLE_PARTS = (QUEUED, HOST_SYNC, PEER, HOST_BEHIND, OTHER)
@@ -51,10 +52,6 @@ class Work(NamedTuple):
 RankKey = tuple[Optional[int], Optional[int]]  # (PP rank, global rank) as the track roles name it; None, None: unnamed
 
 
-def _quoted(values: tuple[str, ...]) -> str:
-    return ", ".join("'" + value.replace("'", "''") + "'" for value in values)
-
-
 class HostSide:
     """What one rank's CPU did, as the causes need it: each correlation id's runtime call, and
     the time synchronisations and receives were open."""
@@ -71,16 +68,16 @@ def host_sides(rows: Callable[[str], list[tuple[Any, ...]]]) -> dict[RankKey, Ho
     sides: dict[RankKey, HostSide] = defaultdict(HostSide)
     for pp_rank, global_rank, correlation, start, end in rows(f"""
             select pp_rank, global_rank, extract_arg(arg_set_id, 'debug.args.correlation'), ts, ts + dur
-            from cgtrace_slice where category in ({_quoted(RUNTIME_CATEGORIES)}) and dur >= 0"""):
+            from cgtrace_slice where category in ({sql_list(RUNTIME_CATEGORIES)}) and dur >= 0"""):
         if isinstance(correlation, int):
             sides[(pp_rank, global_rank)].launch.setdefault(correlation, (start, end))
     receives = " or ".join(f"name glob '{prefix}*'" for prefix in RECEIVE_OPS)
     spans: dict[tuple[RankKey, bool], Intervals] = defaultdict(list)
     for pp_rank, global_rank, syncing, start, end in rows(f"""
-            select pp_rank, global_rank, name in ({_quoted(HOST_SYNCHRONISATIONS)}), ts, ts + dur from cgtrace_slice
-            where dur > 0 and ((category in ({_quoted(RUNTIME_CATEGORIES)})
-                                and name in ({_quoted(HOST_SYNCHRONISATIONS)}))
-                               or (({receives}) and coalesce(category, '') not in ({_quoted(GPU_CATEGORIES)})))"""):
+            select pp_rank, global_rank, name in ({sql_list(HOST_SYNCHRONISATIONS)}), ts, ts + dur from cgtrace_slice
+            where dur > 0 and ((category in ({sql_list(RUNTIME_CATEGORIES)})
+                                and name in ({sql_list(HOST_SYNCHRONISATIONS)}))
+                               or (({receives}) and coalesce(category, '') not in ({sql_list(GPU_CATEGORIES)})))"""):
         spans[((pp_rank, global_rank), bool(syncing))].append((start, end))
     for (rank, syncing), found in spans.items():
         if syncing:
@@ -95,7 +92,7 @@ def gpu_work(rows: Callable[[str], list[tuple[Any, ...]]]) -> dict[int, list[Wor
     found: dict[int, list[Work]] = defaultdict(list)
     for owner, start, end, correlation, kernel, stream in rows(f"""
             select owner, ts, ts + dur, extract_arg(arg_set_id, 'debug.args.correlation'),
-                   category in ({_quoted(KERNEL_CATEGORIES)}), extract_arg(arg_set_id, 'debug.args.stream')
+                   category in ({sql_list(KERNEL_CATEGORIES)}), extract_arg(arg_set_id, 'debug.args.stream')
             from report_gpu order by owner, ts, ts + dur"""):
         found[owner].append(Work(start, end, correlation if isinstance(correlation, int) else None, bool(kernel),
                                  stream if isinstance(stream, int) else None))

@@ -16,7 +16,7 @@ import statistics
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from .memory import MEMORY_DEFINITIONS, memcpy_traffic, memory_peaks
 from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
 from .step_windows import owned_step_windows
 from .stragglers import STRAGGLER_DEFINITIONS, Arrival, hold_ups, late_arrivals, read_arrivals, straggler_answer
-from .query import open_checked, run_sql
+from .query import open_checked, run_sql, sql_list
 
 # The figures, each defined once: keys as in the JSON's "definitions".
 DEFINITIONS: dict[str, str] = {
@@ -77,18 +77,6 @@ _PP_KIND_OF = {"F": "F", "B": "B", "I": "I", "W": "W", "SEND_F": "SEND", "SEND_B
 
 
 # -- SQL -----------------------------------------------------------------------------------------
-def _literal(value) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    return str(int(value))
-
-
-def _quoted(values: Iterable[str]) -> str:
-    return ", ".join(map(_literal, values))
-
-
 # Busy intervals: a slice opens a new one when it starts after every earlier slice of its group ended.
 _ISLANDS_SQL = """
 select owner, grp, min(ts) as start, max(end_ts) as end from (
@@ -172,7 +160,7 @@ class _Trace:
         self.rows(f"create table {table} ({columns})")
         for i in range(0, len(rows), 500):
             self.rows(f"insert into {table} values "
-                      + ", ".join("(" + _quoted(row) + ")" for row in rows[i:i + 500]))
+                      + ", ".join("(" + sql_list(row) + ")" for row in rows[i:i + 500]))
 
     def prepare(self) -> bool:
         """Creates report_track (owner, lane group, annotation flag per track) and report_gpu
@@ -242,7 +230,7 @@ class _Trace:
         rules = self.rules
         self.groups = {group.id: group for group in rules.groups}
         kinds = self.rows(f"""select distinct coalesce(name, ''), category from slice
-                              where dur > 0 and category in ({_quoted(sorted(rules.gpu_categories))})""")
+                              where dur > 0 and category in ({sql_list(sorted(rules.gpu_categories))})""")
         self.create("report_group", "name text, category text, grp text, primary key (name, category)",
                     [(name, category, rules.group_of(name, category)) for name, category in kinds])
         self.rows("""create table report_gpu as
@@ -322,7 +310,7 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
             select owner, grp, count(*) from report_gpu_in_window group by 1, 2""")}
         kernels = trace.rows(f"""
             select name, count(*), sum(inside) as total from report_gpu_in_window
-            where category in ({_quoted(KERNEL_CATEGORIES)})
+            where category in ({sql_list(KERNEL_CATEGORIES)})
             group by name order by total desc, name limit {max(int(top), 0)}""")
         by_op = _kernels_by_op(trace, top)
         by_launch = gpu_time_by_op(trace.rows, top)
@@ -415,7 +403,7 @@ def _kernels_by_op(trace: _Trace, top: int) -> dict[int, dict[str, Any]]:
     """Per GPU (owner), its kernels' time in the window by the op that launched them."""
     rows: dict[int, list[tuple[bool, Optional[str], int, int]]] = defaultdict(list)
     for owner, launched, op, kernels, total in trace.rows(_KERNELS_BY_OP_SQL.format(
-            ops=_quoted(_OP_CATEGORIES), step=PROFILER_STEP_PREFIX, kernels=_quoted(KERNEL_CATEGORIES))):
+            ops=sql_list(_OP_CATEGORIES), step=PROFILER_STEP_PREFIX, kernels=sql_list(KERNEL_CATEGORIES))):
         rows[owner].append((bool(launched), op, kernels, total))
     return {owner: _launched_by(found, top) for owner, found in rows.items()}
 
@@ -471,7 +459,7 @@ def _steps(trace: _Trace) -> dict[Rank, list[tuple[str, int, int]]]:
     for name, start, end, owner in trace.rows(f"""
             select s.name, s.ts, s.ts + s.dur, t.owner from slice s left join report_track t on t.id = s.track_id
             where s.name glob 'ProfilerStep#*' and s.dur > 0
-              and coalesce(s.category, '') not in ({_quoted(sorted(trace.rules.annotation_categories))})
+              and coalesce(s.category, '') not in ({sql_list(sorted(trace.rules.annotation_categories))})
               and coalesce(t.annotation, 0) = 0
               and (t.owner is null or t.owner not in (select distinct owner from report_gpu))"""):
         key = (trace.rank(owner), name)
@@ -514,7 +502,7 @@ def _blocks(trace: _Trace) -> dict[int, dict[str, Intervals]]:
     for name, start, end, owner in trace.rows(f"""
             select s.name, s.ts, s.ts + s.dur, t.owner from slice s join report_track t on t.id = s.track_id
             where s.name glob 'PP:*' and s.dur > 0
-              and (s.category in ({_quoted(sorted(trace.rules.annotation_categories))}) or t.annotation)"""):
+              and (s.category in ({sql_list(sorted(trace.rules.annotation_categories))}) or t.annotation)"""):
         found[owner][_pp_kind(name, trace.rules)].append((start, end))
     return {owner: {kind: union(intervals) for kind, intervals in kinds.items()} for owner, kinds in found.items()}
 
