@@ -3,12 +3,11 @@ for task after task, behind the `concurrent.futures.Executor` interface that a D
 executor also offers.
 
 Reused, not one fresh process per task: each fork of the main process, and the copy-on-write
-faults that follow, cost more than a small rank's task (200 no-op tasks: 2.4 s from a 16 MB
-main process, 5.3 s from a 360 MB one; reused, 0.05-0.16 s). A worker leaves alone what came
-with its fork (gc.freeze(), so no collection walks the main process's objects and copies their
-pages), and frees what a task left before the next (gc.collect(), then glibc's malloc_trim(0)
-to hand freed pages back): over 96 report tasks a worker grew 1.6 MB with that, 13 MB
-without, hence no recycling after N tasks (docs/performance.md).
+faults that follow, cost more than a small rank's task, and more the larger the main process
+grows. A worker leaves alone what came with its fork (gc.freeze(), so no collection walks the
+main process's objects and copies their pages), and frees what a task left before the next
+(gc.collect(), then glibc's malloc_trim(0) to hand freed pages back), so it needs no recycling
+after N tasks (the figures: docs/performance.md, "Local workers reused across tasks").
 
 Not multiprocessing.Pool or ProcessPoolExecutor: a Pool's workers share a task queue's lock,
 and one killed while idle (a SIGTERM sent to the whole process group) takes the lock with it,
