@@ -51,10 +51,9 @@ from ..model.args import decode_json
 KINDS = derived.PATH_KINDS  # a node's kind is its index here
 COMPUTE, TRANSFER, LAUNCH, WAIT = KINDS
 _OLD_CATEGORIES = {"Operator": kineto.CPU_OP_CATEGORY, "Runtime": "cuda_runtime"}  # 2021 traces' names for them
-_CPU_WORK = ("cpu_op", "cuda_runtime", "cuda_driver", *_OLD_CATEGORIES)
+_CPU_WORK = (*kineto.OP_CATEGORIES, *kineto.RUNTIME_CATEGORIES)
 # Calls that wait for the GPU or for another stream: time spent waiting, never work.
-_SYNCHRONISATIONS = frozenset({"cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-                               "cudaStreamWaitEvent"})
+_SYNCHRONISATIONS = frozenset({*kineto.HOST_SYNCHRONISATIONS, "cudaStreamWaitEvent"})
 
 
 class RankWork(msgspec.Struct):
