@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from .stragglers import OP_INPUT, Arrival, Message, Who, match_collectives
+from .stragglers import OP_INPUT, Arrival, Matched, Message, Who, match_collectives
 
 # Text shows this many collectives (the worst); HTML a table of this many; JSON every one.
 TEXT_ROWS = 5
@@ -101,9 +101,8 @@ def collectives(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
     """Every matched collective, worst (most total wait) first, with its members' figures; what
     was left out, and why nothing could be matched where nothing was. `title`: a rank as the
     answer names it; `describe`: the identity a member row carries (file, ranks)."""
-    matched = match_collectives(arrivals, title)
-    rows = [_collective(channel, kind, index, members, title, describe)
-            for (channel, kind, index), members in matched.collectives.items()]
+    matched, pairs = _matched_rows(arrivals, title, describe)
+    rows = [row for row, _ in pairs]
     rows.sort(key=lambda row: (-row["total_wait_ns"], row["first_start_ns"]))
     return {"collectives": rows, "left_out": matched.left_out, "could_not_tell": matched.could_not_tell}
 
@@ -115,10 +114,8 @@ def kernel_args(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
     those not recorded left out), its place among the collectives in first-start order
     (`ordinal`), its members' global ranks in start order, the last to arrive, and this
     member's wait. `describe(rank)` gives the rank's global_rank."""
-    matched = match_collectives(arrivals, title)
     found: dict[Who, dict[int, dict[str, Any]]] = defaultdict(dict)
-    rows = [(_collective(channel, kind, index, members, title, describe), members)
-            for (channel, kind, index), members in matched.collectives.items()]
+    rows = _matched_rows(arrivals, title, describe)[1]
     rows.sort(key=lambda pair: (pair[0]["first_start_ns"], pair[0]["process_group"] or "", pair[0]["kind"],
                                 pair[0]["index"]))
     for ordinal, (row, members) in enumerate(rows):
@@ -129,6 +126,17 @@ def kernel_args(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
             if arrival.row is not None:
                 found[rank][arrival.row] = {**shared, "wait_ns": member["wait_ns"]}
     return dict(found)
+
+
+_Row = tuple[dict[str, Any], list[tuple[Arrival, Who]]]  # a collective's row, and its members in start order
+
+
+def _matched_rows(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],
+                  describe: Callable[[Who], dict[str, Any]]) -> tuple[Matched[Who], list[_Row[Who]]]:
+    """The collectives matched, and each one's row beside its members (in start order)."""
+    matched = match_collectives(arrivals, title)
+    return matched, [(_collective(channel, kind, index, members, title, describe), members)
+                     for (channel, kind, index), members in matched.collectives.items()]
 
 
 def _collective(channel: Optional[str], kind: str, index: int, members: list[tuple[Arrival, Who]],
