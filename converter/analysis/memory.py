@@ -9,6 +9,7 @@ from collections import defaultdict
 from typing import Any, Callable, Optional
 
 from ..kineto import MEMCPY_CATEGORIES, device_name, memcpy_direction
+from .query import sql_list
 
 WHOLE_TRACE = "whole trace"
 
@@ -64,7 +65,7 @@ def memory_peaks(rows: Rows) -> list[dict[str, Any]]:
 def memcpy_traffic(rows: Rows) -> list[dict[str, Any]]:
     """Per rank, step and direction: copies, bytes, copy time and achieved bandwidth (GB/s:
     bytes per ns), steps in time order; copies outside every step under step None."""
-    sql = _MEMCPY_SQL.format(categories=", ".join(f"'{category}'" for category in MEMCPY_CATEGORIES))
+    sql = _MEMCPY_SQL.format(categories=sql_list(MEMCPY_CATEGORIES))
     totals: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
     for rank, step, start, name, count, size, dur in rows(sql):
         total = totals[(rank or "", start if start is not None else -1, step, memcpy_direction(name or ""))]

@@ -20,6 +20,7 @@ from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, RECEI
 from ..lane_rules import LaneRules
 from ..model.trace import rank_title
 from .intervals import Intervals, by_window, clip, covered, intersect, latest_open, subtract, union
+from .query import sql_list
 
 ANATOMY_DEFINITIONS = {
     "stage compute": "per PP rank: a rank with GPU lanes computes while a compute lane is busy; a CPU-only rank "
@@ -111,7 +112,7 @@ def read_stages(rows: Rows, rank_of: Callable[[int], Optional[RankKey]], rules: 
     """Each ranked PP stage's inputs from the trace: its actions and receives (GPU side on a rank
     with GPU lanes, else CPU side), and its compute and communication (`gpu_lanes`: rank ->
     (compute, communication) of its GPU lanes; CPU-only ranks read their CPU ops)."""
-    annotation = ", ".join(f"'{category}'" for category in sorted(rules.annotation_categories))
+    annotation = sql_list(sorted(rules.annotation_categories))
     receives = " or ".join(f"s.name glob '{prefix}*'" for prefix in RECEIVE_OPS)
     found: dict[RankKey, StageInput] = {}
     spans: dict[RankKey, list[tuple[str, int, int]]] = {}

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..kineto import KERNEL_CATEGORIES, group_ranks
 from ..model import Trace
+from .query import sql_list
 
 # A rank is a straggler where it arrives this much after its collectives' typical arrival, per
 # step, as a share of the median step.
@@ -73,7 +74,7 @@ from (select s.id, s.track_id, s.ts, s.dur, s.name,
       where s.dur > 0 and s.category in ({categories})
         and (s.name glob 'ncclKernel_*' or s.name glob 'ncclDevKernel_*')) k
 left join slice op on op.id = k.op_id
-order by k.ts""".format(op=_NCCL_OP, categories=", ".join(f"'{c}'" for c in KERNEL_CATEGORIES))
+order by k.ts""".format(op=_NCCL_OP, categories=sql_list(KERNEL_CATEGORIES))
 _NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")  # the names _ARRIVALS_SQL globs
 _POINT_TO_POINT = ("send", "recv")
 OP_INPUT = "launching nccl:* op's input"  # a Message's source where the kernel records none
