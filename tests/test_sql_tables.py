@@ -106,6 +106,17 @@ def dlrm(tmp_path_factory) -> Answered:
     return answered(path, {title: sql for title, sql in cookbook().items() if title.startswith(_STRAGGLERS)})
 
 
+@pytest.fixture(scope="module")
+def no_steps(tmp_path_factory) -> Answered:
+    """A real trace whose GPU has no profiler steps (TraceLens' B200 eager capture), compacted:
+    the report gives it its active span."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/traces is absent")
+    path = tmp_path_factory.mktemp("no_steps") / "tracelens_b200_eager.perfetto-trace"
+    compact_file(SHARED_TRACES / "tracelens_b200_eager.json.gz", path)
+    return answered(path, {title: sql for title, sql in cookbook().items() if title.startswith(_SPAN_QUESTIONS)})
+
+
 def test_every_question_of_the_cookbook_runs_on_every_trace(traces):
     assert len(cookbook()) >= 10
     assert set(traces["generated pipeline"].rows) == set(cookbook())
@@ -427,3 +438,47 @@ def test_printed_statements_give_the_same_rows_where_nothing_was_defined(traces)
                     tp.query(statement)
             pasted = {view: [row.__dict__.copy() for row in tp.query(sql)] for view, sql in in_order.items()}
         assert pasted == ours, name
+
+
+_LAUNCHES = "How each GPU's kernels were launched"
+_SPAN_QUESTIONS = (_LAUNCHES, "The active span of each GPU")
+_LAUNCH_FIGURES = ("step", "kernels", "launched_kernels", "launch_delay_p50_ns", "launch_delay_p90_ns",
+                   "launch_delay_max_ns", "launches", "cpu_per_launch_ns", "short_kernels", "short_kernel_share",
+                   "short_kernel_time_share")
+
+
+def per_gpu(rows: list[dict], keys: tuple[str, ...]) -> list[str]:
+    """Each GPU's rows (their `keys`, in order) as one text, the GPUs in a stable order: the
+    report names a GPU as the tables do not, so GPUs are compared as a set."""
+    found: dict[int, list[list]] = defaultdict(list)
+    for row in rows:
+        found[row["gpu_track_id"]].append([row[key] for key in keys])
+    return sorted(map(json.dumps, found.values()))
+
+
+def test_launch_figures_equal_the_report(traces, no_steps):
+    """Every GPU's launch delay (p50, p90, largest), CPU time per launch and short kernels, per
+    step (its active span where it has none), as the report's JSON gives them, to the ns and
+    the float."""
+    launched = 0
+    for name, trace in {**traces, "tracelens_b200_eager": no_steps}.items():
+        rows = trace.of(_LAUNCHES)
+        assert per_gpu(rows, _LAUNCH_FIGURES) == sorted(
+            json.dumps([[step[key] for key in _LAUNCH_FIGURES] for step in gpu["launches"]])
+            for gpu in trace.figures["gpus"]), name
+        launched += sum(row["launched_kernels"] for row in rows)
+    assert launched
+    assert [row["step"] for row in no_steps.of(_LAUNCHES)] == ["active span"]
+
+
+def test_the_active_span_of_a_gpu_without_steps_equals_the_report(traces, no_steps):
+    """The report's window of a GPU whose trace has no ProfilerStep is its active span, and
+    the query gives it; where every GPU has steps it gives none."""
+    spans = [(row["window"], row["window_start_ns"], row["window_end_ns"], row["window_ns"])
+             for row in no_steps.of("The active span of each GPU")]
+    assert spans and spans == [(gpu["window"], gpu["window_start_ns"], gpu["window_end_ns"], gpu["window_ns"])
+                               for gpu in no_steps.figures["gpus"]]
+    assert not query(no_steps.path, "select * from cgtrace_step")
+    for name, trace in traces.items():
+        assert all(gpu["window"] == "steps" for gpu in trace.figures["gpus"]), name
+        assert not trace.of("The active span of each GPU"), name
