@@ -97,13 +97,14 @@ def answered(path: Path, questions: dict[str, str]) -> Answered:
 
 @pytest.fixture(scope="module")
 def dlrm(tmp_path_factory) -> Answered:
-    """The real 8-rank DLRM capture merged (V100, NCCL kernels that name no process group, late
-    ranks): asked only who arrived late."""
+    """The real 8-rank DLRM capture merged (V100, NCCL kernels that name no process group nor
+    size, late ranks): asked only who arrived late and its collectives."""
     if not (SHARED_TRACES / "dlrm_8ranks").is_dir():
         pytest.skip("../shared/traces is absent")
     path = tmp_path_factory.mktemp("dlrm") / "dlrm.perfetto-trace"
     merge_files(sorted((SHARED_TRACES / "dlrm_8ranks").glob("rank*_trace.json.gz")), lambda group, groups: path)
-    return answered(path, {title: sql for title, sql in cookbook().items() if title.startswith(_STRAGGLERS)})
+    return answered(path, {title: sql for title, sql in cookbook().items()
+                           if title.startswith((_STRAGGLERS, _COLLECTIVES, _MEMBERS))})
 
 
 @pytest.fixture(scope="module")
@@ -482,3 +483,48 @@ def test_the_active_span_of_a_gpu_without_steps_equals_the_report(traces, no_ste
     for name, trace in traces.items():
         assert all(gpu["window"] == "steps" for gpu in trace.figures["gpus"]), name
         assert not trace.of("The active span of each GPU"), name
+
+
+_COLLECTIVES = "Each collective across the ranks"
+_MEMBERS = "When each member of a collective"
+_COLLECTIVE_FIGURES = ("kind", "process_group", "collective", "dtype", "in_nelems", "out_nelems", "group_size",
+                       "bytes", "message_from", "members", "first_start_ns", "last_start_ns", "last_end_ns",
+                       "start_skew_ns", "end_skew_ns", "effective_ns", "total_wait_ns", "held_up_ns", "algbw_gb_s",
+                       "busbw_gb_s")
+# What a merge wrote on each member kernel (debug.cgtrace_collective.*), as the report names it.
+_WRITTEN = ("start_skew_ns", "end_skew_ns", "effective_ns", "total_wait_ns", "held_up_ns", "bytes", "algbw_gb_s",
+            "busbw_gb_s", "wait_ns")
+
+
+def test_collectives_equal_the_report_of_a_merge(traces, dlrm):
+    """Each collective of a merge (the real DLRM capture, whose sizes come from the nccl:* ops
+    that launched its kernels; the generated pipeline's, recorded on its kernels), recomputed
+    from its members' times, is the report's row to the ns and the float, worst first, with
+    each member's start, end and wait; the figures the merge wrote on the member kernels are
+    the same. Where the report has no collectives (one rank, no NCCL), the queries find none."""
+    judged = 0
+    for name, trace in {**traces, "dlrm_8ranks": dlrm}.items():
+        expected = trace.figures.get("collectives", {}).get("collectives", [])
+        assert [[row[key] for key in _COLLECTIVE_FIGURES] + [row["kind_index"], row["ranks"], row["last_to_arrive"]]
+                for row in trace.of(_COLLECTIVES)] == \
+            [[row[key] for key in _COLLECTIVE_FIGURES]
+             + [row["index"], ",".join(str(member["global_rank"]) for member in row["ranks"]),
+                row["ranks"][-1]["global_rank"]] for row in expected], name
+        members: dict[tuple, list] = defaultdict(list)
+        for row in trace.of(_MEMBERS):
+            members[(row["process_group"], row["kind"], row["kind_index"])].append(
+                [row[key] for key in ("pp_rank", "global_rank", "start_ns", "end_ns", "duration_ns", "wait_ns")])
+        assert members == {(row["process_group"], row["kind"], row["index"]): [
+            [member[key] for key in ("pp_rank", "global_rank", "start_ns", "end_ns", "duration_ns", "wait_ns")]
+            for member in row["ranks"]] for row in expected}, name
+        written = query(trace.path, "select m.process_group, m.kind, m.kind_index, m.global_rank, "
+                        + ", ".join(f"extract_arg(s.arg_set_id, 'debug.cgtrace_collective.{key}') as {key}"
+                                    for key in _WRITTEN)
+                        + " from cgtrace_collective_member m join slice s on s.id = m.slice_id")
+        assert sorted(json.dumps([[row[key] for key in ("process_group", "kind", "kind_index", "global_rank")],
+                                  [row[key] for key in _WRITTEN]]) for row in written) == \
+            sorted(json.dumps([[row["process_group"], row["kind"], row["index"], member["global_rank"]],
+                               [member["wait_ns"] if key == "wait_ns" else row[key] for key in _WRITTEN]])
+                   for row in expected for member in row["ranks"]), name
+        judged += bool(expected)
+    assert judged == 2
