@@ -29,12 +29,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from perfetto.trace_processor.api import TraceProcessorException
+
+from ..errors import CgtraceError
 from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, DTYPE_BYTES, GPU_ANNOTATION_CATEGORIES,
                       KERNEL_CATEGORIES, NCCL_KERNEL_PREFIXES, NCCL_OP, POINT_TO_POINT, PROFILER_STEP_PREFIX,
                       RECEIVE_OPS, TRANSFER_BUFFERS)
 from ..model import LaneKind, TrackRole, derived, roles_document
+from .wasm_backend import WasmBackend
 
 VERSION = 3
+OLDEST_PERFETTO = "v52"  # the oldest trace_processor the views are written for (docs/design.md)
 _DERIVED = ", ".join(f"'{category}'" for category in derived.CATEGORIES)
 
 
@@ -397,18 +402,50 @@ def printed() -> str:
     return f"-- cgtrace SQL tables, version {VERSION}: docs/sql.md\n" + ";\n".join(statements) + ";\n"
 
 
-def define(tp: Any) -> None:
+class TablesUndefined(CgtraceError):
+    """A view of cgtrace's fails in this trace_processor: the views' fault, or the version's,
+    never the trace's."""
+
+
+def define(tp: Any, trace: str) -> None:
     """Defines the views in an open trace processor; in a trace cgtrace wrote, where this
     trace_processor defines `slice` as a view (every version cgtrace runs does), `slice`
-    becomes the measured slices only."""
+    becomes the measured slices only. `trace`: the trace as messages name it."""
     found = [row.sql for row in tp.query(_DEFINITION_SQL)] if next(iter(tp.query(_MARKED_SQL))).n else []
     match = _VIEW_BODY.match(found[0]) if found else None
     if match is None:
-        tp.query("create view cgtrace_all_slice as select * from slice")
+        _run(tp, "create view cgtrace_all_slice as select * from slice", "cgtrace_all_slice", trace)
     else:
         body = match.group("body")
-        tp.query(f"create view cgtrace_all_slice as {body}")
-        tp.query("drop view slice")
-        tp.query(f"create view slice as select * from cgtrace_all_slice where {_measured('category')}")
+        _run(tp, f"create view cgtrace_all_slice as {body}", "cgtrace_all_slice", trace)
+        _run(tp, "drop view slice", "slice", trace)
+        _run(tp, f"create view slice as select * from cgtrace_all_slice where {_measured('category')}", "slice", trace)
     for name, body in _VIEWS:
-        tp.query(f"create view {name} as{body}")
+        _run(tp, f"create view {name} as{body}", name, trace)
+
+
+def check(tp: Any, trace: str) -> None:
+    """Raises TablesUndefined where a view defined in `tp` does not compile there. SQLite
+    compiles a view only when a query first reads it, so a view that reads a table or column
+    this trace_processor lacks would fail inside the user's query, as if the query were wrong."""
+    defined = {row.name for row in tp.query("select name from sqlite_master where type = 'view'")}
+    for name in ("cgtrace_all_slice", *(name for name, _ in _VIEWS)):
+        if name in defined:
+            _run(tp, f"select * from {name} limit 0", name, trace)
+
+
+def _run(tp: Any, sql: str, view: str, trace: str) -> None:
+    """Runs one statement of the views' SQL; its failure blames the views and the
+    trace_processor, in one line that says what to do."""
+    try:
+        tp.query(sql)
+    except TraceProcessorException as error:
+        lines = str(error).strip().splitlines()
+        built_in = isinstance(tp.http, WasmBackend)
+        raise TablesUndefined(
+            f"{trace}: cgtrace's SQL view {view} (tables version {VERSION}) fails in "
+            f"{tp.http.status().human_readable_version or 'this trace_processor'}: "
+            f"{lines[-1] if lines else 'unknown error'}; the trace is not at fault: "
+            + ("report this line to cgtrace's maintainers (`cgtrace sql` prints the views)" if built_in else
+               f"pass --tp-bin a trace_processor_shell of Perfetto {OLDEST_PERFETTO} or newer, or leave --tp-bin "
+               "out to use the built-in one")) from None
