@@ -98,13 +98,13 @@ def answered(path: Path, questions: dict[str, str]) -> Answered:
 @pytest.fixture(scope="module")
 def dlrm(tmp_path_factory) -> Answered:
     """The real 8-rank DLRM capture merged (V100, NCCL kernels that name no process group nor
-    size, late ranks): asked only who arrived late and its collectives."""
+    size, late ranks): asked who arrived late, its collectives and how its kernels were launched."""
     if not (SHARED_TRACES / "dlrm_8ranks").is_dir():
         pytest.skip("../shared/traces is absent")
     path = tmp_path_factory.mktemp("dlrm") / "dlrm.perfetto-trace"
     merge_files(sorted((SHARED_TRACES / "dlrm_8ranks").glob("rank*_trace.json.gz")), lambda group, groups: path)
     return answered(path, {title: sql for title, sql in cookbook().items()
-                           if title.startswith((_STRAGGLERS, _COLLECTIVES, _MEMBERS))})
+                           if title.startswith((_STRAGGLERS, _COLLECTIVES, _MEMBERS, _LAUNCHES))})
 
 
 @pytest.fixture(scope="module")
@@ -428,7 +428,7 @@ def test_printed_statements_give_the_same_rows_where_nothing_was_defined(traces)
         assert main(["sql"]) == 0
     statements = out.getvalue()
     views = ("cgtrace_slice", "cgtrace_step", "cgtrace_counter", "cgtrace_transfer", "cgtrace_track",
-             "cgtrace_stage_span", "cgtrace_stage_piece")
+             "cgtrace_stage_span", "cgtrace_stage_piece", "cgtrace_collective_member")
     in_order = {view: f"select * from {view} order by 1, 2, 3, 4, 5, 6, 7" for view in views}
     for name, trace in traces.items():
         with open_trace(trace.path) as tp:  # as `cgtrace query` opens it
@@ -457,12 +457,12 @@ def per_gpu(rows: list[dict], keys: tuple[str, ...]) -> list[str]:
     return sorted(map(json.dumps, found.values()))
 
 
-def test_launch_figures_equal_the_report(traces, no_steps):
+def test_launch_figures_equal_the_report(traces, no_steps, dlrm):
     """Every GPU's launch delay (p50, p90, largest), CPU time per launch and short kernels, per
     step (its active span where it has none), as the report's JSON gives them, to the ns and
-    the float."""
+    the float: compacted and merged real traces (the 8 DLRM GPUs), a generated pipeline."""
     launched = 0
-    for name, trace in {**traces, "tracelens_b200_eager": no_steps}.items():
+    for name, trace in {**traces, "tracelens_b200_eager": no_steps, "dlrm_8ranks": dlrm}.items():
         rows = trace.of(_LAUNCHES)
         assert per_gpu(rows, _LAUNCH_FIGURES) == sorted(
             json.dumps([[step[key] for key in _LAUNCH_FIGURES] for step in gpu["launches"]])
