@@ -45,7 +45,8 @@ INLINE_LANED = "cudaGraphInlineAnnotated"
 # the report's stage compute, the critical path): communication ops (their time is a transfer
 # or a wait for one, never compute), the receives among them, and the buffers a transfer
 # allocates or detaches (bookkeeping of the transfer, not compute).
-COMMUNICATION_OPS = ("c10d::", "gloo:", "nccl:", "record_param_comms")
+NCCL_OP = "nccl:"  # the CPU op (a user annotation) around an NCCL kernel's launch: nccl:all_reduce, ...
+COMMUNICATION_OPS = ("c10d::", "gloo:", NCCL_OP, "record_param_comms")
 RECEIVE_OPS = ("c10d::recv", "gloo:recv", "nccl:recv")
 TRANSFER_BUFFERS = ("aten::empty", "aten::detach", "detach")
 CPU_OP_CATEGORY = "cpu_op"
@@ -54,6 +55,17 @@ RUNTIME_CATEGORIES = ("cuda_runtime", "cuda_driver", "Runtime")  # CUDA API call
 # Runtime calls in which the host waits for the GPU to finish work (not cudaStreamWaitEvent: a stream waits there).
 HOST_SYNCHRONISATIONS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize")
 ANNOTATION_CATEGORY = "user_annotation"  # a record_function region on the CPU
+NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")  # an NCCL collective's (or send's, receive's) kernel
+POINT_TO_POINT = ("send", "recv")  # the "Collective name" of a pairwise NCCL op: no collective across ranks
+# Bytes per element of the dtypes Kineto records: c10's ScalarType names on kernels, C++ type
+# names in an op's Input type.
+DTYPE_BYTES = {
+    "Bool": 1, "Byte": 1, "Char": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
+    "Short": 2, "Half": 2, "BFloat16": 2, "Int": 4, "Float": 4, "UInt32": 4, "Long": 8, "Double": 8, "UInt64": 8,
+    "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16,
+    "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2, "c10::Half": 2, "c10::BFloat16": 2, "int": 4,
+    "float": 4, "long int": 8, "double": 8, "c10::complex<float>": 8, "c10::complex<double>": 16,
+}
 MODULE_PREFIX = "nn.Module: "  # a python_function slice of an nn.Module's forward (with_stack traces)
 
 

@@ -97,13 +97,25 @@ def answered(path: Path, questions: dict[str, str]) -> Answered:
 
 @pytest.fixture(scope="module")
 def dlrm(tmp_path_factory) -> Answered:
-    """The real 8-rank DLRM capture merged (V100, NCCL kernels that name no process group, late
-    ranks): asked only who arrived late."""
+    """The real 8-rank DLRM capture merged (V100, NCCL kernels that name no process group nor
+    size, late ranks): asked who arrived late, its collectives and how its kernels were launched."""
     if not (SHARED_TRACES / "dlrm_8ranks").is_dir():
         pytest.skip("../shared/traces is absent")
     path = tmp_path_factory.mktemp("dlrm") / "dlrm.perfetto-trace"
     merge_files(sorted((SHARED_TRACES / "dlrm_8ranks").glob("rank*_trace.json.gz")), lambda group, groups: path)
-    return answered(path, {title: sql for title, sql in cookbook().items() if title.startswith(_STRAGGLERS)})
+    return answered(path, {title: sql for title, sql in cookbook().items()
+                           if title.startswith((_STRAGGLERS, _COLLECTIVES, _MEMBERS, _LAUNCHES))})
+
+
+@pytest.fixture(scope="module")
+def no_steps(tmp_path_factory) -> Answered:
+    """A real trace whose GPU has no profiler steps (TraceLens' B200 eager capture), compacted:
+    the report gives it its active span."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip("../shared/traces is absent")
+    path = tmp_path_factory.mktemp("no_steps") / "tracelens_b200_eager.perfetto-trace"
+    compact_file(SHARED_TRACES / "tracelens_b200_eager.json.gz", path)
+    return answered(path, {title: sql for title, sql in cookbook().items() if title.startswith(_SPAN_QUESTIONS)})
 
 
 def test_every_question_of_the_cookbook_runs_on_every_trace(traces):
@@ -416,7 +428,7 @@ def test_printed_statements_give_the_same_rows_where_nothing_was_defined(traces)
         assert main(["sql"]) == 0
     statements = out.getvalue()
     views = ("cgtrace_slice", "cgtrace_step", "cgtrace_counter", "cgtrace_transfer", "cgtrace_track",
-             "cgtrace_stage_span", "cgtrace_stage_piece")
+             "cgtrace_stage_span", "cgtrace_stage_piece", "cgtrace_collective_member")
     in_order = {view: f"select * from {view} order by 1, 2, 3, 4, 5, 6, 7" for view in views}
     for name, trace in traces.items():
         with open_trace(trace.path) as tp:  # as `cgtrace query` opens it
@@ -427,3 +439,92 @@ def test_printed_statements_give_the_same_rows_where_nothing_was_defined(traces)
                     tp.query(statement)
             pasted = {view: [row.__dict__.copy() for row in tp.query(sql)] for view, sql in in_order.items()}
         assert pasted == ours, name
+
+
+_LAUNCHES = "How each GPU's kernels were launched"
+_SPAN_QUESTIONS = (_LAUNCHES, "The active span of each GPU")
+_LAUNCH_FIGURES = ("step", "kernels", "launched_kernels", "launch_delay_p50_ns", "launch_delay_p90_ns",
+                   "launch_delay_max_ns", "launches", "cpu_per_launch_ns", "short_kernels", "short_kernel_share",
+                   "short_kernel_time_share")
+
+
+def per_gpu(rows: list[dict], keys: tuple[str, ...]) -> list[str]:
+    """Each GPU's rows (their `keys`, in order) as one text, the GPUs in a stable order: the
+    report names a GPU as the tables do not, so GPUs are compared as a set."""
+    found: dict[int, list[list]] = defaultdict(list)
+    for row in rows:
+        found[row["gpu_track_id"]].append([row[key] for key in keys])
+    return sorted(map(json.dumps, found.values()))
+
+
+def test_launch_figures_equal_the_report(traces, no_steps, dlrm):
+    """Every GPU's launch delay (p50, p90, largest), CPU time per launch and short kernels, per
+    step (its active span where it has none), as the report's JSON gives them, to the ns and
+    the float: compacted and merged real traces (the 8 DLRM GPUs), a generated pipeline."""
+    launched = 0
+    for name, trace in {**traces, "tracelens_b200_eager": no_steps, "dlrm_8ranks": dlrm}.items():
+        rows = trace.of(_LAUNCHES)
+        assert per_gpu(rows, _LAUNCH_FIGURES) == sorted(
+            json.dumps([[step[key] for key in _LAUNCH_FIGURES] for step in gpu["launches"]])
+            for gpu in trace.figures["gpus"]), name
+        launched += sum(row["launched_kernels"] for row in rows)
+    assert launched
+    assert [row["step"] for row in no_steps.of(_LAUNCHES)] == ["active span"]
+
+
+def test_the_active_span_of_a_gpu_without_steps_equals_the_report(traces, no_steps):
+    """The report's window of a GPU whose trace has no ProfilerStep is its active span, and
+    the query gives it; where every GPU has steps it gives none."""
+    spans = [(row["window"], row["window_start_ns"], row["window_end_ns"], row["window_ns"])
+             for row in no_steps.of("The active span of each GPU")]
+    assert spans and spans == [(gpu["window"], gpu["window_start_ns"], gpu["window_end_ns"], gpu["window_ns"])
+                               for gpu in no_steps.figures["gpus"]]
+    assert not query(no_steps.path, "select * from cgtrace_step")
+    for name, trace in traces.items():
+        assert all(gpu["window"] == "steps" for gpu in trace.figures["gpus"]), name
+        assert not trace.of("The active span of each GPU"), name
+
+
+_COLLECTIVES = "Each collective across the ranks"
+_MEMBERS = "When each member of a collective"
+_COLLECTIVE_FIGURES = ("kind", "process_group", "collective", "dtype", "in_nelems", "out_nelems", "group_size",
+                       "bytes", "message_from", "members", "first_start_ns", "last_start_ns", "last_end_ns",
+                       "start_skew_ns", "end_skew_ns", "effective_ns", "total_wait_ns", "held_up_ns", "algbw_gb_s",
+                       "busbw_gb_s")
+# What a merge wrote on each member kernel (debug.cgtrace_collective.*), as the report names it.
+_WRITTEN = ("start_skew_ns", "end_skew_ns", "effective_ns", "total_wait_ns", "held_up_ns", "bytes", "algbw_gb_s",
+            "busbw_gb_s", "wait_ns")
+
+
+def test_collectives_equal_the_report_of_a_merge(traces, dlrm):
+    """Each collective of a merge (the real DLRM capture, whose sizes come from the nccl:* ops
+    that launched its kernels; the generated pipeline's, recorded on its kernels), recomputed
+    from its members' times, is the report's row to the ns and the float, worst first, with
+    each member's start, end and wait; the figures the merge wrote on the member kernels are
+    the same. Where the report has no collectives (one rank, no NCCL), the queries find none."""
+    judged = 0
+    for name, trace in {**traces, "dlrm_8ranks": dlrm}.items():
+        expected = trace.figures.get("collectives", {}).get("collectives", [])
+        assert [[row[key] for key in _COLLECTIVE_FIGURES] + [row["kind_index"], row["ranks"], row["last_to_arrive"]]
+                for row in trace.of(_COLLECTIVES)] == \
+            [[row[key] for key in _COLLECTIVE_FIGURES]
+             + [row["index"], ",".join(str(member["global_rank"]) for member in row["ranks"]),
+                row["ranks"][-1]["global_rank"]] for row in expected], name
+        members: dict[tuple, list] = defaultdict(list)
+        for row in trace.of(_MEMBERS):
+            members[(row["process_group"], row["kind"], row["kind_index"])].append(
+                [row[key] for key in ("pp_rank", "global_rank", "start_ns", "end_ns", "duration_ns", "wait_ns")])
+        assert members == {(row["process_group"], row["kind"], row["index"]): [
+            [member[key] for key in ("pp_rank", "global_rank", "start_ns", "end_ns", "duration_ns", "wait_ns")]
+            for member in row["ranks"]] for row in expected}, name
+        written = query(trace.path, "select m.process_group, m.kind, m.kind_index, m.global_rank, "
+                        + ", ".join(f"extract_arg(s.arg_set_id, 'debug.cgtrace_collective.{key}') as {key}"
+                                    for key in _WRITTEN)
+                        + " from cgtrace_collective_member m join slice s on s.id = m.slice_id")
+        assert sorted(json.dumps([[row[key] for key in ("process_group", "kind", "kind_index", "global_rank")],
+                                  [row[key] for key in _WRITTEN]]) for row in written) == \
+            sorted(json.dumps([[row["process_group"], row["kind"], row["index"], member["global_rank"]],
+                               [member["wait_ns"] if key == "wait_ns" else row[key] for key in _WRITTEN]])
+                   for row in expected for member in row["ranks"]), name
+        judged += bool(expected)
+    assert judged == 2

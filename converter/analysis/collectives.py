@@ -18,7 +18,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from .stragglers import OP_INPUT, Arrival, Matched, Message, Who, match_collectives
+from ..kineto import DTYPE_BYTES
+from ..tp.tables import OP_INPUT
+from .stragglers import Arrival, Matched, Message, Who, match_collectives
 
 # Text shows this many collectives (the worst); HTML a table of this many; JSON every one.
 TEXT_ROWS = 5
@@ -60,17 +62,6 @@ _SHARED_FIGURES = ("kind", "index", "process_group", "collective", "dtype", "byt
                    "members", "start_skew_ns", "end_skew_ns", "effective_ns", "total_wait_ns", "held_up_ns",
                    "algbw_gb_s", "busbw_gb_s")
 
-# Bytes per element of the dtypes Kineto records: c10's ScalarType names on kernels, C++ type
-# names in an op's Input type.
-_DTYPE_BYTES = {
-    "Bool": 1, "Byte": 1, "Char": 1, "Float8_e4m3fn": 1, "Float8_e5m2": 1, "Float8_e4m3fnuz": 1, "Float8_e5m2fnuz": 1,
-    "Short": 2, "Half": 2, "BFloat16": 2, "Int": 4, "Float": 4, "UInt32": 4, "Long": 8, "Double": 8, "UInt64": 8,
-    "ComplexHalf": 4, "ComplexFloat": 8, "ComplexDouble": 16,
-    "bool": 1, "unsigned char": 1, "signed char": 1, "short int": 2, "c10::Half": 2, "c10::BFloat16": 2, "int": 4,
-    "float": 4, "long int": 8, "double": 8, "c10::complex<float>": 8, "c10::complex<double>": 16,
-}
-
-
 def bus_factor(collective: str, members: int) -> Optional[float]:
     """NCCL-tests' busbw factor for a collective as Kineto names it (allreduce, _allgather_base,
     reduce_scatter_tensor_coalesced, all_to_all, ...) among `members` ranks; None for other kinds."""
@@ -88,12 +79,12 @@ def message_bytes(message: Optional[Message]) -> Optional[int]:
     """NCCL-tests' S: the larger of the in and out element counts times the element size; None
     where the kernel records no count or a dtype of unknown size, and where only a launching
     op's input is known for an all-gather (S is its gathered output)."""
-    if message is None or message.dtype not in _DTYPE_BYTES:
+    if message is None or message.dtype not in DTYPE_BYTES:
         return None
     if message.source == OP_INPUT and "allgather" in message.collective.replace("_", "").lower():
         return None
     counts = [count for count in (message.in_nelems, message.out_nelems) if count is not None]
-    return max(counts) * _DTYPE_BYTES[message.dtype] if counts else None
+    return max(counts) * DTYPE_BYTES[message.dtype] if counts else None
 
 
 def collectives(arrivals: dict[Who, list[Arrival]], title: Callable[[Who], str],

@@ -14,6 +14,7 @@ from perfetto.trace_processor.api import TraceProcessor, TraceProcessorException
 from ..errors import CgtraceError
 from ..terminal import terminal_safe
 from ..tp import open_trace
+from ..tp.tables import check as check_tables
 
 # trace_processor's SQL errors read "Traceback ...\n  File "stdin" line L col C\n    <sql line>\n    ^\n<message>".
 _ERROR_PLACE = re.compile(r'line (\d+) col (\d+)\n(.*)\n( *)\^')
@@ -53,6 +54,7 @@ def run_sql(tp: TraceProcessor, sql: str, trace: Path) -> Result:
     try:
         result = tp.query(sql)
     except TraceProcessorException as error:
+        check_tables(tp, str(trace))  # a view of cgtrace's that fails here is not the query's fault
         raise CgtraceError(f"{trace}: {sql_error(str(error))}; fix the query and run it again") from None
     width = len(result.column_names)
     cells = list(result.cells)

@@ -24,8 +24,9 @@ from typing import Any, Callable, Generic, Hashable, Iterable, Optional, TypeVar
 import msgspec
 import numpy as np
 
-from ..kineto import KERNEL_CATEGORIES, group_ranks
+from ..kineto import KERNEL_CATEGORIES, NCCL_KERNEL_PREFIXES, NCCL_OP, POINT_TO_POINT, group_ranks
 from ..model import Trace
+from ..tp.tables import KERNEL_ARGS, OP_INPUT
 from .query import sql_list
 
 # A rank is a straggler where it arrives this much after its collectives' typical arrival, per
@@ -46,7 +47,6 @@ STRAGGLER_DEFINITIONS = {
                   "too, and where no collective can be matched the answer is could not tell, with the reason",
 }
 
-_NCCL_OP = "nccl:"  # the CPU op (a user annotation) around an NCCL kernel's launch: nccl:all_reduce, ...
 # Each NCCL kernel with its args, and the nccl:* op its launch ran in (the innermost, on the
 # launching thread; the launch is the source of the kernel's incoming flow, Kineto's ac2g
 # arrow) with that op's first input's dims and type.
@@ -72,12 +72,10 @@ from (select s.id, s.track_id, s.ts, s.dur, s.name,
       from slice s left join (select slice_in, min(slice_out) as launch from flow group by slice_in) l
         on l.slice_in = s.id
       where s.dur > 0 and s.category in ({categories})
-        and (s.name glob 'ncclKernel_*' or s.name glob 'ncclDevKernel_*')) k
+        and ({kernels})) k
 left join slice op on op.id = k.op_id
-order by k.ts""".format(op=_NCCL_OP, categories=sql_list(KERNEL_CATEGORIES))
-_NCCL_KERNEL_PREFIXES = ("ncclKernel_", "ncclDevKernel_")  # the names _ARRIVALS_SQL globs
-_POINT_TO_POINT = ("send", "recv")
-OP_INPUT = "launching nccl:* op's input"  # a Message's source where the kernel records none
+order by k.ts""".format(op=NCCL_OP, kernels=" or ".join(f"s.name glob '{prefix}*'" for prefix in NCCL_KERNEL_PREFIXES),
+           categories=sql_list(KERNEL_CATEGORIES))
 Who = TypeVar("Who", bound=Hashable)  # how the caller names a rank: a rank of a merge, a file
 
 
@@ -93,7 +91,7 @@ class Message:
     in_nelems: Optional[int] = None
     out_nelems: Optional[int] = None
     group_size: Optional[int] = None
-    source: str = "kernel args"
+    source: str = KERNEL_ARGS
 
 
 @dataclass(frozen=True)
@@ -173,7 +171,7 @@ def model_arrivals(trace: Trace) -> list[Arrival]:
     """A rank's collective kernels in its model, before it is written (a merge's), as
     read_arrivals reads them from the written trace, each with its row."""
     table = trace.slices
-    rows = table.named(lambda name: name.startswith(_NCCL_KERNEL_PREFIXES))
+    rows = table.named(lambda name: name.startswith(NCCL_KERNEL_PREFIXES))
     rows = rows[table.in_categories(KERNEL_CATEGORIES)[rows] & (table.dur[rows] > 0)]
     rows = rows[np.argsort(table.ts[rows], kind="stable")]
     ops = _launching_ops(trace, rows)
@@ -224,7 +222,7 @@ def _launching_ops(trace: Trace, kernels: np.ndarray) -> dict[int, int]:
     launch_of: dict[int, int] = {}
     for flow in trace.flows:
         launch_of.setdefault(flow.target, flow.source)
-    ops = table.named(lambda name: name.startswith(_NCCL_OP))
+    ops = table.named(lambda name: name.startswith(NCCL_OP))
     by_track: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # its ops by start, and their starts
     for track in np.unique(table.track[ops]).tolist():
         mine = ops[table.track[ops] == track]
@@ -246,7 +244,7 @@ def _launching_ops(trace: Trace, kernels: np.ndarray) -> dict[int, int]:
 def _op_input(op: Optional[str], dims: Optional[list[Any]], dtype: Any) -> Optional[Message]:
     """The message as an nccl:* op records its first input: its collective (the op's name),
     element count (the product of the input's dims) and type; None without both."""
-    if op is None or not op.startswith(_NCCL_OP) or not dims or not isinstance(dtype, str):
+    if op is None or not op.startswith(NCCL_OP) or not dims or not isinstance(dtype, str):
         return None
     sizes = [int(size) if isinstance(size, str) and size.isdigit() else _count(size) for size in dims]
     count = 1
@@ -254,7 +252,7 @@ def _op_input(op: Optional[str], dims: Optional[list[Any]], dtype: Any) -> Optio
         if size is None:
             return None
         count *= size
-    return Message(op.removeprefix(_NCCL_OP), dtype, count, source=OP_INPUT)
+    return Message(op.removeprefix(NCCL_OP), dtype, count, source=OP_INPUT)
 
 
 def _numbered(kernels: Iterable[tuple[Any, ...]]) -> dict[Any, list[Arrival]]:
@@ -266,7 +264,7 @@ def _numbered(kernels: Iterable[tuple[Any, ...]]) -> dict[Any, list[Arrival]]:
     counts: dict[tuple[Any, Optional[str], str], int] = defaultdict(int)
     for (rank, row, start, duration, name, collective, pg, ranks, dtype, in_nelems, out_nelems, group_size,
          stream, launched) in kernels:
-        if collective in _POINT_TO_POINT:
+        if collective in POINT_TO_POINT:
             continue
         channel = None if pg is None else f"group {pg} [{ranks}]"
         kind = _kind(name, collective, dtype, in_nelems, out_nelems)

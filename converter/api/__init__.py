@@ -158,9 +158,11 @@ def diff(a: PathLike, b: PathLike, *, top: int = 10, lanes: Optional[PathLike] =
 def open_trace(trace: PathLike | bytes, tp_bin: Optional[str] = None,
                heap_limit_bytes: Optional[int] = None) -> TraceProcessor:
     """Perfetto's own `TraceProcessor` on any trace (ours, Chrome JSON or Perfetto protobuf; a
-    path or the bytes), offline; close it, or use it in a `with` block, to free its memory.
-    `tp_bin`: a native trace_processor_shell; `heap_limit_bytes`: how far the WebAssembly
-    build's heap may grow (default: as far as it can).
+    path or the bytes), offline, with cgtrace's SQL tables defined (docs/sql.md); close it, or
+    use it in a `with` block, to free its memory. `tp_bin`: a native trace_processor_shell,
+    whose run of every table is checked here: one it cannot run raises CgtraceError naming the
+    table and its version, not the trace; `heap_limit_bytes`: how far the WebAssembly build's
+    heap may grow (default: as far as it can).
 
     >>> from converter import open_trace
     >>> with open_trace(folder / "trace.perfetto-trace") as tp:

@@ -15,6 +15,8 @@ from perfetto.trace_processor.api import TraceProcessor, TraceProcessorConfig, T
 
 from converter.errors import CgtraceError
 from converter.fileio.gzip_size import uncompressed_size
+from converter.tp.tables import TablesUndefined
+from converter.tp.tables import check as check_tables
 from converter.tp.tables import define as define_tables
 from converter.tp.time_limit import LimitedTraceProcessor, TimeLimit, TimeLimitExceeded
 from converter.tp.wasm_backend import WasmTraceProcessor
@@ -39,7 +41,9 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
     limit (time_limit.py).
     The `cgtrace_*` views are defined (tables.py); in a trace cgtrace wrote, `slice` holds the
     measured slices only, `cgtrace_derived_slice` the rows cgtrace derived. `tables=False`
-    leaves the trace as trace_processor alone reads it.
+    leaves the trace as trace_processor alone reads it. A view that fails in this
+    trace_processor raises TablesUndefined (a CgtraceError that blames the views and the
+    trace_processor's version, not the trace).
     Close the result (or use it as a context manager) to free its memory.
     """
     tp_bin = tp_bin or os.environ.get("CGTRACE_TP_BIN") or None
@@ -58,13 +62,15 @@ def open_trace(trace: str | os.PathLike | bytes, tp_bin: str | None = None,
                 WasmTraceProcessor(source, limit, WasmTransport(size > memory64_above, heap_limit_bytes=heap_limit_bytes))
         try:
             if tables:
-                define_tables(tp)
+                define_tables(tp, name)
+                if tp_bin:  # not the built-in build the views are tested on: a view it cannot run is named now
+                    check_tables(tp, name)
         except BaseException:
             tp.close()
             raise
         return tp
-    except TimeLimitExceeded:
-        raise  # names the trace already
+    except (TimeLimitExceeded, TablesUndefined):
+        raise  # names the trace already, and blames the time limit or the views, not the trace
     except CgtraceError as e:
         problem = e.message
     except OSError as e:

@@ -13,7 +13,8 @@ page or a native shell. The views, version VERSION (docs/cli.md#sql-tables defin
 - `cgtrace_rank`, `cgtrace_track`: ranks, and every track with its role and rank;
 - `cgtrace_step`: each rank's profiler steps, their CPU spans and launched windows;
   `cgtrace_transfer`: arrows between ranks; `cgtrace_critical_path`: a merge's critical path
-  segments; `cgtrace_counter`: counter samples with what they mean;
+  segments; `cgtrace_counter`: counter samples with what they mean; `cgtrace_collective_member`:
+  a merge's NCCL collective kernels matched across ranks, each with its collective's message;
 - `cgtrace_stage_span`: what each pipeline stage's anatomy is made of (its compute,
   communication, receives and schedule actions); `cgtrace_stage_piece`: its steps cut where
   any of those begins or ends, each piece with the report's stage part, so every part is a sum.
@@ -28,11 +29,17 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, GPU_ANNOTATION_CATEGORIES,
-                      PROFILER_STEP_PREFIX, RECEIVE_OPS, TRANSFER_BUFFERS)
-from ..model import LaneKind, TrackRole, derived, roles_document
+from perfetto.trace_processor.api import TraceProcessorException
 
-VERSION = 2
+from ..errors import CgtraceError
+from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, DTYPE_BYTES, GPU_ANNOTATION_CATEGORIES,
+                      KERNEL_CATEGORIES, NCCL_KERNEL_PREFIXES, NCCL_OP, POINT_TO_POINT, PROFILER_STEP_PREFIX,
+                      RECEIVE_OPS, TRANSFER_BUFFERS)
+from ..model import LaneKind, TrackRole, derived, roles_document
+from .wasm_backend import WasmBackend
+
+VERSION = 3
+OLDEST_PERFETTO = "v52"  # the oldest trace_processor the views are written for (docs/design.md)
 _DERIVED = ", ".join(f"'{category}'" for category in derived.CATEGORIES)
 
 
@@ -189,6 +196,100 @@ from piece p join bounds b on b.rank_document = p.rank_document and b.step = p.s
 join cgtrace_rank k on k.document = p.rank_document
 where p.end_ts is not null"""
 
+# Where a collective's message (its collective, dtype and element counts) is read from: the
+# kernel's own args, else the nccl:* op its launch ran in (the report's `message_from` too).
+KERNEL_ARGS = "kernel args"
+OP_INPUT = "launching nccl:* op's input"
+_OP_INPUT_SQL = OP_INPUT.replace("'", "''")
+
+
+# Every NCCL collective kernel matched across ranks as analysis/stragglers.py matches them: the
+# k-th (`kind_index`) of a kind on a process group on every rank that has it, the kind being
+# the collective and its size where the kernel records them, else the kernel's name (before
+# its "("); where some kernels name a group, those that name none are left out; a kind is
+# matched where at least two ranks run it, each as many times. Each member carries its
+# message: the kernel's args, else its launching nccl:* op's first input (the product of its
+# Input Dims, its Input type), and S, NCCL-tests' message size (the larger count times the
+# element's bytes; none for an all-gather known only from its input).
+_COLLECTIVE_MEMBER = f"""
+with recursive kernel as materialized (
+  select s.id, s.rank_document, s.ts, s.end_ts, s.arg_set_id,
+         extract_arg(s.arg_set_id, 'debug.args.Process Group Name') as pg,
+         extract_arg(s.arg_set_id, 'debug.args.Collective name') as named,
+         extract_arg(s.arg_set_id, 'debug.args.dtype') as dtype,
+         extract_arg(s.arg_set_id, 'debug.args.In msg nelems') as in_nelems,
+         extract_arg(s.arg_set_id, 'debug.args.Out msg nelems') as out_nelems,
+         extract_arg(s.arg_set_id, 'debug.args.Group size') as group_size,
+         case when instr(s.name, '(') > 0 then substr(s.name, 1, instr(s.name, '(') - 1) else s.name end as kernel
+  from cgtrace_slice s where s.dur > 0 and s.category in ({", ".join(f"'{category}'" for category in KERNEL_CATEGORIES)})
+    and ({" or ".join(f"s.name glob '{prefix}*'" for prefix in NCCL_KERNEL_PREFIXES)})),
+arrival as materialized (
+  select k.*,
+         case when k.pg is not null then 'group ' || k.pg || ' [' || coalesce(
+           (select group_concat(a.int_value, ',') from args a where a.arg_set_id = k.arg_set_id
+              and a.key glob 'debug.args.Process Group Ranks[[]*'),
+           replace(replace(replace(extract_arg(k.arg_set_id, 'debug.args.Process Group Ranks'), ' ', ''), '[', ''),
+                   ']', ''), '') || ']' end as process_group,
+         case when k.named is null then k.kernel
+              else k.named || coalesce(' (' || nullif(rtrim(coalesce('dtype ' || k.dtype || ', ', '')
+                                                             || coalesce('in ' || k.in_nelems || ', ', '')
+                                                             || coalesce('out ' || k.out_nelems || ', ', ''), ', '), '')
+                                        || ')', '') end as kind
+  from kernel k where k.named is null or k.named not in ({", ".join(f"'{name}'" for name in POINT_TO_POINT)})),
+kept as materialized (
+  select *, row_number() over (partition by rank_document, process_group, kind order by ts) - 1 as kind_index
+  from arrival a
+  where process_group is not null or not exists (select 1 from arrival n where n.process_group is not null)),
+matched as (
+  select process_group, kind from (
+    select process_group, kind, rank_document, count(*) as n from kept group by process_group, kind, rank_document)
+  group by process_group, kind having count(*) >= 2 and min(n) = max(n)),
+member as materialized (
+  select k.*, dense_rank() over (order by k.process_group, k.kind, k.kind_index) as collective_id
+  from kept k join matched m on m.process_group is k.process_group and m.kind = k.kind),
+launched as materialized (
+  select m.id, o.name as op, o.arg_set_id as op_args from (
+    select k.id, (select a.id from ancestor_slice(f.launch) a where a.name glob '{NCCL_OP}*'
+                  order by a.depth desc limit 1) as op_id
+    from member k join (select slice_in, min(slice_out) as launch from flow group by slice_in) f on f.slice_in = k.id
+    where k.named is null) m
+  join cgtrace_all_slice o on o.id = m.op_id),
+dim as materialized (
+  select l.id, a.int_value as size, row_number() over (partition by l.id order by a.id) as i
+  from launched l join args a on a.arg_set_id = l.op_args and a.key glob 'debug.args.Input Dims[[]0][[]*'
+  where a.int_value is not null),
+product(id, i, elements) as (
+  select id, i, size from dim where i = 1
+  union all select p.id, d.i, p.elements * d.size from product p join dim d on d.id = p.id and d.i = p.i + 1),
+op_input as (
+  select l.id, substr(l.op, {len(NCCL_OP) + 1}) as collective, extract_arg(l.op_args, 'debug.args.Input type[0]') as dtype,
+         (select p.elements from product p where p.id = l.id order by p.i desc limit 1) as in_nelems
+  from launched l where (select min(size) from dim d where d.id = l.id) >= 0),
+message as (
+  select m.*, r.pp_rank, r.global_rank, r.rank,
+         case when m.named is not null then '{KERNEL_ARGS}'
+              when typeof(o.dtype) = 'text' and o.in_nelems is not null then '{_OP_INPUT_SQL}' end
+           as message_from,
+         o.collective as op_collective, o.dtype as op_dtype, o.in_nelems as op_in_nelems
+  from member m left join op_input o on o.id = m.id left join cgtrace_rank r on r.document = m.rank_document),
+said as (
+  select id as slice_id, rank_document, pp_rank, global_rank, rank, ts, end_ts, end_ts - ts as dur, collective_id,
+         process_group, kind, kind_index,
+         case message_from when '{KERNEL_ARGS}' then named else op_collective end as collective,
+         case message_from when '{KERNEL_ARGS}' then dtype else op_dtype end as dtype,
+         case message_from when '{KERNEL_ARGS}' then (case when typeof(in_nelems) = 'integer' then in_nelems end)
+              else op_in_nelems end as in_nelems,
+         case when message_from = '{KERNEL_ARGS}' and typeof(out_nelems) = 'integer' then out_nelems end as out_nelems,
+         case when message_from = '{KERNEL_ARGS}' and typeof(group_size) = 'integer' then group_size end as group_size,
+         message_from
+  from message)
+select *, case when message_from = '{_OP_INPUT_SQL}'
+                    and instr(lower(replace(collective, '_', '')), 'allgather') > 0 then null
+               else max(coalesce(in_nelems, out_nelems), coalesce(out_nelems, in_nelems))
+                    * (case dtype {" ".join(f"when '{name}' then {size}" for name, size in DTYPE_BYTES.items())} end)
+          end as bytes
+from said"""
+
 # Every view but cgtrace_all_slice, in the order they can be created; each reads only earlier ones.
 _VIEWS: tuple[tuple[str, str], ...] = (
     ("cgtrace_derived_slice", f"""
@@ -258,6 +359,7 @@ select f.id as flow_id, so.id as send_slice_id, so.name as send_name, so.ts as s
 from flow f join cgtrace_all_slice so on so.id = f.slice_out join cgtrace_all_slice si on si.id = f.slice_in
 join t fr on fr.track_id = so.track_id join t tr on tr.track_id = si.track_id
 where fr.rank_document is not tr.rank_document"""),
+    ("cgtrace_collective_member", _COLLECTIVE_MEMBER),
     ("cgtrace_critical_path", f"""
 select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, extract_arg(s.arg_set_id, 'debug.args.kind') as kind,
        extract_arg(s.arg_set_id, 'debug.args.step') as step,
@@ -300,18 +402,50 @@ def printed() -> str:
     return f"-- cgtrace SQL tables, version {VERSION}: docs/sql.md\n" + ";\n".join(statements) + ";\n"
 
 
-def define(tp: Any) -> None:
+class TablesUndefined(CgtraceError):
+    """A view of cgtrace's fails in this trace_processor: the views' fault, or the version's,
+    never the trace's."""
+
+
+def define(tp: Any, trace: str) -> None:
     """Defines the views in an open trace processor; in a trace cgtrace wrote, where this
     trace_processor defines `slice` as a view (every version cgtrace runs does), `slice`
-    becomes the measured slices only."""
+    becomes the measured slices only. `trace`: the trace as messages name it."""
     found = [row.sql for row in tp.query(_DEFINITION_SQL)] if next(iter(tp.query(_MARKED_SQL))).n else []
     match = _VIEW_BODY.match(found[0]) if found else None
     if match is None:
-        tp.query("create view cgtrace_all_slice as select * from slice")
+        _run(tp, "create view cgtrace_all_slice as select * from slice", "cgtrace_all_slice", trace)
     else:
         body = match.group("body")
-        tp.query(f"create view cgtrace_all_slice as {body}")
-        tp.query("drop view slice")
-        tp.query(f"create view slice as select * from cgtrace_all_slice where {_measured('category')}")
+        _run(tp, f"create view cgtrace_all_slice as {body}", "cgtrace_all_slice", trace)
+        _run(tp, "drop view slice", "slice", trace)
+        _run(tp, f"create view slice as select * from cgtrace_all_slice where {_measured('category')}", "slice", trace)
     for name, body in _VIEWS:
-        tp.query(f"create view {name} as{body}")
+        _run(tp, f"create view {name} as{body}", name, trace)
+
+
+def check(tp: Any, trace: str) -> None:
+    """Raises TablesUndefined where a view defined in `tp` does not compile there. SQLite
+    compiles a view only when a query first reads it, so a view that reads a table or column
+    this trace_processor lacks would fail inside the user's query, as if the query were wrong."""
+    defined = {row.name for row in tp.query("select name from sqlite_master where type = 'view'")}
+    for name in ("cgtrace_all_slice", *(name for name, _ in _VIEWS)):
+        if name in defined:
+            _run(tp, f"select * from {name} limit 0", name, trace)
+
+
+def _run(tp: Any, sql: str, view: str, trace: str) -> None:
+    """Runs one statement of the views' SQL; its failure blames the views and the
+    trace_processor, in one line that says what to do."""
+    try:
+        tp.query(sql)
+    except TraceProcessorException as error:
+        lines = str(error).strip().splitlines()
+        built_in = isinstance(tp.http, WasmBackend)
+        raise TablesUndefined(
+            f"{trace}: cgtrace's SQL view {view} (tables version {VERSION}) fails in "
+            f"{tp.http.status().human_readable_version or 'this trace_processor'}: "
+            f"{lines[-1] if lines else 'unknown error'}; the trace is not at fault: "
+            + ("report this line to cgtrace's maintainers (`cgtrace sql` prints the views)" if built_in else
+               f"pass --tp-bin a trace_processor_shell of Perfetto {OLDEST_PERFETTO} or newer, or leave --tp-bin "
+               "out to use the built-in one")) from None

@@ -49,6 +49,10 @@ class WasmBackend(TraceProcessorRpc):
             raise PerfettoException(f"Failed while finishing loading the trace. Error message: {result.error}")
         return result
 
+    def status(self):
+        """The StatusResult (the build's human_readable_version), as the HTTP backend's status() gives it."""
+        return self._call(self.protos.TraceProcessorRpc.TPM_GET_STATUS).status
+
     def _call(self, method: int, **args):
         """Sends one request that has exactly one reply, and returns that reply."""
         stream = self.protos.TraceProcessorRpcStream()
