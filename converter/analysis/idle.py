@@ -17,7 +17,7 @@ from typing import Any, Callable, NamedTuple, Optional
 
 from ..kineto import GPU_CATEGORIES, HOST_SYNCHRONISATIONS, KERNEL_CATEGORIES, RECEIVE_OPS, RUNTIME_CATEGORIES
 from .intervals import Intervals, clip, intersect, subtract, union
-from .query import sql_list
+from ..tp.sql_text import sql_list
 
 QUEUED, HOST_SYNC, PEER, HOST_BEHIND, OTHER = "queued", "host sync", "peer", "host behind", "other"
 IDLE_PARTS = (QUEUED, HOST_SYNC, PEER, HOST_BEHIND, OTHER)

@@ -9,7 +9,7 @@ from collections import defaultdict
 from typing import Any, Callable, Optional
 
 from ..kineto import MEMCPY_CATEGORIES, device_name, memcpy_direction
-from .query import sql_list
+from ..tp.sql_text import sql_list
 
 WHOLE_TRACE = "whole trace"
 

@@ -20,7 +20,7 @@ from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, RECEI
 from ..lane_rules import LaneRules
 from ..model.trace import rank_title
 from .intervals import Intervals, by_window, clip, covered, intersect, latest_open, subtract, union
-from .query import sql_list
+from ..tp.sql_text import sql_list
 
 ANATOMY_DEFINITIONS = {
     "stage compute": "per PP rank: a rank with GPU lanes computes while a compute lane is busy; a CPU-only rank "

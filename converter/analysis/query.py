@@ -6,7 +6,7 @@ import csv
 import io
 import re
 from pathlib import Path
-from typing import Iterable, Optional, Sequence
+from typing import Optional, Sequence
 
 import orjson
 from perfetto.trace_processor.api import TraceProcessor, TraceProcessorException
@@ -24,20 +24,6 @@ class Result:
     def __init__(self, columns: list[str], rows: list[tuple]):
         self.columns = columns
         self.rows = rows
-
-
-def sql_literal(value: Optional[str | int]) -> str:
-    """A value as SQL text: a string quoted (its quotes doubled), None as null, else an integer."""
-    if value is None:
-        return "null"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "''") + "'"
-    return str(int(value))
-
-
-def sql_list(values: Iterable[Optional[str | int]]) -> str:
-    """Values as the inside of an SQL `in (...)` list."""
-    return ", ".join(map(sql_literal, values))
 
 
 def open_checked(path: Path, tp_bin: Optional[str] = None, shown_as: Optional[Path] = None) -> TraceProcessor:

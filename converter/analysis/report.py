@@ -36,7 +36,8 @@ from .memory import MEMORY_DEFINITIONS, memcpy_traffic, memory_peaks
 from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
 from .step_windows import owned_step_windows
 from .stragglers import STRAGGLER_DEFINITIONS, Arrival, hold_ups, late_arrivals, read_arrivals, straggler_answer
-from .query import open_checked, run_sql, sql_list
+from ..tp.sql_text import sql_list
+from .query import open_checked, run_sql
 
 # The figures, each defined once: keys as in the JSON's "definitions".
 DEFINITIONS: dict[str, str] = {

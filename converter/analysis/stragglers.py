@@ -27,7 +27,7 @@ import numpy as np
 from ..kineto import KERNEL_CATEGORIES, NCCL_KERNEL_PREFIXES, NCCL_OP, POINT_TO_POINT, group_ranks
 from ..model import Trace
 from ..tp.tables import KERNEL_ARGS, OP_INPUT
-from .query import sql_list
+from ..tp.sql_text import sql_list
 
 # A rank is a straggler where it arrives this much after its collectives' typical arrival, per
 # step, as a share of the median step.

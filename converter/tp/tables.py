@@ -36,11 +36,12 @@ from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, DTYPE
                       KERNEL_CATEGORIES, NCCL_KERNEL_PREFIXES, NCCL_OP, POINT_TO_POINT, PROFILER_STEP_PREFIX,
                       RECEIVE_OPS, TRANSFER_BUFFERS)
 from ..model import LaneKind, TrackRole, derived, roles_document
+from .sql_text import sql_list, sql_literal
 from .wasm_backend import WasmBackend
 
 VERSION = 3
 OLDEST_PERFETTO = "v52"  # the oldest trace_processor the views are written for (docs/design.md)
-_DERIVED = ", ".join(f"'{category}'" for category in derived.CATEGORIES)
+_DERIVED = sql_list(derived.CATEGORIES)
 
 
 def _measured(category: str) -> str:
@@ -50,8 +51,8 @@ def _measured(category: str) -> str:
     return f"coalesce({category}, '') not in ({_DERIVED})"
 
 
-_DERIVED_AS = " ".join(f"when '{category}' then '{kind}'" for category, kind in derived.CATEGORIES.items())
-_GPU_ANNOTATIONS = ", ".join(f"'{category}'" for category in GPU_ANNOTATION_CATEGORIES)
+_DERIVED_AS = " ".join(f"when {sql_literal(category)} then {sql_literal(kind)}" for category, kind in derived.CATEGORIES.items())
+_GPU_ANNOTATIONS = sql_list(GPU_ANNOTATION_CATEGORIES)
 
 
 def _named(prefixes: tuple[str, ...]) -> str:
@@ -97,7 +98,7 @@ from ranked where not gpu_rank and (category = '{CPU_OP_CATEGORY}' or {_named(CO
   and not {_named(TRANSFER_BUFFERS)}
 union all
 select p.rank_document, case when p.receive_op then 'receive op'
-                             when p.action in ({", ".join(f"'{a}'" for a in COMPUTE_ACTIONS)}, 'OVERLAP_F_B')
+                             when p.action in ({sql_list(COMPUTE_ACTIONS)}, 'OVERLAP_F_B')
                              then 'compute action'
                              when p.action glob 'RECV_*' then 'receive block' when p.action glob 'SEND_*' then 'send block'
                              else 'schedule' end,
@@ -221,7 +222,7 @@ with recursive kernel as materialized (
          extract_arg(s.arg_set_id, 'debug.args.Out msg nelems') as out_nelems,
          extract_arg(s.arg_set_id, 'debug.args.Group size') as group_size,
          case when instr(s.name, '(') > 0 then substr(s.name, 1, instr(s.name, '(') - 1) else s.name end as kernel
-  from cgtrace_slice s where s.dur > 0 and s.category in ({", ".join(f"'{category}'" for category in KERNEL_CATEGORIES)})
+  from cgtrace_slice s where s.dur > 0 and s.category in ({sql_list(KERNEL_CATEGORIES)})
     and ({" or ".join(f"s.name glob '{prefix}*'" for prefix in NCCL_KERNEL_PREFIXES)})),
 arrival as materialized (
   select k.*,
@@ -235,7 +236,7 @@ arrival as materialized (
                                                              || coalesce('in ' || k.in_nelems || ', ', '')
                                                              || coalesce('out ' || k.out_nelems || ', ', ''), ', '), '')
                                         || ')', '') end as kind
-  from kernel k where k.named is null or k.named not in ({", ".join(f"'{name}'" for name in POINT_TO_POINT)})),
+  from kernel k where k.named is null or k.named not in ({sql_list(POINT_TO_POINT)})),
 kept as materialized (
   select *, row_number() over (partition by rank_document, process_group, kind order by ts) - 1 as kind_index
   from arrival a
