@@ -427,7 +427,7 @@ def test_printed_statements_give_the_same_rows_where_nothing_was_defined(traces)
     with redirect_stdout(out):
         assert main(["sql"]) == 0
     statements = out.getvalue()
-    views = ("cgtrace_slice", "cgtrace_step", "cgtrace_counter", "cgtrace_transfer", "cgtrace_track",
+    views = ("cgtrace_slice", "cgtrace_step", "cgtrace_window", "cgtrace_counter", "cgtrace_transfer", "cgtrace_track",
              "cgtrace_stage_span", "cgtrace_stage_piece", "cgtrace_collective_member")
     in_order = {view: f"select * from {view} order by 1, 2, 3, 4, 5, 6, 7" for view in views}
     for name, trace in traces.items():

@@ -37,6 +37,7 @@ from .pipeline_anatomy import ANATOMY_DEFINITIONS, anatomy, read_stages
 from .step_windows import owned_step_windows
 from .stragglers import STRAGGLER_DEFINITIONS, Arrival, hold_ups, late_arrivals, read_arrivals, straggler_answer
 from ..tp.sql_text import sql_list
+from ..tp.tables import ACTIVE_SPAN
 from .query import open_checked, run_sql
 
 # The figures, each defined once: keys as in the JSON's "definitions".
@@ -519,7 +520,7 @@ class _Gpu:
         self.lane_groups = [group for group in trace.groups.values() if group.id in groups]
         self.busy = union(interval for intervals in groups.values() for interval in intervals)
         self.steps = steps.get(self.rank, [])
-        self.periods = self.steps or [("active span", self.busy[0][0], self.busy[-1][1])]
+        self.periods = self.steps or [(ACTIVE_SPAN, self.busy[0][0], self.busy[-1][1])]
         self.window = union((start, end) for _, start, end in self.periods)
         self.compute = self._of_kind(LaneKind.COMPUTE)
         self.communication = self._of_kind(LaneKind.COMMUNICATION)
@@ -542,7 +543,7 @@ class _Gpu:
             "gpu": self.name, "device": self.device,
             "pp_rank": self.rank[0] if self.rank else None, "global_rank": self.rank[1] if self.rank else None,
             "rank": rank_title(*self.rank) if self.rank else None,
-            "window": "steps" if self.steps else "active span",
+            "window": "steps" if self.steps else ACTIVE_SPAN,
             "window_start_ns": self.window[0][0], "window_end_ns": self.window[-1][1], "window_ns": window_ns,
             "busy_ns": busy, "busy_share": _share(busy, window_ns),
             "exposed_comm_ns": exposed, "exposed_comm_share": _share(exposed, window_ns),

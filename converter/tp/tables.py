@@ -12,6 +12,7 @@ page or a native shell. The views, version VERSION (docs/cli.md#sql-tables defin
   slices, each with its track's role, lane group, kind, GPU and rank;
 - `cgtrace_rank`, `cgtrace_track`: ranks, and every track with its role and rank;
 - `cgtrace_step`: each rank's profiler steps, their CPU spans and launched windows;
+  `cgtrace_window`: each GPU's steps, or its active span where its rank has none;
   `cgtrace_transfer`: arrows between ranks; `cgtrace_critical_path`: a merge's critical path
   segments; `cgtrace_counter`: counter samples with what they mean; `cgtrace_collective_member`:
   a merge's NCCL collective kernels matched across ranks, each with its collective's message;
@@ -39,9 +40,11 @@ from ..model import LaneKind, TrackRole, derived, roles_document
 from .sql_text import sql_list, sql_literal
 from .wasm_backend import WasmBackend
 
-VERSION = 3
+VERSION = 4
 OLDEST_PERFETTO = "v52"  # the oldest trace_processor the views are written for (docs/design.md)
 _DERIVED = sql_list(derived.CATEGORIES)
+# The window of a GPU whose rank has no profiler steps: cgtrace_window's name for it, and the report's.
+ACTIVE_SPAN = "active span"
 
 
 def _measured(category: str) -> str:
@@ -146,6 +149,23 @@ select rank_document, pp_rank, global_rank, rank, step, name, ts, end_ts - ts as
 from own
 window so_far as (partition by rank_document order by nth rows unbounded preceding),
        earlier as (partition by rank_document order by nth rows between unbounded preceding and 1 preceding)"""
+
+# Each GPU's windows, as the report bounds its figures: its rank's profiler steps (both
+# bounds of cgtrace_step), or, where its rank has none, its active span (from its first lane
+# slice's start to its last one's end) as the one row of both bounds, so a GPU figure is one
+# join whether or not its trace has steps.
+_WINDOW = f"""
+with gpu as materialized (
+  select gpu_track_id, rank_document, pp_rank, global_rank, rank, min(ts) as ts, max(end_ts) as end_ts
+  from cgtrace_slice where role = '{TrackRole.LANE.value}' and dur > 0 group by gpu_track_id, rank_document),
+step as materialized (select * from cgtrace_step)
+select g.gpu_track_id, g.rank_document, g.pp_rank, g.global_rank, g.rank, w.step, w.name, w.ts, w.dur, w.end_ts,
+       w.window_ts, w.window_dur, w.window_end_ts
+from gpu g join step w on w.rank_document is g.rank_document
+union all
+select gpu_track_id, rank_document, pp_rank, global_rank, rank, null, '{ACTIVE_SPAN}', ts, end_ts - ts, end_ts,
+       ts, end_ts - ts, end_ts
+from gpu g where not exists (select 1 from step w where w.rank_document is g.rank_document)"""
 
 # Each stage's steps (their launched windows, as the report bounds them by default) cut where
 # any of its spans begins or ends: in each piece nothing changes, so every part of the anatomy
@@ -348,6 +368,7 @@ select s.id, s.ts, s.dur, s.ts + s.dur as end_ts, s.name, s.category, s.depth, s
 from cgtrace_all_slice s join t on t.track_id = s.track_id
 where {_measured("s.category")}"""),
     ("cgtrace_step", _STEP),
+    ("cgtrace_window", _WINDOW),
     ("cgtrace_stage_span", _STAGE_SPAN),
     ("cgtrace_stage_piece", _STAGE_PIECE),
     # Tracks made once, as in cgtrace_slice.
