@@ -131,6 +131,16 @@ def test_gpu_lane_group_and_step_figures_equal_the_report(traces):
 
 def gpu_lane_group_and_step_figures_equal(name: str, trace: Answered) -> None:
     """The report's GPU, lane group, step and top kernel figures are the cookbook's."""
+    gpu_window_figures_equal(name, trace)
+    spans = {(row["global_rank"], f"ProfilerStep#{row['step']}", row["start_ns"], row["step_ns"])
+             for row in trace.of("How long each rank's steps")}
+    assert {(gpu["global_rank"], step["step"], step["start_ns"], step["step_ns"]) for gpu in trace.figures["gpus"]
+            for step in gpu["steps"]} <= spans, name
+
+
+def gpu_window_figures_equal(name: str, trace: Answered) -> None:
+    """The report's figures over each GPU's window (busy per lane group, compute and bubble per
+    step, busy and exposed communication, top kernels) are the cookbook's."""
     figures = trace.figures
     busy: dict[int, Counter] = defaultdict(Counter)
     for row in trace.of("Busy time of each lane group"):
@@ -143,10 +153,6 @@ def gpu_lane_group_and_step_figures_equal(name: str, trace: Answered) -> None:
                            for step in gpu["steps"] if step["compute_busy_ns"]), name
     gpus = sorted((row["busy_ns"], row["exposed_comm_ns"]) for row in trace.of("Busy time and"))
     assert gpus == sorted((gpu["busy_ns"], gpu["exposed_comm_ns"]) for gpu in figures["gpus"]), name
-    spans = {(row["global_rank"], f"ProfilerStep#{row['step']}", row["start_ns"], row["step_ns"])
-             for row in trace.of("How long each rank's steps")}
-    assert {(gpu["global_rank"], step["step"], step["start_ns"], step["step_ns"]) for gpu in figures["gpus"]
-            for step in gpu["steps"]} <= spans, name
     kernels = [(row["name"], row["count"], row["total_ns"]) for row in trace.of("The kernels")]
     assert kernels == [(k["name"], k["count"], k["total_ns"]) for k in figures["top_kernels"]], name
 
@@ -442,7 +448,9 @@ def test_printed_statements_give_the_same_rows_where_nothing_was_defined(traces)
 
 
 _LAUNCHES = "How each GPU's kernels were launched"
-_SPAN_QUESTIONS = (_LAUNCHES, "The active span of each GPU")
+# What the report gives a GPU without steps over its active span.
+_SPAN_QUESTIONS = (_LAUNCHES, "The active span of each GPU", "Busy time of each lane group", "Compute and bubble",
+                   "Busy time and", "The kernels", "The window of each GPU", "Each GPU's kernel time by the op")
 _LAUNCH_FIGURES = ("step", "kernels", "launched_kernels", "launch_delay_p50_ns", "launch_delay_p90_ns",
                    "launch_delay_max_ns", "launches", "cpu_per_launch_ns", "short_kernels", "short_kernel_share",
                    "short_kernel_time_share")
@@ -483,6 +491,21 @@ def test_the_active_span_of_a_gpu_without_steps_equals_the_report(traces, no_ste
     for name, trace in traces.items():
         assert all(gpu["window"] == "steps" for gpu in trace.figures["gpus"]), name
         assert not trace.of("The active span of each GPU"), name
+
+
+def test_window_figures_of_a_gpu_without_steps_equal_the_report(no_steps):
+    """Over a stepless GPU's active span, its busy per lane group, compute and bubble, busy and
+    exposed communication, top kernels, window, lane groups' slices and kernels by op are the
+    report's, through the same queries as a GPU with steps."""
+    [gpu] = no_steps.figures["gpus"]
+    assert gpu["window"] == "active span" and gpu["busy_ns"] and no_steps.figures["top_kernels"]
+    assert gpu["kernels_by_op"]["ops"] and gpu["steps"][0]["compute_busy_ns"]
+    assert [(step["step"], step["start_ns"], step["step_ns"]) for step in gpu["steps"]] == \
+        [(row["window"], row["window_start_ns"], row["window_ns"]) for row in no_steps.of("The active span of each GPU")]
+    gpu_window_figures_equal("tracelens_b200_eager", no_steps)
+    windows_lane_group_slices_and_kernels_by_op_equal("tracelens_b200_eager", no_steps)
+    assert [(row["step"], row["name"]) for row in query(no_steps.path, "select step, name from cgtrace_window")] == \
+        [(None, "active span")]
 
 
 _COLLECTIVES = "Each collective across the ranks"
