@@ -3,7 +3,9 @@
 Every cookbook query runs as the docs write it, on two compacted real GPU traces, a merged
 real CPU pipeline and a merged generated CUDA-graph pipeline (its clocks set apart, so the
 merge moves them); each one docs/sql.md marks "= report" gives `cgtrace report`'s figures
-exactly, the stragglers' also on the real 8-rank DLRM capture merged. `cgtrace sql` prints statements that, run in a
+exactly, the stragglers' also on the real 8-rank DLRM capture merged; a GPU's figures also
+over the active span of GPUs without profiler steps (TraceLens' B200 capture, the generated
+pipeline's ranks merged with their steps taken out). `cgtrace sql` prints statements that, run in a
 trace processor that has not defined them (as the Perfetto UI's query page is), give the same
 rows as `cgtrace query`.
 """
@@ -24,7 +26,7 @@ from converter.cli import main
 from converter.generator import write_pp_run
 from converter.tp import open_trace
 
-from .helpers import SHARED_TRACES, compact_file, merge_files, real_pipeline_copy
+from .helpers import SHARED_TRACES, compact_file, merge_files, real_pipeline_copy, write_json
 from .oracle import load_events, to_ns
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "sql.md"
@@ -116,6 +118,24 @@ def no_steps(tmp_path_factory) -> Answered:
     path = tmp_path_factory.mktemp("no_steps") / "tracelens_b200_eager.perfetto-trace"
     compact_file(SHARED_TRACES / "tracelens_b200_eager.json.gz", path)
     return answered(path, {title: sql for title, sql in cookbook().items() if title.startswith(_SPAN_QUESTIONS)})
+
+
+@pytest.fixture(scope="module")
+def stepless_merge(tmp_path_factory) -> Answered:
+    """The generated pipeline's ranks with every ProfilerStep taken out of their JSON, merged:
+    three GPUs, each reported over its active span, whose collectives still have a straggler."""
+    folder = tmp_path_factory.mktemp("stepless")
+    files = write_pp_run(folder / "ranks", pp_size=3, microbatches=2, steps=2, seed=4, graphs_per_step=2,
+                         kernels_per_replay=6, clock_offsets_ns=[0, 400_000, -250_000])
+    for path in files:
+        document = json.loads(path.read_text())
+        document["traceEvents"] = [event for event in document["traceEvents"]
+                                   if not str(event.get("name", "")).startswith("ProfilerStep#")]
+        write_json(path, document)
+    path = folder / "merged.perfetto-trace"
+    merge_files(files, lambda group, groups: path)
+    return answered(path, {title: sql for title, sql in cookbook().items()
+                           if title.startswith((*_SPAN_QUESTIONS, _STRAGGLERS))})
 
 
 def test_every_question_of_the_cookbook_runs_on_every_trace(traces):
@@ -321,21 +341,23 @@ def test_stragglers_equal_the_report_of_a_merge(traces, dlrm):
     reaches the step's all-reduce last; the real DLRM capture has late ranks of its own), each
     late rank's figures, who is a straggler and how many collectives were matched; where the
     report names nobody (one rank, no NCCL collectives), the query finds nobody late."""
-    judged = 0
-    for name, trace in {**traces, "dlrm_8ranks": dlrm}.items():
-        rows = trace.of(_STRAGGLERS)
-        check = trace.figures.get("straggler_check")
-        if check is None or check["largest_hold_up"] is None:
-            assert not rows, name
-            continue
-        assert {row["global_rank"]: [row[key] for key in _LATE] for row in rows if row["straggler"]} == \
-            {row["global_rank"]: [row[key] for key in _LATE] for row in trace.figures["stragglers"]}, name
-        latest = check["largest_hold_up"]
-        assert [rows[0]["global_rank"], *(rows[0][key] for key in _LATE)] == \
-            [latest["global_rank"], *(latest[key] for key in _LATE)], name
-        assert (rows[0]["collectives"], rows[0]["ranks"]) == (check["collectives"], check["ranks"]), name
-        judged += 1
-    assert judged == 2
+    assert sum(stragglers_equal(name, trace) for name, trace in {**traces, "dlrm_8ranks": dlrm}.items()) == 2
+
+
+def stragglers_equal(name: str, trace: Answered) -> bool:
+    """The report's stragglers are the query's; whether anybody was judged late."""
+    rows = trace.of(_STRAGGLERS)
+    check = trace.figures.get("straggler_check")
+    if check is None or check["largest_hold_up"] is None:
+        assert not rows, name
+        return False
+    assert {row["global_rank"]: [row[key] for key in _LATE] for row in rows if row["straggler"]} == \
+        {row["global_rank"]: [row[key] for key in _LATE] for row in trace.figures["stragglers"]}, name
+    latest = check["largest_hold_up"]
+    assert [rows[0]["global_rank"], *(rows[0][key] for key in _LATE)] == \
+        [latest["global_rank"], *(latest[key] for key in _LATE)], name
+    assert (rows[0]["collectives"], rows[0]["ranks"]) == (check["collectives"], check["ranks"]), name
+    return True
 
 
 def test_windows_lane_group_slices_and_kernels_by_op_equal_the_report(traces):
@@ -469,15 +491,18 @@ def test_launch_figures_equal_the_report(traces, no_steps, dlrm):
     """Every GPU's launch delay (p50, p90, largest), CPU time per launch and short kernels, per
     step (its active span where it has none), as the report's JSON gives them, to the ns and
     the float: compacted and merged real traces (the 8 DLRM GPUs), a generated pipeline."""
-    launched = 0
-    for name, trace in {**traces, "tracelens_b200_eager": no_steps, "dlrm_8ranks": dlrm}.items():
-        rows = trace.of(_LAUNCHES)
-        assert per_gpu(rows, _LAUNCH_FIGURES) == sorted(
-            json.dumps([[step[key] for key in _LAUNCH_FIGURES] for step in gpu["launches"]])
-            for gpu in trace.figures["gpus"]), name
-        launched += sum(row["launched_kernels"] for row in rows)
-    assert launched
+    assert sum(launches_equal(name, trace)
+               for name, trace in {**traces, "tracelens_b200_eager": no_steps, "dlrm_8ranks": dlrm}.items())
     assert [row["step"] for row in no_steps.of(_LAUNCHES)] == ["active span"]
+
+
+def launches_equal(name: str, trace: Answered) -> int:
+    """The report's launch figures of every GPU are the query's; how many kernels had a launch."""
+    rows = trace.of(_LAUNCHES)
+    assert per_gpu(rows, _LAUNCH_FIGURES) == sorted(
+        json.dumps([[step[key] for key in _LAUNCH_FIGURES] for step in gpu["launches"]])
+        for gpu in trace.figures["gpus"]), name
+    return sum(row["launched_kernels"] for row in rows)
 
 
 def test_the_active_span_of_a_gpu_without_steps_equals_the_report(traces, no_steps):
@@ -506,6 +531,19 @@ def test_window_figures_of_a_gpu_without_steps_equal_the_report(no_steps):
     windows_lane_group_slices_and_kernels_by_op_equal("tracelens_b200_eager", no_steps)
     assert [(row["step"], row["name"]) for row in query(no_steps.path, "select step, name from cgtrace_window")] == \
         [(None, "active span")]
+
+
+def test_window_figures_and_stragglers_of_a_merge_without_steps_equal_the_report(stepless_merge):
+    """A merge whose ranks have no profiler steps: every GPU's figures over its active span,
+    its launches, and the stragglers, judged against the median of the GPUs' windows as the
+    report judges them."""
+    trace = stepless_merge
+    assert len(trace.figures["gpus"]) == 3 and all(gpu["window"] == "active span" for gpu in trace.figures["gpus"])
+    assert not query(trace.path, "select * from cgtrace_step")
+    gpu_window_figures_equal("stepless merge", trace)
+    windows_lane_group_slices_and_kernels_by_op_equal("stepless merge", trace)
+    assert launches_equal("stepless merge", trace)
+    assert stragglers_equal("stepless merge", trace) and trace.figures["stragglers"]
 
 
 _COLLECTIVES = "Each collective across the ranks"
