@@ -190,19 +190,23 @@ def test_cpu_step_windows_equal_the_cookbook_on_cpu_spans(traces):
     """`report --step-windows cpu`'s GPU, lane group, step, window and kernel figures are the
     cookbook's queries asked of the CPU spans; on the real trace whose GPU runs behind its
     CPU, those differ from the default's."""
-    questions = {title: on_cpu_spans(sql) for title, sql in cookbook().items()}
     for name in ("generated pipeline", "hta_cuda_graph_rank0"):
         if name not in traces:
             continue
-        path = traces[name].path
-        with open_trace(path) as tp:
-            rows = {title: [row.__dict__.copy() for row in tp.query(sql)] for title, sql in questions.items()}
-        on_cpu = Answered(path, report(path, "--step-windows", "cpu"), rows)
-        assert on_cpu.figures["input"]["step_windows"] == "cpu"
+        on_cpu = answered_on_cpu_spans(traces[name].path, cookbook())
         gpu_lane_group_and_step_figures_equal(name, on_cpu)
         windows_lane_group_slices_and_kernels_by_op_equal(name, on_cpu)
         if name == "hta_cuda_graph_rank0":
             assert on_cpu.of("How long each rank's steps") != traces[name].of("How long each rank's steps")
+
+
+def answered_on_cpu_spans(path: Path, questions: dict[str, str]) -> Answered:
+    """`report --step-windows cpu` and the questions asked of the CPU spans."""
+    with open_trace(path) as tp:
+        rows = {title: [row.__dict__.copy() for row in tp.query(on_cpu_spans(sql))] for title, sql in questions.items()}
+    on_cpu = Answered(path, report(path, "--step-windows", "cpu"), rows)
+    assert on_cpu.figures["input"]["step_windows"] == "cpu"
+    return on_cpu
 
 
 def launched_windows(path: Path) -> dict[str, tuple[int, int]]:
@@ -527,8 +531,11 @@ def test_window_figures_of_a_gpu_without_steps_equal_the_report(no_steps):
     assert gpu["kernels_by_op"]["ops"] and gpu["steps"][0]["compute_busy_ns"]
     assert [(step["step"], step["start_ns"], step["step_ns"]) for step in gpu["steps"]] == \
         [(row["window"], row["window_start_ns"], row["window_ns"]) for row in no_steps.of("The active span of each GPU")]
-    gpu_window_figures_equal("tracelens_b200_eager", no_steps)
-    windows_lane_group_slices_and_kernels_by_op_equal("tracelens_b200_eager", no_steps)
+    on_cpu = answered_on_cpu_spans(no_steps.path, {title: sql for title, sql in cookbook().items()
+                                                   if title.startswith(_SPAN_QUESTIONS)})
+    for answers in (no_steps, on_cpu):  # --step-windows cpu too: an active span is the same
+        gpu_window_figures_equal("tracelens_b200_eager", answers)
+        windows_lane_group_slices_and_kernels_by_op_equal("tracelens_b200_eager", answers)
     assert [(row["step"], row["name"]) for row in query(no_steps.path, "select step, name from cgtrace_window")] == \
         [(None, "active span")]
 
