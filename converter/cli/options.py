@@ -146,7 +146,7 @@ def job_options_of(args: argparse.Namespace, compact: bool, ends_command: bool =
                        relane=getattr(args, "relane", False), output_format=getattr(args, "format", "perfetto"),
                        overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command,
                        critical_path=getattr(args, "critical_path", False),
-                       attribution=getattr(args, "attribution", False))
+                       attribution=getattr(args, "attribution", False), jobs=getattr(args, "jobs", None))
 
 
 
