@@ -72,21 +72,23 @@ class Tuning(msgspec.Struct, frozen=True):
 
     @classmethod
     def for_this_machine(cls) -> Tuning:
-        """Today's sizes, with the cores this process may run on, all of them reading."""
+        """Today's sizes, with the cores this process may run on, and as many read workers as
+        fit beside this process and its args helper, if at least two do: on 2 cores they
+        measured no faster and took more memory (docs/performance.md)."""
         try:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # not Linux
             cores = os.cpu_count() or 1
-        return cls(cores=cores, read_workers=cores)
+        return cls(cores=cores, read_workers=cores - 2 if cores >= 4 else 1)
 
     def reading_with(self, workers: int) -> Tuning:
         """The same, one trace's pieces read by `workers` processes (--jobs of one trace)."""
         return msgspec.structs.replace(self, read_workers=max(1, workers))
 
     def shared_by(self, jobs: int) -> Tuning:
-        """A job's share when `jobs` traces are read at once: the cores between them, so jobs
-        times readers stays within the cores."""
-        return self.reading_with(self.cores // max(1, jobs))
+        """A job's share when `jobs` traces are read at once: the read workers between them,
+        so jobs times workers stays within the cores."""
+        return self.reading_with(self.read_workers // max(1, jobs))
 
     def default_jobs(self, sizes: list[int]) -> int:
         """How many ranks to hold at once, given their JSON sizes (largest first): as many as

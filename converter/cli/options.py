@@ -107,7 +107,8 @@ def add_workers_options(command: argparse.ArgumentParser) -> None:
     """Where the tasks of a directory (or a merge's ranks) run."""
     command.add_argument("--jobs", type=int_from(1, MAX_JOBS), metavar="N",
                          help="local worker processes, traces at once (default: one per core; reading traces, "
-                              "no more than keep the estimated peak memory below the inputs' total size)")
+                              "no more than keep the estimated peak memory below the inputs' total size); for one "
+                              "trace, processes reading its pieces (1: this one alone)")
     command.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                          help="run the tasks on this Dask cluster (env CGTRACE_SCHEDULER; pip install "
                               "'cgtrace[cluster]'); every path must be on storage all workers see")

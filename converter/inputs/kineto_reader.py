@@ -9,9 +9,10 @@ give the same model.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import mmap
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 import msgspec
 
@@ -21,8 +22,8 @@ from ..model import ArgsStore, Trace, decode_json
 from ..tuning import DEFAULT_TUNING, Tuning
 from .event_pieces import HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, locate_events
 from .kineto_events import not_valid_json
-from .piece_parts import PieceParts, RawPiece, decoded_parts
-from .piece_workers import parts_in_parallel, workers_pay
+from .piece_parts import decoded_parts
+from .piece_workers import Parts, parts_in_parallel, workers_pay
 from .plain_events import KinetoEvents
 from .source import read_input_bytes
 
@@ -69,20 +70,21 @@ def _parse_in_pieces(text: Any, layout: EventsLayout, store: ArgsStore, tuning: 
     builder = KinetoEvents(trace, base_ns=kineto.base_time_ns(header) or 0)
     checked, total = layout.start, len(text)
 
-    def in_this_process(rest: EventsLayout) -> Iterator[tuple[PieceParts, int, RawPiece]]:
+    def in_this_process(rest: EventsLayout) -> Parts:
         return decoded_parts(text, rest, builder.base_ns, tuning, exact_times=lambda: builder.exact_times)
 
     pieces = parts_in_parallel(text, layout, builder.base_ns, tuning, in_this_process) \
         if workers_pay(len(text), tuning) else in_this_process(layout)
-    for made, end, raw_piece in pieces:
-        _check_utf8(text, checked, end)
-        builder.add_parts(made, raw_piece)
-        del made
-        if isinstance(text, mmap.mmap):
-            # Finished pages go (read again, they refault from the page cache).
-            text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))
-        progress.report(f"parsing events: {end * 100 // total}%")
-        checked = end
+    with contextlib.closing(pieces):  # workers ended at once, however the read ends (a stop included)
+        for made, end, raw_piece in pieces:
+            _check_utf8(text, checked, end)
+            builder.add_parts(made, raw_piece)
+            del made
+            if isinstance(text, mmap.mmap):
+                # Finished pages go (read again, they refault from the page cache).
+                text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))
+            progress.report(f"parsing events: {end * 100 // total}%")
+            checked = end
     _check_utf8(text, layout.end, total)
     builder.finish()
     return trace

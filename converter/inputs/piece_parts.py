@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from itertools import compress, repeat
 from operator import attrgetter, eq, itemgetter
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Generator, Optional, Sequence, Union
 
 import msgspec
 import numpy as np
@@ -83,7 +83,7 @@ RawPiece = Optional[Callable[[], list]]
 
 
 def decoded_parts(text: Any, layout: EventsLayout, base_ns: int, tuning: Tuning, portable: bool = False,
-                  exact_times: Callable[[], bool] = bool) -> Iterator[tuple[PieceParts, int, RawPiece]]:
+                  exact_times: Callable[[], bool] = bool) -> Generator[tuple[PieceParts, int, RawPiece], None, None]:
     """(a piece's parts, where the piece ends, its raw events where the parts need them) for
     each piece of the events in `layout`, in order. `exact_times()`: whether the builder had to
     decode an event again for its exact times, asked after each piece (kineto_events.Decodings)."""

@@ -20,14 +20,14 @@ import os
 import pickle
 import signal
 import struct
-from typing import Any, BinaryIO, Callable, Iterator, Optional
+from typing import Any, BinaryIO, Callable, Generator, Optional
 
 from ..signals import STOPPING, stopping_deferred
 from ..tuning import Tuning, process_threads
 from .event_pieces import EventsLayout, spans
 from .piece_parts import PieceParts, RawPiece, decoded_parts
 
-Parts = Iterator[tuple[PieceParts, int, RawPiece]]
+Parts = Generator[tuple[PieceParts, int, RawPiece], None, None]
 _LENGTH = struct.Struct("<Q")  # each span's pickled parts, after their length
 
 

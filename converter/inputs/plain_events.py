@@ -54,8 +54,9 @@ class KinetoEvents(PhaseHandlers):
             if type(part) is PlainPart:
                 self._add_plain_part(part)
             else:
+                end = part.at + len(part.items)
                 self._add_each(part.items, 0, len(part.items),
-                               raw_piece and functools.partial(_raws_from, raw_piece, part.at, part.at + len(part.items)))
+                               raw_piece and functools.partial(_raws_from, raw_piece, part.at, end))
 
     def _add_plain_part(self, part: PlainPart) -> None:
         """Slices of the complete events and instants, flow events of the rest, in order;
