@@ -15,14 +15,13 @@ from collections import Counter
 import pytest
 
 from converter.inputs import event_pieces, piece_workers
-from converter.inputs import kineto_reader as reader
 from converter.inputs.source import read_input_bytes
 from converter.errors import CgtraceError
 from converter.generator import GeneratorConfig, write_trace
 from converter.tuning import Tuning
 
 from .helpers import child_pids, compact_file, convert_file, rows, shared_trace_param, shared_trace_paths
-from .test_event_pieces import tricky_document
+from .test_event_pieces import tricky_document, whole_document_output
 
 ONE = Tuning(cores=4, read_workers=1)
 # Three workers on any trace, spans of two 16 KB pieces: many spans per worker.
@@ -51,14 +50,6 @@ def spans_of(path, tuning: Tuning) -> int:
     text = read_input_bytes(path)
     layout = event_pieces.locate_events(text)
     return 0 if layout is None else len(event_pieces.spans(text, layout, tuning.piece_bytes * tuning.pieces_per_span))
-
-
-def whole_document_output(monkeypatch, convert, source, output) -> bytes:
-    """What the reader writes reading the document whole, never in pieces."""
-    with monkeypatch.context() as patch:
-        patch.setattr(reader, "locate_events", lambda text: None)
-        convert(source, output)
-    return output.read_bytes()
 
 
 @pytest.mark.parametrize("path", [shared_trace_param(p) for p in TOP_LEVEL])
