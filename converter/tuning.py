@@ -34,8 +34,9 @@ class Tuning(msgspec.Struct, frozen=True):
     first_decoding: Decoding = Decoding.TAGGED_NUMBERS
     tagged_tries: int = 3  # pieces the tagged decoding may fail before the rest skip it
     # Processes decoding one trace's pieces (piece_workers.py; 1: this one alone), only for this
-    # much JSON or more (below, forking them costs more than they save), a span of this many
-    # pieces handed to one at a time.
+    # much JSON or more (below, forking and the first span's wait are much of what a split could
+    # save: not a measured crossover, docs/performance.md), a span of this many pieces handed to
+    # one at a time.
     read_workers: int = 1
     read_workers_min_json_bytes: int = 32 << 20
     pieces_per_span: int = 4

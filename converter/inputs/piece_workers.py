@@ -2,8 +2,8 @@
 spans of the events array (piece_parts.py) while this process builds the model from them in
 input order, so the model is the one a single process builds.
 
-Processes, not threads: msgspec holds the GIL while it decodes, and so do the per-field
-passes after it (docs/performance.md measures both). Forked, the workers share the input's
+Processes, not threads: msgspec holds the GIL while it decodes (two threads decoding were
+no faster than one: docs/performance.md), and the per-field passes after it are Python's. Forked, the workers share the input's
 pages and every module already imported; a worker takes every `workers`-th span and hands
 each span's parts back pickled down its own pipe, which holds one span at a time, so a
 worker runs at most a span ahead of the builder and memory stays bounded however fast it
@@ -32,9 +32,10 @@ _LENGTH = struct.Struct("<Q")  # each span's pickled parts, after their length
 
 
 def workers_pay(json_bytes: int, tuning: Tuning) -> bool:
-    """Whether this trace is read by workers: several are allowed, the trace is large enough
-    that they save more than forking them costs, and this process runs no other thread (a
-    fork copies only the calling one, and the child may deadlock on a lock another held)."""
+    """Whether this trace is read by workers: several are allowed, the trace has the tuning's
+    least size for them (below, forking and the first span's wait are much of what a split
+    could save), and this process runs no other thread (a fork copies only the calling one,
+    and the child may deadlock on a lock another held)."""
     return tuning.read_workers > 1 and json_bytes >= tuning.read_workers_min_json_bytes and process_threads() == 1
 
 
