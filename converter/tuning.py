@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import enum
 import os
+import threading
 
 import msgspec
 
@@ -32,6 +33,13 @@ class Tuning(msgspec.Struct, frozen=True):
     piece_bytes: int = 1 << 20
     first_decoding: Decoding = Decoding.TAGGED_NUMBERS
     tagged_tries: int = 3  # pieces the tagged decoding may fail before the rest skip it
+    # Processes decoding one trace's pieces (piece_workers.py; 1: this one alone), only for this
+    # much JSON or more (below, forking and the first span's wait are much of what a split could
+    # save: not a measured crossover, docs/performance.md), a span of this many pieces handed to
+    # one at a time.
+    read_workers: int = 1
+    read_workers_min_json_bytes: int = 32 << 20
+    pieces_per_span: int = 4
     # The args store's file: pending text written at this size; a sweep's blocks reach this far.
     spill_bytes: int = 1 << 20
     sweep_bytes: int = 1 << 20
@@ -65,12 +73,23 @@ class Tuning(msgspec.Struct, frozen=True):
 
     @classmethod
     def for_this_machine(cls) -> Tuning:
-        """Today's sizes, with the cores this process may run on."""
+        """Today's sizes, with the cores this process may run on, and as many read workers as
+        fit beside this process and its args helper, if at least two do: on 2 cores they
+        measured no faster and took more memory (docs/performance.md)."""
         try:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # not Linux
             cores = os.cpu_count() or 1
-        return cls(cores=cores)
+        return cls(cores=cores, read_workers=cores - 2 if cores >= 4 else 1)
+
+    def reading_with(self, workers: int) -> Tuning:
+        """The same, one trace's pieces read by `workers` processes (--jobs of one trace)."""
+        return msgspec.structs.replace(self, read_workers=max(1, workers))
+
+    def shared_by(self, jobs: int) -> Tuning:
+        """A job's share when `jobs` traces are read at once: the read workers between them,
+        so jobs times workers stays within the cores."""
+        return self.reading_with(self.read_workers // max(1, jobs))
 
     def default_jobs(self, sizes: list[int]) -> int:
         """How many ranks to hold at once, given their JSON sizes (largest first): as many as
@@ -93,6 +112,14 @@ class Tuning(msgspec.Struct, frozen=True):
         processes = 2 * jobs + 1  # this one, the workers and their helpers
         rank_bytes = (self.rank_bytes_per_json_byte + self.encoded_args_per_json_byte) * sum(sizes[:jobs])
         return self.process_bytes * processes + rank_bytes <= sum(sizes)
+
+
+def process_threads() -> int:
+    """Threads this process runs, native ones too (as Python's warning about forking counts them)."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:  # not Linux
+        return threading.active_count()
 
 
 # The sizes a caller outside a job (a test, a library user) gets; a job's own come with it.

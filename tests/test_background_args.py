@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from converter.tuning import DEFAULT_TUNING, Tuning
+from converter.tuning import DEFAULT_TUNING, Tuning, process_threads
 from converter.outputs import args_accelerator as background_args
 from converter.fileio.args_file import FileArgsStore
 from converter.jobs.runner import args_store as make_args_store
@@ -300,8 +300,8 @@ def test_the_command_line_runs_one_thread_so_it_may_fork_its_helper():
     """numpy's OpenBLAS would start a thread per core on import, and a second thread rules the
     args helper out (cores_to_spare): the command line keeps BLAS to one thread."""
     probe = ("import os, converter.cli, numpy\n"
-             "from converter.outputs.args_accelerator import _threads\n"
-             "print(_threads())")
+             "from converter.tuning import process_threads\n"
+             "print(process_threads())")
     environment = {key: value for key, value in os.environ.items() if key != "OPENBLAS_NUM_THREADS"}
     shown = subprocess.run([sys.executable, "-c", probe], env=environment, capture_output=True, text=True,
                            check=True)
@@ -309,7 +309,7 @@ def test_the_command_line_runs_one_thread_so_it_may_fork_its_helper():
 
 
 def test_no_helper_is_forked_beside_other_threads():
-    assert background_args.cores_to_spare(4) == (background_args._threads() == 1)
+    assert background_args.cores_to_spare(4) == (process_threads() == 1)
     assert not background_args.cores_to_spare(1)
     release = threading.Event()
     worker = threading.Thread(target=release.wait)

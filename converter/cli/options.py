@@ -107,7 +107,8 @@ def add_workers_options(command: argparse.ArgumentParser) -> None:
     """Where the tasks of a directory (or a merge's ranks) run."""
     command.add_argument("--jobs", type=int_from(1, MAX_JOBS), metavar="N",
                          help="local worker processes, traces at once (default: one per core; reading traces, "
-                              "no more than keep the estimated peak memory below the inputs' total size)")
+                              "no more than keep the estimated peak memory below the inputs' total size); for one "
+                              "trace, processes reading its pieces (1: this one alone)")
     command.add_argument("--scheduler", metavar="tcp://HOST:PORT",
                          help="run the tasks on this Dask cluster (env CGTRACE_SCHEDULER; pip install "
                               "'cgtrace[cluster]'); every path must be on storage all workers see")
@@ -146,7 +147,7 @@ def job_options_of(args: argparse.Namespace, compact: bool, ends_command: bool =
                        relane=getattr(args, "relane", False), output_format=getattr(args, "format", "perfetto"),
                        overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command,
                        critical_path=getattr(args, "critical_path", False),
-                       attribution=getattr(args, "attribution", False))
+                       attribution=getattr(args, "attribution", False), jobs=getattr(args, "jobs", None))
 
 
 

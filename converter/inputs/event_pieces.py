@@ -124,6 +124,20 @@ def iter_pieces(text, layout: EventsLayout, decoders: Callable[[], Sequence[msgs
         start = next_start
 
 
+def spans(text, layout: EventsLayout, span_bytes: int) -> list[EventsLayout]:
+    """The events cut at the first `}` `,` `{` past every `span_bytes`: layouts for
+    iter_pieces each. A cut inside a string or a nested value leaves the span before it
+    unbalanced, so that span does not decode: whoever reads the spans then reads the rest
+    from that span's start in one, as iter_pieces would have."""
+    cuts, start = [], layout.start
+    while start < layout.end:
+        match = _BOUNDARY.search(text, start + span_bytes, layout.end) if start + span_bytes < layout.end else None
+        cut, next_start = (match.start() + 1, match.end() - 1) if match else (layout.end, layout.end)
+        cuts.append(EventsLayout(layout.header, start, cut))
+        start = next_start
+    return cuts
+
+
 def _end_of_event_past(text, start: int, search_from: int, end: int) -> tuple[int, int]:
     """(the cut after the first event of those from `start` that ends at or past
     `search_from`, where the next event starts): strings and brackets walked once. Text that

@@ -9,6 +9,7 @@ give the same model.
 from __future__ import annotations
 
 import codecs
+import contextlib
 import mmap
 from pathlib import Path
 from typing import Any, Optional
@@ -19,9 +20,10 @@ from .. import kineto, progress
 from ..errors import CgtraceError
 from ..model import ArgsStore, Trace, decode_json
 from ..tuning import DEFAULT_TUNING, Tuning
-from .event_pieces import (HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, iter_pieces,
-                           locate_events, piece_events)
-from .kineto_events import Decodings, not_valid_json
+from .event_pieces import HEADER_DECODER, NON_SPACE, RAW_LIST_DECODER, EventsLayout, PiecesFailed, locate_events
+from .kineto_events import not_valid_json
+from .piece_parts import decoded_parts
+from .piece_workers import Parts, parts_in_parallel, workers_pay
 from .plain_events import KinetoEvents
 from .source import read_input_bytes
 
@@ -60,26 +62,29 @@ def parse_trace_text(text: bytes | bytearray | mmap.mmap, strict: bool = False,
 
 
 def _parse_in_pieces(text: Any, layout: EventsLayout, store: ArgsStore, tuning: Tuning) -> Trace:
-    """The usual path: the events array a piece at a time, releasing the input behind it."""
+    """The usual path: the events array a piece at a time (on several cores where it pays:
+    piece_workers.py), releasing the input behind it."""
     _check_utf8(text, 0, layout.start)
     header = {key: decode_json(raw) for key, raw in layout.header.items()}
     trace = Trace(metadata=header, args=store)
     builder = KinetoEvents(trace, base_ns=kineto.base_time_ns(header) or 0)
     checked, total = layout.start, len(text)
-    decodings = Decodings(tuning.first_decoding, tuning.tagged_tries)
-    for events, start, end in iter_pieces(text, layout, decodings.decoders, tuning.piece_bytes):
-        _check_utf8(text, checked, end)
-        again = decodings.decoded(events, first_piece=start == layout.start)
-        if again is not None:
-            events = piece_events(text, start, end, again)
-        builder.add_events(events, lambda: piece_events(text, start, end))  # noqa: B023 (called at once)
-        del events
-        decodings.converted(builder.exact_times)
-        if isinstance(text, mmap.mmap):
-            # Finished pages go (read again, they refault from the page cache).
-            text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))
-        progress.report(f"parsing events: {end * 100 // total}%")
-        checked = end
+
+    def in_this_process(rest: EventsLayout) -> Parts:
+        return decoded_parts(text, rest, builder.base_ns, tuning, exact_times=lambda: builder.exact_times)
+
+    pieces = parts_in_parallel(text, layout, builder.base_ns, tuning, in_this_process) \
+        if workers_pay(len(text), tuning) else in_this_process(layout)
+    with contextlib.closing(pieces):  # workers ended at once, however the read ends (a stop included)
+        for made, end, raw_piece in pieces:
+            _check_utf8(text, checked, end)
+            builder.add_parts(made, raw_piece)
+            del made
+            if isinstance(text, mmap.mmap):
+                # Finished pages go (read again, they refault from the page cache).
+                text.madvise(mmap.MADV_DONTNEED, 0, end & ~(mmap.PAGESIZE - 1))
+            progress.report(f"parsing events: {end * 100 // total}%")
+            checked = end
     _check_utf8(text, layout.end, total)
     builder.finish()
     return trace

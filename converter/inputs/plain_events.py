@@ -9,22 +9,17 @@ from __future__ import annotations
 
 import functools
 from itertools import compress, repeat
-from operator import attrgetter, eq, is_, itemgetter
+from operator import is_
 from typing import Any, Callable, Optional, Sequence
 
 import msgspec
 import numpy as np
 
-from ..kineto import MAX_NS
 from ..model import NO_ARGS, Trace, Track
-from .decimal_times import FLOAT_EXACT_LIMIT_US, exact_ns, numbers_ns
-from .flows import END
-from .kineto_events import COMPLETE, FLOW, INSTANT, METADATA, NOT_PLAIN, EVENT_CODES
+from .kineto_events import EVENT
 from .phase_handlers import PhaseHandlers, chrome_thread_key
+from .piece_parts import PieceParts, PlainPart, picker, piece_parts
 
-_TS, _DUR, _CAT, _NAME, _ARGS = map(attrgetter, ("ts", "dur", "cat", "name", "args"))
-_ID, _BP, _PID, _TID = map(attrgetter, ("id", "bp", "pid", "tid"))
-_NOT_THREAD = ("g", "p")  # instant scopes with a track other than their thread's
 # The first halves of the look-up keys of those scopes' tracks: objects no input pid equals.
 _GLOBAL_SCOPE, _PROCESS_SCOPE = object(), object()
 
@@ -39,136 +34,60 @@ class KinetoEvents(PhaseHandlers):
         self._tracks_by_input_key: dict[tuple[Any, Any], Track] = {}
 
     def add_events(self, items: list, raw_piece: Optional[Callable[[], list[msgspec.Raw]]] = None) -> None:
-        """Convert the events in order, releasing each as it is done: runs of `Plain` events
-        in bulk, the others one by one. `items` are decoded events or raw ones (decoded here);
-        an event whose decoded times cannot give its exact nanoseconds is decoded again from
-        `raw_piece()`: the same events, raw. Metadata events are set aside first, so however
-        the exporter placed them (first, last, or before each thread's first event) the plain
-        events around them make one run, at one bulk call's cost."""
-        self.trace.events_read += len(items)
-        codes = np.fromiter(map(EVENT_CODES.get, map(type, items), repeat(NOT_PLAIN)), np.int8, len(items))
-        metadata = np.flatnonzero(codes == METADATA)
-        if len(metadata) and self._set_aside(_picker(metadata.tolist())(items)):
-            kept = np.flatnonzero(codes != METADATA)
-            take = _picker(kept.tolist())
-            items[:] = take(items)  # in place: the caller's list is released as it is done, too
-            codes = codes[kept]
-            if raw_piece is not None:
-                raw_piece = functools.partial(_taken, take, raw_piece)
-            if not items:
-                return
+        """Convert the events in order (piece_parts.py says how they are parted). `items` are
+        decoded events or raw ones (decoded here); an event whose decoded times cannot give
+        its exact nanoseconds is decoded again from `raw_piece()`: the same events, raw."""
+        self.add_parts(piece_parts(items, self.base_ns), raw_piece)
+
+    def add_parts(self, made: PieceParts, raw_piece: Optional[Callable[[], list[msgspec.Raw]]] = None) -> None:
+        """Take a piece's parts in order, releasing each as it is done; `raw_piece` as for
+        add_events (portable parts need none)."""
+        self.trace.events_read += made.events_read
+        if made.metadata:
+            self.keep_metadata(made.metadata if type(made.metadata[0]) is not msgspec.Raw else
+                               list(map(EVENT.decode, made.metadata)))
         if raw_piece is not None:
-            raw_piece = functools.cache(raw_piece)  # decoded raw once per piece, however many runs ask
-        plain = codes >= COMPLETE  # not NOT_PLAIN, nor METADATA left in place
-        start = 0
-        for end in [*(np.flatnonzero(plain[1:] != plain[:-1]) + 1).tolist(), len(items)]:
-            if plain[start]:
-                self._add_plain(items, start, end, codes[start:end], raw_piece)
+            raw_piece = functools.cache(functools.partial(made.raw_events, raw_piece))  # once per piece
+        parts = made.parts
+        for index, part in enumerate(parts):
+            parts[index] = None
+            if type(part) is PlainPart:
+                self._add_plain_part(part)
             else:
-                self._add_each(items, start, end, raw_piece)
-            start = end
+                end = part.at + len(part.items)
+                self._add_each(part.items, 0, len(part.items),
+                               raw_piece and functools.partial(_raws_from, raw_piece, part.at, end))
 
-    def _set_aside(self, events: Sequence) -> bool:
-        """A piece's metadata events, for the end of the read (what `_add_each` does with each),
-        unless one has a time a float cannot hold (then all stay in place for `_add_each`,
-        which decodes that one again, so their order is kept)."""
-        limit = FLOAT_EXACT_LIMIT_US
-        if any(type(event.ts) is float and not -limit < event.ts < limit for event in events):
-            return False
-        self.keep_metadata(events)
-        return True
-
-    def _add_plain(self, items: list, start: int, end: int, codes: np.ndarray, raw_piece) -> None:
-        """items[start:end], all `Plain` (`codes`: what each is): slices and flow events made
-        a field at a time. An event the bulk path cannot take (times a float cannot hold to the
-        ns, not numbers, negative or out of range) goes to `_add_each`, in its place."""
-        run = items[start:end]
-        count = len(run)
-        complete = np.flatnonzero(codes == COMPLETE)  # the others' durations are 0: instants, flows
-        durations_of = list(map(_DUR, run if len(complete) == count else _picker(complete.tolist())(run)))
-        if type(run[0].ts) is msgspec.Raw:  # which of the two tagged decoders made the piece
-            starts, known = exact_ns(list(map(_TS, run)))
-            complete_durations, durations_known = numbers_ns(durations_of)
-        else:  # starts and durations in one conversion: half the fixed cost of a numpy pass
-            times, both_known = numbers_ns([*map(_TS, run), *durations_of])
-            starts, known = times[:count], both_known[:count]
-            complete_durations, durations_known = times[count:], both_known[count:]
-        durations = np.zeros(count, np.int64)
-        durations[complete] = complete_durations
-        known[complete] &= durations_known
-        # 0 <= ts + base and 0 <= dur <= MAX_NS - ts - base, in int64 without overflow.
-        headroom = MAX_NS - self.base_ns
-        fits = known & (starts >= -self.base_ns) & (starts <= headroom) & (durations >= 0)
-        fits &= durations <= headroom - np.where(fits, starts, 0)
-        items[start:end] = [None] * count
-        odd = np.flatnonzero(~fits).tolist()
-        starts = np.where(fits, starts, 0) + self.base_ns
-        for index in odd:  # back for _add_each to find
-            items[start + index] = run[index]
-        edges = [-1, *odd, count]
-        for before, after in zip(edges, edges[1:]):
-            if after - before > 1:
-                part = slice(before + 1, after)
-                self._add_plain_run(run[part], codes[part], starts[part], durations[part])
-            if after < count:
-                self._add_each(items, start + after, start + after + 1, raw_piece)
-
-    def _add_plain_run(self, run: Sequence, codes: np.ndarray, starts: np.ndarray, durations: np.ndarray) -> None:
-        """Slices of the complete events and instants of `run`, flow events of the rest, in
-        order, with their exact start and duration in ns; tracks are made in the order of `run`.
-        Each field is one pass in C (a map of an attrgetter); the kinds of events are parted
-        by numpy on `codes`."""
-        instants = codes == INSTANT
-        on: Sequence[Track] = self._tracks_of(run, np.flatnonzero(instants).tolist())
-        flow_at = np.flatnonzero(codes >= FLOW)
-        if len(flow_at):
-            if len(flow_at) == len(run):
-                self._add_flow_events(run, codes - FLOW, starts, on)
+    def _add_plain_part(self, part: PlainPart) -> None:
+        """Slices of the complete events and instants, flow events of the rest, in order;
+        tracks are made in the order of the run."""
+        on: Sequence[Track] = self._tracks_of(part.keys, part.scoped)
+        if len(part.flow_at):
+            categories = part.flow_categories
+            self.flow_events.extend(map(self.strings.setdefault, categories, categories), part.flow_ids,
+                                    part.flow_phases, part.flow_starts,
+                                    on if len(part.flow_at) == len(on) else picker(part.flow_at.tolist())(on),
+                                    part.flow_enclosing)
+            if not len(part.slice_at):
                 return
-            take = _picker(flow_at.tolist())
-            self._add_flow_events(take(run), codes[flow_at] - FLOW, starts[flow_at], take(on))
-            kept = np.flatnonzero(codes < FLOW)
-            pick = _picker(kept.tolist())
-            run, on, starts, durations, instants = pick(run), pick(on), starts[kept], durations[kept], instants[kept]
-        texts = list(map(_ARGS, run))
-        has_args = np.fromiter(map(len, texts), np.int64, len(texts)) > 2  # "{}" or absent: no args
+            on = picker(part.slice_at.tolist())(on)
+        has_args = part.has_args
         if has_args.all():
-            references = np.arange(len(texts)) + self.args.add_many(texts)
+            references = np.arange(len(has_args)) + self.args.add_many(part.texts)
         else:
-            references = np.full(len(texts), NO_ARGS, np.int64)
-            references[has_args] = np.arange(np.count_nonzero(has_args)) + self.args.add_many(
-                list(compress(texts, has_args.tolist())))
-        self.trace.slices.extend(starts, durations, list(map(_NAME, run)), self._categories(run), references, on,
-                                 instants)
+            references = np.full(len(has_args), NO_ARGS, np.int64)
+            references[has_args] = np.arange(len(part.texts)) + self.args.add_many(part.texts)
+        self.trace.slices.extend(part.starts, part.durations, part.names, part.categories, references, on,
+                                 part.instants)
 
-    def _add_flow_events(self, flows: Sequence, phases: np.ndarray, starts: np.ndarray, on: Sequence[Track]) -> None:
-        """Flow events of the bulk path (`phases`: flows.py's codes): an `f` binds to the slice
-        enclosing it only with `bp: "e"`. Categories are interned (the slices' are ids): each
-        event's own copy of the text was held to the end of the read (and an arrow's to the
-        end): on a large trace, millions of copies of a few texts such as "fwdbwd"."""
-        enclosing = phases != END
-        ends = np.flatnonzero(~enclosing)
-        if len(ends):
-            enclosing[ends] = np.fromiter(map(eq, map(_BP, _picker(ends.tolist())(flows)), repeat("e")), bool,
-                                          len(ends))
-        categories = self._categories(flows)
-        self.flow_events.extend(map(self.strings.setdefault, categories, categories), map(_ID, flows), phases, starts,
-                                on, enclosing)
-
-    @staticmethod
-    def _categories(events: Sequence) -> list[str]:
-        cats = list(map(_CAT, events))
-        return [cat if cat is not None else "" for cat in cats] if None in cats else cats
-
-    def _tracks_of(self, run: Sequence, instant_at: list[int]) -> Sequence[Track]:
-        """The track of each event of `run`: its thread's, or for an instant scoped to its
-        process or to the trace (`instant_at`: where the instants are), that scope's. One
-        look-up per event in C, by its key as written; tracks first met here are made in the
-        order their first events come, so a run's order numbers them as one by one would."""
-        keys = list(zip(map(_PID, run), map(_TID, run)))
-        for at in instant_at:
-            scope = run[at].s
-            if scope in _NOT_THREAD:
+    def _tracks_of(self, keys: list, scoped: list) -> Sequence[Track]:
+        """The track of each event keyed (pid, tid): its thread's, or for an instant scoped to
+        its process or to the trace (`scoped`: (index, scope)), that scope's. One look-up per
+        event in C, by its key as written; tracks first met here are made in the order their
+        first events come, so a run's order numbers them as one by one would."""
+        if scoped:
+            keys = list(keys)
+            for at, scope in scoped:
                 keys[at] = (_GLOBAL_SCOPE, None) if scope == "g" else (_PROCESS_SCOPE, keys[at][0])
         tracks = self._tracks_by_input_key
         on: list[Any] = list(map(tracks.get, keys))  # None: a track not met before
@@ -188,20 +107,6 @@ class KinetoEvents(PhaseHandlers):
         return self.thread_track(key[0], chrome_thread_key(key[1]))
 
 
-def _nothing(items: Sequence) -> tuple:
-    return ()
-
-
-def _taken(take: Callable[[Sequence], tuple], whole: Callable[[], list[msgspec.Raw]]) -> list[msgspec.Raw]:
-    """The raw events of what is left of a piece, by the same indices as its decoded ones."""
-    return list(take(whole()))
-
-
-def _picker(indices: list[int]) -> Callable[[Sequence], tuple]:
-    """Takes these items of a list, in one pass in C (itemgetter, but always a tuple)."""
-    if not indices:
-        return _nothing
-    if len(indices) == 1:
-        only = indices[0]
-        return lambda items: (items[only],)
-    return itemgetter(*indices)
+def _raws_from(raws: Callable[[], list[msgspec.Raw]], start: int, end: int) -> list[msgspec.Raw]:
+    """The raw events of an EachPart: its place in the piece."""
+    return raws()[start:end]

@@ -51,7 +51,8 @@ def run_batch(directory: Path, output_dir: Optional[Path], options: JobOptions, 
     remote = scheduler is not None
     # A worker gets an args helper only where cores and memory allow (a Dask worker never forks one).
     helpers = not remote and options.args_strategy == "auto" and options.tuning.helper_fits(sizes, jobs)
-    task_options = msgspec.structs.replace(options, args_strategy="helper" if helpers else "in-process")
+    task_options = msgspec.structs.replace(options, args_strategy="helper" if helpers else "in-process",
+                                           tuning=options.tuning.shared_by(jobs))
     tasks = [(for_cluster(files[k], remote), for_cluster(targets[k], remote), task_options) for k in todo]
     entries: list[dict[str, Any]] = [{"input": str(path), "output": str(target), "status": "skipped",
                                       "reason": "the output exists; pass --overwrite to replace it"}

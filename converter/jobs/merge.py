@@ -154,7 +154,8 @@ def _merge_files(found: list[Path], output_for_group: Callable[[int, int], Path]
     # A Dask worker runs threads, so it never forks an args helper (cores_to_spare).
     helpers = scheduler is None and (options.args_strategy == "helper" or
                                      (options.args_strategy == "auto" and tuning.helper_fits(sizes, jobs)))
-    scanning = msgspec.structs.replace(options, compact=True, args_strategy="helper" if helpers else "in-process")
+    scanning = msgspec.structs.replace(options, compact=True, args_strategy="helper" if helpers else "in-process",
+                                       tuning=tuning.shared_by(jobs))
     # One rank at a time runs in this process, unless each needs a fresh one: a process forked
     # from a heap that held earlier ranks (an args helper, a worker) keeps those pages while its
     # parent reuses them.

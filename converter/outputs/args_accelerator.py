@@ -26,7 +26,6 @@ from __future__ import annotations
 import gc
 import os
 import tempfile
-import threading
 import weakref
 from array import array
 from collections import deque
@@ -43,7 +42,7 @@ from ..fileio.direct import read_all, write_all, write_at
 from ..heap import give_back_freed_memory
 from ..model import LabelRule
 from ..signals import stopping_deferred
-from ..tuning import DEFAULT_TUNING, Tuning
+from ..tuning import DEFAULT_TUNING, Tuning, process_threads
 from .packets import Spliced
 from .prepared_args import ARGS_FORM, EncodedArgs, EntryEncoder, canonical_names, mapped
 from .slice_packets import SliceBatch, encode_batch
@@ -54,14 +53,7 @@ def cores_to_spare(cores: int) -> bool:
     tuning's), rather than take turns with it. Not from a process running other threads: a
     fork copies only the calling one, and Python 3.12 warns that the child may deadlock on a
     lock another thread held."""
-    return cores > 1 and _threads() == 1
-
-
-def _threads() -> int:
-    try:
-        return len(os.listdir("/proc/self/task"))  # native threads too, as Python's warning counts
-    except OSError:
-        return threading.active_count()
+    return cores > 1 and process_threads() == 1
 
 
 def accelerated_args_store(label_rule: Optional[LabelRule], directory: Optional[str] = None,
