@@ -26,6 +26,12 @@ class Decoding(enum.Enum):
     EXACT_EVENTS = "exact events"                # every event alike, times exact
 
 
+# More read workers than this by default would wait on the main process, which keeps about
+# half of one process's reading and builds the model in order (docs/performance.md, "One
+# trace on several cores"); each would add its spans' memory.
+_MOST_READ_WORKERS = 3
+
+
 class Tuning(msgspec.Struct, frozen=True):
     """Every knob of one command, fixed when it starts (the module docstring says why)."""
 
@@ -80,7 +86,7 @@ class Tuning(msgspec.Struct, frozen=True):
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # not Linux
             cores = os.cpu_count() or 1
-        return cls(cores=cores, read_workers=cores - 2 if cores >= 4 else 1)
+        return cls(cores=cores, read_workers=min(cores - 2, _MOST_READ_WORKERS) if cores >= 4 else 1)
 
     def reading_with(self, workers: int) -> Tuning:
         """The same, one trace's pieces read by `workers` processes (--jobs of one trace)."""

@@ -184,8 +184,9 @@ def test_ranks_at_once_share_the_cores_with_their_readers(monkeypatch, cores):
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))
     machine = Tuning.for_this_machine()
     assert machine.cores == cores
-    # Workers only beside this process and its args helper, and only two or more.
-    assert machine.read_workers == (cores - 2 if cores >= 4 else 1)
+    # Workers only beside this process and its args helper, only two or more, and no more than
+    # can keep the main process busy.
+    assert machine.read_workers == {1: 1, 2: 1, 3: 1, 4: 2, 8: 3, 16: 3}[cores]
     for jobs in range(1, cores + 1):
         shared = machine.shared_by(jobs)
         assert shared.read_workers >= 1 and (shared.read_workers == 1 or jobs * shared.read_workers <= cores)
