@@ -20,6 +20,7 @@ from ..engine.compaction import compact
 from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
 from ..engine.memory import add_memory_counters
+from ..engine.waits import add_wait_counters
 from ..engine.pp import NO_PP, Block, BlockKey, find_blocks, link_rank_local
 from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bounds
 from ..errors import CgtraceError
@@ -190,6 +191,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
     if options.output_format == "perfetto":  # lane rows' busy counters (activity.py says why)
         add_busy_lanes(trace)
+        summary["wait_counters"] = add_wait_counters(trace)  # why each GPU is idle, its queues (waits.py)
     _add_memory(trace, summary)
     blocks, scheme = find_blocks(trace, rules, header.pp_rank)
     if scheme != NO_PP:  # a summary leaves out what does not apply

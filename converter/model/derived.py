@@ -7,7 +7,8 @@ must not count them as work, so each has a category of its own, named here, whic
 writers give them and every reader (trace_processor's views, the report, the self-checks)
 tells them apart by. Counters (a GPU's or rank's activity, a device's memory) are derived too, but live in
 trace_processor's counter table, never among slices. What launched a GPU slice is derived as
-args added beside its own, under one key (ATTRIBUTION), which SQL and the report read.
+args added beside its own, under one key (ATTRIBUTION), which SQL and the report read. Why a GPU
+is idle is derived as a counter per GPU whose value is a code (IDLE_CODES).
 """
 
 from __future__ import annotations
@@ -47,3 +48,10 @@ UNATTRIBUTED_REASONS = {
                   "whether it was launched before the capture cannot be told",
     NO_CORRELATION: "it carries no correlation id (args.correlation) and no launch arrow reaches it",
 }
+
+# Why a GPU is idle (engine/waits.py), in the order a moment is given to the first that holds;
+# its counter's value is the cause's code, NOT_IDLE while the GPU works or outside the trace.
+QUEUED, HOST_SYNC, PEER, HOST_BEHIND, OTHER = "queued", "host sync", "peer", "host behind", "other"
+IDLE_CAUSES = (QUEUED, HOST_SYNC, PEER, HOST_BEHIND, OTHER)
+NOT_IDLE = 0
+IDLE_CODES = {cause: code for code, cause in enumerate(IDLE_CAUSES, 1)}

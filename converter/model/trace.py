@@ -89,6 +89,8 @@ class TrackRole(enum.Enum):
     CRITICAL_PATH = "critical_path"  # a merge's critical path on one rank: copies of segments (engine/critical_path.py)
     MEMORY_ALLOCATED = "memory_allocated"  # a device's allocated bytes over time (engine/memory.py)
     MEMORY_RESERVED = "memory_reserved"    # a device's reserved bytes over time (engine/memory.py)
+    IDLE_CAUSE = "idle_cause"    # why a GPU is idle, as a code per moment (engine/waits.py, model/derived.py)
+    QUEUE_DEPTH = "queue_depth"  # one stream's launched, unfinished GPU work (engine/waits.py)
 
 
 class LaneKind(enum.Enum):
@@ -142,6 +144,7 @@ class Track(msgspec.Struct, eq=False):
     uuid: Optional[int] = None
     scale: Optional[CounterScale] = None  # a counter's unit and shared y scale, where it has them
     device: Optional[int] = None  # a memory counter's device, as Kineto numbers it (-1: the CPU)
+    stream: Optional[int] = None  # a queue depth counter's stream (args.stream of its GPU work)
 
     @property
     def flat(self) -> bool:
