@@ -52,14 +52,13 @@ def is_percentage(value: object) -> bool:
 def job_options(compact: bool, lanes: Optional[LaneRules] = None, *, relane: bool = False, strict: bool = False,
                 window: Optional[Window] = None, split_steps: bool = False, output_format: str = "perfetto",
                 overwrite: bool = False, verify: bool = False, tp_bin: Optional[str] = None,
-                ends_command: bool = False, critical_path: bool = False, attribution: bool = False) -> JobOptions:
+                ends_command: bool = False, critical_path: bool = False) -> JobOptions:
     """A job's options as the command line makes them: the built-in lane rules unless given,
     the args helper where a core is free."""
     return JobOptions(compact=compact, lanes=lanes or load_lane_rules(),
                       strict=strict, window=window, split_steps=split_steps, relane=relane,
                       output_format=output_format, args_strategy="auto", overwrite=overwrite, verify=verify,
-                      tp_bin=tp_bin, ends_command=ends_command, critical_path=critical_path,
-                      attribution=attribution)
+                      tp_bin=tp_bin, ends_command=ends_command, critical_path=critical_path)
 
 
 def checked_step_windows(value: object) -> str:

@@ -15,7 +15,7 @@ import msgspec
 
 from .. import kineto, progress
 from ..engine.activity import add_busy_lanes
-from ..engine.attribution import add_attribution_args
+from ..engine.attribution import launch_args
 from ..engine.compaction import compact
 from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
@@ -55,9 +55,6 @@ class JobOptions(msgspec.Struct, frozen=True):
     # compact: derive each step's critical path (engine/critical_path.py) and write it on rows of
     # its own; asked for, as it costs a real trace's compact as much again or more (docs/cli.md#compact)
     critical_path: bool = False
-    # write on each GPU slice the CPU call, op, annotation and module that launched it
-    # (engine/attribution.py); asked for, as it adds a third to a real trace's compact (docs/cli.md#compact)
-    attribution: bool = False
     strict: bool = False
     window: Optional[Window] = None
     split_steps: bool = False
@@ -168,10 +165,8 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     input_read()
     header = kineto.rank_header(trace.metadata, str(input_path))
     summary = trace_summary(trace)
-    # Before a window cuts launches away, and before compaction asks the args helper for labels
-    # (entries added later would miss its encoding).
-    if options.attribution:
-        summary["launch_attribution"] = add_attribution_args(trace)
+    if rules is not None:  # before a window cuts launches away; the rows it keeps keep theirs
+        trace.derived_args, summary["launch_attribution"] = launch_args(trace)
     if options.window is not None:
         cut_to = cut_to_steps if options.window.by_steps else cut
         trace, cut_summary = cut_to(trace, *window_bounds(trace, options.window, str(input_path)))

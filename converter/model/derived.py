@@ -7,7 +7,7 @@ must not count them as work, so each has a category of its own, named here, whic
 writers give them and every reader (trace_processor's views, the report, the self-checks)
 tells them apart by. Counters (a GPU's or rank's activity, a device's memory) are derived too, but live in
 trace_processor's counter table, never among slices. What launched a GPU slice is derived as
-args added beside its own, under one key (ATTRIBUTION), which SQL and the report read. Why a GPU
+args written beside its own, under one name (ATTRIBUTION), which SQL and the report read. Why a GPU
 is idle is derived as a counter per GPU whose value is a code (IDLE_CODES).
 """
 
@@ -29,12 +29,12 @@ CATEGORIES = {
 COMPUTE, TRANSFER, LAUNCH, WAIT = "compute", "transfer", "launch", "wait"
 PATH_KINDS = (COMPUTE, TRANSFER, LAUNCH, WAIT)
 
-# A GPU slice's launch attribution (engine/attribution.py): args under this key, beside the
-# slice's own (in SQL: debug.args.cgtrace.<field>), each field present where the trace names it.
-ATTRIBUTION = "cgtrace"
-LAUNCH, OP, ANNOTATION, MODULE, UNATTRIBUTED = "launch", "op", "annotation", "module", "unattributed"
-ATTRIBUTION_FIELDS = (LAUNCH, OP, ANNOTATION, MODULE, UNATTRIBUTED)
-# Why a GPU slice has no launch in the trace (its UNATTRIBUTED field), each defined once.
+# A GPU slice's launch attribution (engine/attribution.py): args written beside the slice's own
+# under this name (in SQL: debug.cgtrace_launch.<field>), each field present where the trace names it.
+ATTRIBUTION = "cgtrace_launch"
+LAUNCH, OP, ANNOTATION, MODULE, REASON = "launch", "op", "annotation", "module", "reason"
+ATTRIBUTION_FIELDS = (LAUNCH, OP, ANNOTATION, MODULE, REASON)
+# Why a GPU slice has no launch in the trace (its REASON field), each defined once.
 BEFORE_CAPTURE = "launched before the capture"
 NOT_RECORDED = "launch not recorded"
 NO_CPU_CALLS = "no CPU calls recorded"

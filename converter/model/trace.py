@@ -15,7 +15,7 @@ from typing import Any, Optional
 import msgspec
 import numpy as np
 
-from .args import ArgsStore, LabelRule
+from .args import ArgsStore, ExtraArgs, LabelRule
 from .slices import SliceTable, renumbering
 
 
@@ -232,6 +232,9 @@ class Trace(msgspec.Struct):
     events_read: int = 0
     args: ArgsStore = msgspec.field(default_factory=ArgsStore)
     rank: Optional[RankIdentity] = None
+    # Args a stage derived about slices (their launch attribution), written beside their own;
+    # on the trace, so they follow its rows wherever slices are dropped.
+    derived_args: ExtraArgs = msgspec.field(default_factory=ExtraArgs.none)
 
     def instant_count(self) -> int:
         return int(np.count_nonzero(self.slices.instant))
@@ -253,14 +256,17 @@ class Trace(msgspec.Struct):
     def keep_slices(self, kept: np.ndarray) -> None:
         """Keep the slices where `kept` (a mask), and the arrows and arrow ends between them."""
         self.slices.keep(kept)
-        self.flows, self.flow_ends = self._arrows_renumbered(renumbering(kept))
+        new_rows = renumbering(kept)
+        self.flows, self.flow_ends = self._arrows_renumbered(new_rows)
+        self.derived_args = self.derived_args.renumbered(new_rows)
 
     def subset(self, kept: np.ndarray) -> "Trace":
         """A trace of the slices where `kept` (a mask), in order, with the arrows and arrow ends
         between them; everything else shared with this one."""
-        flows, flow_ends = self._arrows_renumbered(renumbering(kept))
+        new_rows = renumbering(kept)
+        flows, flow_ends = self._arrows_renumbered(new_rows)
         return msgspec.structs.replace(self, slices=self.slices.take(np.flatnonzero(kept)), flows=flows,
-                                       flow_ends=flow_ends)
+                                       flow_ends=flow_ends, derived_args=self.derived_args.renumbered(new_rows))
 
     def _arrows_renumbered(self, new_rows: np.ndarray) -> tuple[list[Flow], list[FlowEnd]]:
         """The arrows and arrow ends whose slices have a new row (-1: none), on those rows."""
