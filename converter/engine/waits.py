@@ -18,7 +18,7 @@ from ..model.waits import HostSide, Work, holding, idle_parts, queue_depths, rea
 # The UI writes a counter's value then its unit: "3 = cause (1 queued, ...)".
 IDLE_SCALE = CounterScale(unit="= cause (" + ", ".join(f"{code} {cause}" for cause, code in derived.IDLE_CODES.items())
                           + "; 0 working)", shared_by="idle cause")
-QUEUE_SCALE = CounterScale(unit="launched, not ended", shared_by="queue depth")
+QUEUE_UNIT = "launched, not ended"
 
 
 # -- on the trace model ---------------------------------------------------------------------------
@@ -45,7 +45,8 @@ def add_wait_counters(trace: Trace) -> int:
             depth = trace.add_track(Track(
                 name=f"Queue depth, stream {stream}" if stream is not None else "Queue depth, no stream",
                 parent=container, folded_under=idle, order=order, is_counter=True, role=TrackRole.QUEUE_DEPTH,
-                scale=QUEUE_SCALE, stream=stream))
+                # A scale per stream: on one scale a graph's stream of hundreds flattened the others.
+                scale=CounterScale(QUEUE_UNIT, f"queue depth {container.name} stream {stream}"), stream=stream))
             trace.counters.extend(map(CounterSample, (moment for moment, _ in changes),
                                       (float(value) for _, value in changes), repeat(depth)))
             made += 1
