@@ -27,7 +27,9 @@ IDLE_DEFINITIONS = {
     QUEUED: "launched but waiting on earlier GPU work: the GPU work that ends the idle gap was launched (its "
             "runtime call had returned); a CUDA graph replay's kernel counts as launched only once the replay's "
             "kernels that began before it have ended (the graph runs them in order, not all at once at its "
-            "cudaGraphLaunch)",
+            "cudaGraphLaunch); it claims only that work waited in the GPU's queue while the GPU ran none of the "
+            "trace's work, not what it waited for (an event another stream records, a copy the CPU stages, "
+            "another process on the GPU)",
     HOST_SYNC: "waiting on the host: a cudaDeviceSynchronize, cudaStreamSynchronize or cudaEventSynchronize call "
                "is in progress on the CPU",
     PEER: "waiting on a peer: a receive (c10d::recv, gloo:recv, nccl:recv) is open on the CPU",
