@@ -48,3 +48,29 @@ def test_gpu_time_by_op_through_the_launch_args(compacted) -> None:
     found = query(output, question("Each GPU's time in the steps by the op that launched it"))
     assert [{"op": row["op"], "gpu_slices": row["gpu_slices"], "total_ns": row["total_ns"]} for row in found] \
         == gpu["gpu_time_by_op"]["ops"]
+
+
+def test_a_merge_writes_each_ranks_counters_on_the_pipelines_clock(tmp_path: Path) -> None:
+    """A generated 3-rank CUDA-graph pipeline with skewed clocks, merged: each rank's GPU has
+    its own "Why idle" and queue depth counters, moved with its slices onto the pipeline's
+    clock, and the queries give each GPU's report figures."""
+    from converter.generator import write_pp_run
+
+    from .helpers import merge_files
+
+    files = write_pp_run(tmp_path / "run", pp_size=3, microbatches=2, steps=2, seed=4, graphs_per_step=2,
+                         kernels_per_replay=6, clock_offsets_ns=[0, 400_000, -250_000])
+    merged = tmp_path / "merged.perfetto-trace"
+    merge_files(files, lambda group, groups: merged)
+    figures = report(merged)
+    assert len(figures["gpus"]) == 3
+    idle = query(merged, question("Idle by cause per GPU and step"))
+    depth = query(merged, question("Queue depth per stream and step"))
+    by_gpu_track = {row["gpu"] for row in idle}
+    assert len(by_gpu_track) == 3  # one counter per rank's GPU
+    written = sorted(tuple(row[part] for part in PARTS) for row in idle)
+    assert written == sorted(tuple(step[part] for part in PARTS) for gpu in figures["gpus"]
+                             for step in gpu["idle_by_cause"])
+    assert sorted((row["max_depth"], round(row["mean_depth"], 6)) for row in depth) == sorted(
+        (queue["max_depth"], round(queue["mean_depth"], 6)) for gpu in figures["gpus"] for step in gpu["launches"]
+        for queue in step["queue_depth"])
