@@ -52,8 +52,8 @@ def test_gpu_time_by_op_through_the_launch_args(compacted) -> None:
 
 def test_a_merge_writes_each_ranks_counters_on_the_pipelines_clock(tmp_path: Path) -> None:
     """A generated 3-rank CUDA-graph pipeline with skewed clocks, merged: each rank's GPU has
-    its own "Why idle" and queue depth counters, moved with its slices onto the pipeline's
-    clock, and the queries give each GPU's report figures."""
+    its own "Why idle" counter, moved with its slices onto the pipeline's clock, and the query
+    gives each GPU's report figures; a merge writes no queue depth rows (cli.md says why)."""
     from converter.generator import write_pp_run
 
     from .helpers import merge_files
@@ -71,6 +71,4 @@ def test_a_merge_writes_each_ranks_counters_on_the_pipelines_clock(tmp_path: Pat
     written = sorted(tuple(row[part] for part in PARTS) for row in idle)
     assert written == sorted(tuple(step[part] for part in PARTS) for gpu in figures["gpus"]
                              for step in gpu["idle_by_cause"])
-    assert sorted((row["max_depth"], round(row["mean_depth"], 6)) for row in depth) == sorted(
-        (queue["max_depth"], round(queue["mean_depth"], 6)) for gpu in figures["gpus"] for step in gpu["launches"]
-        for queue in step["queue_depth"])
+    assert depth == [] and all(step["queue_depth"] for gpu in figures["gpus"] for step in gpu["launches"])

@@ -22,10 +22,10 @@ QUEUE_UNIT = "launched, not ended"
 
 
 # -- on the trace model ---------------------------------------------------------------------------
-def add_wait_counters(trace: Trace) -> int:
+def add_wait_counters(trace: Trace, queues: bool = True) -> int:
     """Under each GPU's row (a lanes container), a counter of why it is idle (the cause's code,
     derived.IDLE_CODES; NOT_IDLE while it works) from the trace's first moment to its last, and
-    folded under it one counter per stream of its queue depth. Returns the tracks made."""
+    (`queues`) folded under it one counter per stream of its queue depth. Returns the tracks made."""
     work = _gpu_work(trace)
     if not work:
         return 0
@@ -36,12 +36,12 @@ def add_wait_counters(trace: Trace) -> int:
         ready = ready_times(slices, host.launch)
         busy = union((slice_.start, slice_.end) for slice_ in slices)
         parts = idle_parts(busy, holding(slices, ready, busy, host), first, last)
-        idle = trace.add_track(Track(name="Why idle", parent=container, order=_first_order(trace, container),
+        idle = trace.add_track(Track(name="Why idle", parent=container, order=_last_order(trace, container),
                                      is_counter=True, role=TrackRole.IDLE_CAUSE, scale=IDLE_SCALE,
                                      orders_children=True))
         trace.counters.extend(CounterSample(ts, value, idle) for ts, value in _cause_samples(busy, parts, first, last))
         made += 1
-        for order, (stream, changes) in enumerate(queue_depths(slices, ready).items(), 1):
+        for order, (stream, changes) in enumerate(queue_depths(slices, ready).items() if queues else (), 1):
             depth = trace.add_track(Track(
                 name=f"Queue depth, stream {stream}" if stream is not None else "Queue depth, no stream",
                 parent=container, folded_under=idle, order=order, is_counter=True, role=TrackRole.QUEUE_DEPTH,
@@ -68,9 +68,10 @@ def _cause_samples(busy: Intervals, parts: dict[str, Intervals], first: int, las
     return samples
 
 
-def _first_order(trace: Trace, container: Track) -> int:
-    """An order that puts a row first among the container's rows."""
-    return min((track.order for track in trace.tracks if track.parent is container), default=1) - 1
+def _last_order(trace: Trace, container: Track) -> int:
+    """An order that puts a row last among the container's rows: the lanes come first, as
+    they did, and the cause sits below the work it explains."""
+    return max((track.order for track in trace.tracks if track.parent is container), default=0) + 1
 
 
 def _gpu_work(trace: Trace) -> dict[Track, list[Work]]:

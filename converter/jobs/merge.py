@@ -395,7 +395,8 @@ def _in_workers(workers: Optional[Workers], function: Callable[..., Any], tasks:
 
 
 def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:
-    prepared = prepare(Path(file), options, options.lanes)
+    # No queue depth rows: a rank's dozens of replay streams made its rows taller than a screen.
+    prepared = prepare(Path(file), options, options.lanes, queue_rows=False)
     trace, header = prepared.trace, prepared.header
     if header.problem is not None or header.rank is None:
         raise CgtraceError(f"{file}: {header.problem}")

@@ -156,9 +156,11 @@ def _add_memory(trace: Trace, summary: dict[str, Any]) -> None:
         summary["memory_counters"] = tracks
 
 
-def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], written_here: bool = False) -> Prepared:
+def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], written_here: bool = False,
+            queue_rows: bool = True) -> Prepared:
     """Read, cut to the window and, given lane rules, compact and find the PP blocks;
-    `written_here`: this process writes the output (see args_store)."""
+    `written_here`: this process writes the output (see args_store); `queue_rows`: each GPU
+    stream's queue depth counter too (engine/waits.py), which a merge leaves out."""
     trace = read_trace(input_path, strict=options.strict, args=args_store(
         options.args_strategy, options.output_format, written_here, compacts=rules is not None,
         tuning=options.tuning, json_bytes=json_size(input_path)), tuning=options.tuning)
@@ -186,7 +188,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
     if options.output_format == "perfetto":  # lane rows' busy counters (activity.py says why)
         add_busy_lanes(trace)
-        summary["wait_counters"] = add_wait_counters(trace)  # why each GPU is idle, its queues (waits.py)
+        summary["wait_counters"] = add_wait_counters(trace, queue_rows)  # why each GPU is idle, its queues
     _add_memory(trace, summary)
     blocks, scheme = find_blocks(trace, rules, header.pp_rank)
     if scheme != NO_PP:  # a summary leaves out what does not apply
