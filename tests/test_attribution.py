@@ -204,3 +204,31 @@ def test_a_window_keeps_each_kept_slices_attribution(tmp_path: Path) -> None:
     expected = expected_attribution(source)
     assert 0 < sum(written.values()) < sum(expected.values())
     assert all(expected[key] >= count for key, count in written.items())
+
+
+def test_each_graph_kernel_names_its_place_in_the_replay(tmp_path: Path) -> None:
+    """hta_cuda_graph_rank0: a slice a cudaGraphLaunch launched carries its place in that
+    replay (by start, then end), as the input's slices sharing that launch's correlation id
+    order; a slice launched otherwise carries none."""
+    source = SHARED_TRACES / "hta_cuda_graph_rank0.json.gz"
+    if not source.is_file():
+        pytest.skip("../shared/traces is absent")
+    _, events = load_events(source)
+    spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    graph_calls = {e["args"]["correlation"] for e in spans if e.get("name") == "cudaGraphLaunch"}
+    replays = defaultdict(list)
+    for e in spans:
+        if e.get("cat") in GPU and e["args"].get("correlation") in graph_calls:
+            replays[e["args"]["correlation"]].append((to_ns(e["ts"]), to_ns(e["dur"]), e["name"]))
+    expected = Counter()
+    for correlation, found in replays.items():
+        for place, (start, dur, name) in enumerate(sorted(found, key=lambda s: (s[0], s[0] + s[1])), 1):
+            expected[(name, dur, correlation, place)] += 1
+    output = tmp_path / "out.perfetto-trace"
+    compact_file(source, output)
+    written = Counter((row["name"], row["dur"], row["correlation"], row["place"]) for row in rows(output, f"""
+        select name, dur, extract_arg(arg_set_id, 'debug.args.correlation') as correlation,
+               extract_arg(arg_set_id, 'debug.cgtrace_launch.replay_order') as place
+        from slice where category in ({", ".join(f"'{c}'" for c in GPU)})
+          and extract_arg(arg_set_id, 'debug.cgtrace_launch.replay_order') is not null"""))
+    assert len(graph_calls) == 70 and sum(written.values()) > 0 and written == expected

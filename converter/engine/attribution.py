@@ -28,7 +28,7 @@ import numpy as np
 from .. import kineto
 from ..model import ExtraArgs, Trace
 from ..model.derived import (ATTRIBUTION, ATTRIBUTION_FIELDS, BEFORE_CAPTURE, NO_CORRELATION,
-                             NO_CPU_CALLS, NOT_RECORDED, REASON)
+                             NO_CPU_CALLS, NOT_RECORDED, REASON, REPLAY_ORDER)
 
 
 class Attribution(msgspec.Struct):
@@ -134,7 +134,7 @@ def _innermost(trace: Trace, targets: np.ndarray, containers: np.ndarray) -> np.
 
 def launch_args(trace: Trace) -> tuple[ExtraArgs, dict[str, object]]:
     """Each GPU slice's attribution (attribute) as args written beside its own under ATTRIBUTION,
-    found on columns: each distinct (launch, op, annotation, module, reason) once. Returns them
+    found on columns: each distinct (launch, op, annotation, module, reason, replay order) once. Returns them
     and what the summary says: GPU slices attributed, and the rest by reason."""
     found = attribute(trace)
     names, texts = trace.slices.name, trace.slices.texts
@@ -144,12 +144,33 @@ def launch_args(trace: Trace) -> tuple[ExtraArgs, dict[str, object]]:
                      for column in (found.launch, found.op, found.annotation, found.module)]
                     + [np.fromiter((reason_code.get(reason, -1) for reason in found.reason), np.int64,
                                    len(found.reason))], axis=1) if len(found.gpu) else np.zeros((0, 5), np.int64)
+    keys = np.column_stack([keys, _replay_order(trace, found)])
     distinct, which = np.unique(keys, axis=0, return_inverse=True)
-    values = [{field: texts[code] if field != REASON else reasons[code]
-               for field, code in zip(ATTRIBUTION_FIELDS, key) if code >= 0} for key in distinct.tolist()]
+    values = [{**{field: texts[code] if field != REASON else reasons[code]
+                  for field, code in zip(ATTRIBUTION_FIELDS, key) if code >= 0},
+               **({REPLAY_ORDER: key[-1]} if key[-1] else {})} for key in distinct.tolist()]
     order = np.argsort(found.gpu, kind="stable")
     counts = np.bincount(keys[:, 4] + 1, minlength=len(reasons) + 1).tolist() if len(found.gpu) else [0]
     return ExtraArgs(found.gpu[order], which.reshape(-1)[order].astype(np.int64),
                      [{ATTRIBUTION: value} for value in values]), {
         "gpu_slices": len(found.gpu), "attributed": counts[0],
         "unattributed": {reason: count for reason, count in zip(reasons, counts[1:])}}
+
+
+def _replay_order(trace: Trace, found: Attribution) -> np.ndarray:
+    """Per GPU slice launched by a cudaGraphLaunch, its place in that replay (1 for the first to
+    start; by start, end, then row), else 0: the order the graph ran its work in."""
+    table = trace.slices
+    order = np.zeros(len(found.gpu), np.int64)
+    graph_launch = np.fromiter((text == kineto.CUDA_GRAPH_LAUNCH for text in table.texts), np.bool_,
+                               len(table.texts))
+    replayed = np.flatnonzero((found.launch >= 0) & graph_launch[table.name[np.maximum(found.launch, 0)]])
+    if not len(replayed):
+        return order
+    rows = found.gpu[replayed]
+    ranked = replayed[np.lexsort((rows, table.end[rows], table.ts[rows], found.launch[replayed]))]
+    launches = found.launch[ranked]
+    first = np.flatnonzero(np.append(True, launches[1:] != launches[:-1]))
+    starts = np.repeat(first, np.diff(np.append(first, len(ranked))))
+    order[ranked] = np.arange(len(ranked)) - starts + 1
+    return order

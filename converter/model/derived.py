@@ -34,6 +34,8 @@ PATH_KINDS = (COMPUTE, TRANSFER, LAUNCH, WAIT)
 ATTRIBUTION = "cgtrace_launch"
 LAUNCH, OP, ANNOTATION, MODULE, REASON = "launch", "op", "annotation", "module", "reason"
 ATTRIBUTION_FIELDS = (LAUNCH, OP, ANNOTATION, MODULE, REASON)
+# A CUDA graph replay's slice's place in its replay (1 for the first to start): the graph's order.
+REPLAY_ORDER = "replay_order"
 # Why a GPU slice has no launch in the trace (its REASON field), each defined once.
 BEFORE_CAPTURE = "launched before the capture"
 NOT_RECORDED = "launch not recorded"
