@@ -290,6 +290,27 @@ def correlation(args: Optional[bytes]) -> Optional[int]:
     return value if type(value) is int else None
 
 
+class _Launched(msgspec.Struct):
+    correlation: Any = None
+    stream: Any = None
+
+
+_decode_launched = msgspec.json.Decoder(_Launched).decode
+
+
+def launch_keys(args: Optional[bytes]) -> tuple[Optional[int], Optional[int]]:
+    """A GPU slice's args.correlation (as correlation() reads it) and args.stream, each None
+    where absent or not an int."""
+    if args is None:
+        return None, None
+    try:
+        found = _decode_launched(args)
+    except msgspec.MsgspecError:
+        return None, None
+    return (found.correlation if type(found.correlation) is int else None,
+            found.stream if type(found.stream) is int else None)
+
+
 def original_stream(args: Optional[bytes]) -> Optional[str]:
     """args.original_stream (as text) of a slice an exporter moved onto a lane, else None."""
     if args is None or _ORIGINAL_STREAM_KEY not in args:

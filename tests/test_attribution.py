@@ -1,5 +1,6 @@
 """Issue 54, Must show 2: every GPU slice of a compacted trace names the CPU call that launched
-it and the op, annotation and module around that call (args the UI shows), checked against a
+it and the op, annotation and module around that call (args the UI shows, written by default
+beside the slice's own under cgtrace_launch), checked against a
 plain correlation join over the input JSON; those whose launch is not in the trace are
 counted by reason, never dropped."""
 
@@ -18,7 +19,7 @@ from .oracle import load_events, to_ns
 
 GPU = ("kernel", "gpu_memcpy", "gpu_memset")
 RUNTIME = ("cuda_runtime", "cuda_driver")
-FIELDS = ("launch", "op", "annotation", "module", "unattributed")
+FIELDS = ("launch", "op", "annotation", "module", "reason")
 
 
 def expected_attribution(source: Path) -> Counter:
@@ -77,7 +78,7 @@ def attributed_slices(source: Path) -> list[tuple]:
 
 def written_attribution(output: Path) -> Counter:
     """The same, as trace_processor reads the compacted trace's args."""
-    selected = ", ".join(f"extract_arg(arg_set_id, 'debug.args.cgtrace.{field}') as {field}" for field in FIELDS)
+    selected = ", ".join(f"extract_arg(arg_set_id, 'debug.cgtrace_launch.{field}') as {field}" for field in FIELDS)
     found = rows(output, f"""select name, dur, extract_arg(arg_set_id, 'debug.args.correlation') as correlation,
                                     {selected}
                              from slice where category in ({", ".join(f"'{c}'" for c in GPU)})""")
@@ -90,7 +91,7 @@ def test_every_gpu_slice_names_its_launch_as_the_input_says(tmp_path: Path, name
     if not source.is_file():
         pytest.skip("../shared/traces is absent")
     output = tmp_path / "out.perfetto-trace"
-    summary = compact_file(source, output, attribution=True)
+    summary = compact_file(source, output)
     expected = expected_attribution(source)
     assert written_attribution(output) == expected
     reasons = Counter()
@@ -127,7 +128,7 @@ def test_report_sums_gpu_time_by_op_as_the_input_says(tmp_path: Path, capsys) ->
     if not source.is_file():
         pytest.skip("../shared/traces is absent")
     output = tmp_path / "out.perfetto-trace"
-    compact_file(source, output, attribution=True)
+    compact_file(source, output)
     _, events = load_events(source)
     steps = [(to_ns(e["ts"]), to_ns(e["ts"]) + to_ns(e["dur"])) for e in events if isinstance(e, dict)
              and e.get("ph") == "X" and e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
@@ -177,13 +178,57 @@ def test_args_keep_their_own_entries_and_a_slice_without_args_gets_one(tmp_path:
     ]
     source = write_json(tmp_path / "t.json", {"traceEvents": events})
     output = tmp_path / "t.perfetto-trace"
-    compact_file(source, output, attribution=True)
+    compact_file(source, output)
     assert written_attribution(output) == expected_attribution(source)
     found = {row["name"]: row for row in rows(output, """
         select name, extract_arg(arg_set_id, 'debug.args.stream') as stream,
-               extract_arg(arg_set_id, 'debug.args.cgtrace.op') as op,
-               extract_arg(arg_set_id, 'debug.args.cgtrace.annotation') as annotation,
-               extract_arg(arg_set_id, 'debug.args.cgtrace.unattributed') as why from slice where category = 'kernel'""")}
+               extract_arg(arg_set_id, 'debug.cgtrace_launch.op') as op,
+               extract_arg(arg_set_id, 'debug.cgtrace_launch.annotation') as annotation,
+               extract_arg(arg_set_id, 'debug.cgtrace_launch.reason') as why from slice where category = 'kernel'""")}
     assert found["gemm"] == {"name": "gemm", "stream": 7, "op": "aten::mm", "annotation": "## fwd ##", "why": None}
     assert found["g2"]["op"] == "aten::graph" and found["early"]["why"] == "launched before the capture"
     assert found["bare"]["why"] == "no correlation id"
+
+
+def test_a_window_keeps_each_kept_slices_attribution(tmp_path: Path) -> None:
+    """Attribution is found before a window cuts launches away: a slice kept by --steps keeps
+    what the whole trace says launched it, on the row the cut gives it."""
+    source = SHARED_TRACES / "hta_cuda_graph_rank0.json.gz"
+    if not source.is_file():
+        pytest.skip("../shared/traces is absent")
+    output = tmp_path / "out.perfetto-trace"
+    from converter.engine.window import Window
+
+    compact_file(source, output, window=Window(first_step=552, last_step=552))
+    written = written_attribution(output)
+    expected = expected_attribution(source)
+    assert 0 < sum(written.values()) < sum(expected.values())
+    assert all(expected[key] >= count for key, count in written.items())
+
+
+def test_each_graph_kernel_names_its_place_in_the_replay(tmp_path: Path) -> None:
+    """hta_cuda_graph_rank0: a slice a cudaGraphLaunch launched carries its place in that
+    replay (by start, then end), as the input's slices sharing that launch's correlation id
+    order; a slice launched otherwise carries none."""
+    source = SHARED_TRACES / "hta_cuda_graph_rank0.json.gz"
+    if not source.is_file():
+        pytest.skip("../shared/traces is absent")
+    _, events = load_events(source)
+    spans = [e for e in events if isinstance(e, dict) and e.get("ph") == "X"]
+    graph_calls = {e["args"]["correlation"] for e in spans if e.get("name") == "cudaGraphLaunch"}
+    replays = defaultdict(list)
+    for e in spans:
+        if e.get("cat") in GPU and e["args"].get("correlation") in graph_calls:
+            replays[e["args"]["correlation"]].append((to_ns(e["ts"]), to_ns(e["dur"]), e["name"]))
+    expected = Counter()
+    for correlation, found in replays.items():
+        for place, (start, dur, name) in enumerate(sorted(found, key=lambda s: (s[0], s[0] + s[1])), 1):
+            expected[(name, dur, correlation, place)] += 1
+    output = tmp_path / "out.perfetto-trace"
+    compact_file(source, output)
+    written = Counter((row["name"], row["dur"], row["correlation"], row["place"]) for row in rows(output, f"""
+        select name, dur, extract_arg(arg_set_id, 'debug.args.correlation') as correlation,
+               extract_arg(arg_set_id, 'debug.cgtrace_launch.replay_order') as place
+        from slice where category in ({", ".join(f"'{c}'" for c in GPU)})
+          and extract_arg(arg_set_id, 'debug.cgtrace_launch.replay_order') is not null"""))
+    assert len(graph_calls) == 70 and sum(written.values()) > 0 and written == expected

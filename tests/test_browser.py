@@ -74,7 +74,9 @@ CLICK_ROW = """title => [...document.querySelectorAll('.pf-track')]
 GPU_GROUP = re.compile(r"GPU \d+$")  # a GPU's group of lanes: a compacted GPU's or a merged rank's
 SCREEN_HEIGHT = 1000  # the viewport's
 BLANK_PX = 100  # a row drawing fewer pixels than this reads as blank
-MAX_GPU_ROWS = 12  # rows an opened GPU group may show: a user reads them at once
+# Rows an opened GPU group may show, so a user reads them at once: 12 lanes and annotation rows,
+# and the GPU's "Why idle" row (engine/waits.py) below them.
+MAX_GPU_ROWS = 13
 # A merged rank's row: "PP rank N (global G) · GPU 0" (or "rank N ..." with no PP group).
 RANK_ROW = re.compile(r"^(?:PP )?rank (\d+) \(global \d+\) · (.*)$")
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import SHARED_TRACES, compact_file
+from .helpers import SHARED_TRACES, compact_file, rows, track_roles
 from .oracle import load_events, to_ns
 from .test_report_oracle import merged
 
@@ -174,3 +174,47 @@ def test_launch_stats_agree_with_the_input(tmp_path: Path, capsys, name: str) ->
         assert step["short_kernel_time_share"] == pytest.approx(want["short_time"])
         assert {row["stream"]: (row["max_depth"], pytest.approx(row["mean_depth"])) for row in step["queue_depth"]} \
             == want["depths"]
+
+
+# The time each idle-cause code holds within [start, end): a sum over the GPU's counter.
+CAUSE_TIME_SQL = """
+with c as (select c.ts, c.value, lead(c.ts) over (partition by c.track_id order by c.ts) as next_ts
+           from counter c join cgtrace_track t on t.track_id = c.track_id where t.role = 'idle_cause')
+select cast(value as int) as code, sum(min(next_ts, {end}) - max(ts, {start})) as ns from c
+where next_ts > {start} and ts < {end} group by 1"""
+# Each queue depth counter's largest value within [start, end): the value holding at start, and every later one.
+DEPTH_SQL = """
+select t.uuid, max(c.value) as depth from counter c join cgtrace_track t on t.track_id = c.track_id
+where t.role = 'queue_depth' and c.ts < {end} and c.ts >= coalesce(
+  (select max(b.ts) from counter b where b.track_id = c.track_id and b.ts <= {start}), {start})
+group by t.uuid"""
+
+
+@pytest.mark.parametrize("name", ["hta_cuda_graph_rank0.json.gz", "hta_nccl_a100.json.gz",
+                                  "tracelens_b200_eager.json.gz"])
+def test_the_written_counters_say_what_the_report_and_the_input_say(tmp_path: Path, capsys, name: str) -> None:
+    """The GPU's "Why idle" counter, summed per step by code, is the report's idle by cause and
+    the oracle's; each stream's queue depth counter peaks per step where the report and the
+    oracle say (graph-aware: never at every replay kernel at once)."""
+    from converter.model.derived import IDLE_CODES
+
+    source = SHARED_TRACES / name
+    gpu = reported_gpu(source, tmp_path, capsys)
+    output = tmp_path / "out.perfetto-trace"
+    oracle, launches = expected_idle(source), expected_launches(source)
+    streams = {role.uuid: role.stream for role in track_roles(output) if role.role.value == "queue_depth"}
+    reported = {step["step"]: step for step in gpu["idle_by_cause"]}
+    depths = {step["step"]: {row["stream"]: row["max_depth"] for row in step["queue_depth"]} for step in gpu["launches"]}
+    # Each ProfilerStep's CPU span (the report's --step-windows cpu) as the written trace holds it.
+    steps = {row["name"]: (row["ts"], row["end_ts"]) for row in rows(output, "select name, ts, end_ts from cgtrace_step")}
+    if not steps:  # no ProfilerStep: the report's one period runs from the GPU's first work to its last
+        steps = {"active span": tuple(rows(output, """select min(ts) as a, max(end_ts) as b from cgtrace_slice
+                                                     where role = 'lane' and dur > 0""")[0].values())}
+    assert steps and set(steps) == set(reported) == set(oracle)
+    for step, (start, end) in steps.items():
+        codes = {row["code"]: row["ns"] for row in rows(output, CAUSE_TIME_SQL.format(start=start, end=end))}
+        written = {part: codes.get(IDLE_CODES[cause], 0) for part, cause in zip(PARTS, IDLE_CODES)}
+        assert written == {part: reported[step][part] for part in PARTS} == {part: oracle[step][part] for part in PARTS}
+        assert sum(written.values()) == oracle[step]["idle_ns"]
+        peaks = {streams[row["uuid"]]: int(row["depth"]) for row in rows(output, DEPTH_SQL.format(start=start, end=end))}
+        assert peaks == depths[step] == {stream: depth for stream, (depth, _) in launches[step]["depths"].items()}

@@ -339,8 +339,9 @@ LANE_OVERLAP_SQL = f"""
              lead(ts) over (partition by track_id order by ts, dur) next_ts
       from slice where track_id in (select id from lanes)) s
     where s.depth > 0 or s.next_ts < s.ts + s.dur"""
+# Lanes alone: not annotation rows, nor the counters under a GPU (why it is idle, its queues).
 LANE_COUNT_SQL = f"""{UNDER_GPU_SQL} select count(*) n from track t join under_gpu using (id)
-                     where t.name not like '% annotations%'"""
+                     where t.name not like '% annotations%' and t.type not glob '*counter*'"""
 
 
 def tp_value(value):

@@ -15,7 +15,7 @@ from ..model.derived import ATTRIBUTION, ATTRIBUTION_FIELDS, UNATTRIBUTED_REASON
 
 GPU_TIME_BY_OP_DEFINITIONS = {
     "GPU time by op": "per GPU, the time in the window of every GPU slice (kernels, copies and sets) under what "
-                      "launched it, as compact wrote on the slice (args cgtrace.*): the op (the innermost cpu_op "
+                      "launched it, as compact wrote on the slice (args cgtrace_launch.*): the op (the innermost cpu_op "
                       "around its launch, the CPU runtime call with its correlation id), the annotation (the "
                       "innermost user_annotation, not a ProfilerStep#N) and the module (the innermost nn.Module "
                       "python_function); slices launched outside every op are counted as no op, and those whose "
@@ -25,8 +25,8 @@ GPU_TIME_BY_OP_DEFINITIONS = {
                     + "; ".join(f"{reason}: {meaning}" for reason, meaning in UNATTRIBUTED_REASONS.items()),
 }
 # Where the trace holds no attribution (cgtrace did not compact it): what the report says instead.
-NOT_ATTRIBUTED = "could not tell: no GPU slice carries cgtrace's launch attribution (args cgtrace.*); compact " \
-                 "the profiler's JSON with --attribution and report that"
+NOT_ATTRIBUTED = f"could not tell: no GPU slice carries cgtrace's launch attribution (args {ATTRIBUTION}.*); " \
+                 "compact the profiler's JSON and report that"
 _SQL = """select w.owner, {fields}, count(*), sum(w.inside)
 from report_gpu_in_window w join report_gpu g on g.id = w.id
 group by 1, 2, 3, 4, 5, 6"""
@@ -35,7 +35,7 @@ group by 1, 2, 3, 4, 5, 6"""
 def gpu_time_by_op(rows: Callable[[str], list[tuple[Any, ...]]], top: int) -> dict[int, dict[str, Any]]:
     """Per GPU (owner) with attribution, its GPU slices' time by op, annotation and module (the
     `top` of each by time, then name), no op, and unattributed by reason."""
-    fields = ", ".join(f"extract_arg(g.arg_set_id, 'debug.args.{ATTRIBUTION}.{field}')" for field in ATTRIBUTION_FIELDS)
+    fields = ", ".join(f"extract_arg(g.arg_set_id, 'debug.{ATTRIBUTION}.{field}')" for field in ATTRIBUTION_FIELDS)
     found: dict[int, list[tuple[Optional[str], ...]]] = defaultdict(list)
     sums: dict[int, list[tuple[int, int]]] = defaultdict(list)
     for owner, *values, slices, total in rows(_SQL.format(fields=fields)):

@@ -2,16 +2,16 @@
 the CPU time each launch took, and how many kernels were too short to hide that cost.
 
 A kernel's launch is found as idle.py finds it (the runtime call of its rank with its
-correlation id, graph-aware for a CUDA graph's replay), so the two agree on every kernel.
+correlation id, graph-aware for a CUDA graph's replay), so the two agree on every kernel; the
+queue depth is model/waits.py's, which engine/waits.py also writes as a counter per stream.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections import defaultdict
 from typing import Any, Optional
 
-from .idle import HostSide, Work
+from ..model.waits import HostSide, Work, queue_depths
 
 SHORT_KERNEL_NS = 10_000  # the short kernels figure's threshold (its definition quotes it)
 LAUNCH_DEFINITIONS = {
@@ -34,9 +34,9 @@ LAUNCH_DEFINITIONS = {
 
 def launch_stats(work: list[Work], ready: list[Optional[int]], steps: list[tuple[str, int, int]],
                  host: HostSide) -> list[dict[str, Any]]:
-    """Per step of one GPU (`work` by start, `ready` its launch moments: idle.ready_times)."""
+    """Per step of one GPU (`work` by start, `ready` its launch moments: waits.ready_times)."""
     starts = [slice_.start for slice_ in work]
-    depths = _queue_depths(work, ready)
+    depths = queue_depths(work, ready)
     rows = []
     for name, step_start, step_end in steps:
         inside = [index for index in range(bisect_left(starts, step_start), bisect_left(starts, step_end))
@@ -56,28 +56,6 @@ def launch_stats(work: list[Work], ready: list[Optional[int]], steps: list[tuple
                      "queue_depth": [{"stream": stream, **_depth_within(changes, step_start, step_end)}
                                      for stream, changes in depths.items()]})
     return rows
-
-
-def _queue_depths(work: list[Work], ready: list[Optional[int]]) -> dict[Optional[int], list[tuple[int, int]]]:
-    """Per stream, its queue depth as (moment, depth from then on), by moment: a slice is queued
-    from its launch (graph-aware: ready_times) or its start where earlier or unknown, until it
-    ends; at one moment ends come before launches."""
-    events: dict[Optional[int], list[tuple[int, int]]] = defaultdict(list)
-    for slice_, launched in zip(work, ready):
-        enters = slice_.start if launched is None else min(launched, slice_.start)
-        events[slice_.stream] += [(enters, 1), (slice_.end, -1)]
-    depths = {}
-    for stream in sorted(events, key=lambda stream: (stream is None, stream or 0)):
-        depth = 0
-        changes: list[tuple[int, int]] = []
-        for moment, step in sorted(events[stream]):
-            depth += step
-            if changes and changes[-1][0] == moment:
-                changes[-1] = (moment, depth)
-            else:
-                changes.append((moment, depth))
-        depths[stream] = changes
-    return depths
 
 
 def _depth_within(changes: list[tuple[int, int]], start: int, end: int) -> dict[str, float]:

@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional, Sequence
 from ..kineto import (COMMUNICATION_OPS, COMPUTE_ACTIONS, CPU_OP_CATEGORY, RECEIVE_OPS, STAGELESS_PATTERN,
                       TRANSFER_BUFFERS, is_number)
 from ..lane_rules import LaneRules
+from ..model.intervals import Intervals, by_window, clip, covered, intersect, latest_open, subtract, union
 from ..model.trace import rank_title
-from .intervals import Intervals, by_window, clip, covered, intersect, latest_open, subtract, union
 from ..tp.sql_text import sql_list
 
 ANATOMY_DEFINITIONS = {

@@ -15,13 +15,13 @@ from typing import Callable, Optional
 
 import orjson
 
-from ..model.derived import PATH_KINDS
+from ..model.derived import IDLE_CAUSES, PATH_KINDS
+from ..model.intervals import Intervals
+from ..terminal import terminal_safe
 from .collectives import HTML_ROWS, NUMERIC_COLUMNS, TEXT_ROWS, collective_lines
 from .findings import as_text, waited_for
-from .idle import IDLE_PARTS, part_key
+from .idle import part_key
 from .pipeline_anatomy import STAGE_PARTS
-from .intervals import Intervals
-from ..terminal import terminal_safe
 from .query import format_table
 from .report import Report, Timeline, gpu_label
 
@@ -164,11 +164,11 @@ def _deepest(streams: list[dict]) -> str:
 
 def _idle_table(gpus: list[dict]) -> Table:
     """Each GPU's idle time per step, by cause (idle.py); its parts add up to the idle time."""
-    keys = [part_key(part) for part in IDLE_PARTS]
+    keys = [part_key(part) for part in IDLE_CAUSES]
     rows = [[gpu_label(g), step["step"], ms(step["idle_ns"])] + [ms(step[key]) for key in keys]
             for g in gpus for step in g["idle_by_cause"]]
     return Table("Idle by cause: each step's idle time (no GPU slice runs), in parts that add up to it",
-                 ["gpu", "step", "idle ms"] + [f"{part} ms" for part in IDLE_PARTS], rows,
+                 ["gpu", "step", "idle ms"] + [f"{part} ms" for part in IDLE_CAUSES], rows,
                  list(range(2, 3 + len(keys))))
 
 

@@ -24,12 +24,13 @@ from ..kineto import CPU_OP_CATEGORY, KERNEL_CATEGORIES, PROFILER_STEP_PREFIX
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import LaneGroup, LaneKind, TrackRole, roles_document
 from ..model.roles_document import RolesDocument, TrackEntry
+from ..model.intervals import Intervals, covered, intersect, subtract, union
 from ..model.trace import rank_title
+from ..model.waits import HostSide, ready_times
 from .findings import FINDINGS_DEFINITION, report_findings
-from .idle import IDLE_DEFINITIONS, HostSide, gpu_work, host_sides, idle_by_cause, ready_times
+from .idle import IDLE_DEFINITIONS, gpu_work, host_sides, idle_by_cause
 from .launches import LAUNCH_DEFINITIONS, launch_stats
 from .gpu_time_by_op import GPU_TIME_BY_OP_DEFINITIONS, NOT_ATTRIBUTED, gpu_time_by_op
-from .intervals import Intervals, covered, intersect, subtract, union
 from .collectives import COLLECTIVE_DEFINITIONS, collectives
 from .critical_path import CRITICAL_PATH_DEFINITIONS, read_critical_path
 from .memory import MEMORY_DEFINITIONS, memcpy_traffic, memory_peaks

@@ -58,10 +58,10 @@ def convert(trace: PathLike, output: Optional[PathLike] = None, *, overwrite: bo
 def compact(trace: PathLike, output: Optional[PathLike] = None, *, lanes: Optional[PathLike] = None,
             relane: bool = False, json: bool = False, overwrite: bool = False, strict: bool = False,
             verify: bool = False, window: Optional[str] = None, steps: Optional[str] = None,
-            split_steps: bool = False, critical_path: bool = False, attribution: bool = False) -> CompactSummary:
+            split_steps: bool = False, critical_path: bool = False) -> CompactSummary:
     """`cgtrace compact`: each GPU's streams repacked into a few named lanes; `lanes` is a
     lane-rules TOML file, `json=True` writes Chrome JSON instead of Perfetto, `critical_path=True`
-    adds each step's critical path, `attribution=True` each GPU slice's launching op.
+    adds each step's critical path.
 
     >>> from converter import compact
     >>> done = compact(folder / "trace.json", steps="1")
@@ -75,7 +75,7 @@ def compact(trace: PathLike, output: Optional[PathLike] = None, *, lanes: Option
     target = Path(output) if output is not None else default_output_path(source, COMPACTED_TAG, output_format)
     options = job_options(True, lane_rules(lanes), relane=relane, strict=strict, window=cut(window, steps),
                           split_steps=split_steps, output_format=output_format, overwrite=overwrite,
-                          verify=verify, critical_path=critical_path, attribution=attribution)
+                          verify=verify, critical_path=critical_path)
     return CompactSummary.of(run_job(_one_trace(source, "compact"), target, options))
 
 
@@ -83,12 +83,11 @@ def merge(traces: PathLike | Sequence[PathLike], output: Optional[PathLike] = No
           lanes: Optional[PathLike] = None, overwrite: bool = False, jobs: Optional[int] = None,
           ranks: Optional[str] = None, pp_group: Optional[int] = None, assume_aligned: bool = False,
           align: str = "auto", strict: bool = False, verify: bool = False,
-          cycle: Optional[int] = None, attribution: bool = False) -> MergeSummary:
+          cycle: Optional[int] = None) -> MergeSummary:
     """`cgtrace merge`: pipeline-parallel rank traces (a directory, or the files) as one
     timeline, ranks in pipeline order with arrows between them; `ranks` like "0,1,4-7";
     `align` as `--align` (auto, base-time, none) sets the ranks' clocks; a directory holding
-    several profiling cycles gives a file per cycle, or only the `cycle` named (as `--cycle`);
-    `attribution=True` writes each GPU slice's launching op (as `--attribution`).
+    several profiling cycles gives a file per cycle, or only the `cycle` named (as `--cycle`).
 
     >>> from converter import merge
     >>> from converter.generator import write_pp_run
@@ -101,8 +100,7 @@ def merge(traces: PathLike | Sequence[PathLike], output: Optional[PathLike] = No
 
     inputs = [Path(traces)] if isinstance(traces, (str, Path)) or not isinstance(traces, Sequence) \
         else [Path(t) for t in traces]
-    options = job_options(True, lane_rules(lanes), strict=strict, overwrite=overwrite, verify=verify,
-                          attribution=attribution)
+    options = job_options(True, lane_rules(lanes), strict=strict, overwrite=overwrite, verify=verify)
     target = Path(output) if output is not None else None
     return MergeSummary.of(merge_ranks(inputs, merge_outputs(target, inputs, pp_group), options, jobs=jobs,
                                        assume_aligned=assume_aligned, pp_group=pp_group, ranks=rank_list(ranks),

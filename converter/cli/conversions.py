@@ -14,7 +14,7 @@ from typing import Any, Callable
 from ..jobs.options import merge_outputs
 from ..jobs.runner import COMPACTED_TAG, default_output_path, run_job
 from ..lane_rules import DEFAULT_LANES_TOML
-from .options import (EXIT_USAGE, add_attribution_option, add_lane_options, add_quiet, add_merge_options, add_output_options, add_split_option,
+from .options import (EXIT_USAGE, add_lane_options, add_quiet, add_merge_options, add_output_options, add_split_option,
                       add_workers_options, job_options_of, print_summary, say)
 
 
@@ -44,7 +44,6 @@ def _add_compact(commands: Any) -> None:
     compact.add_argument("--critical-path", action="store_true",
                          help="also derive each profiler step's critical path (CPU ops, launches, GPU streams, "
                               "synchronisations) and write it on rows at the top; about twice the time")
-    add_attribution_option(compact)
     compact.add_argument("--merge-pp-ranks", action="store_true",
                          help="TRACE is a directory of rank traces: merge them (same as `cgtrace merge`)")
     add_merge_options(compact)
@@ -62,7 +61,6 @@ def _add_merge(commands: Any) -> None:
     add_merge_options(merge)
     add_workers_options(merge)
     add_lane_options(merge)
-    add_attribution_option(merge)
     merge.set_defaults(run=_run_merge)
 
 

@@ -135,19 +135,12 @@ def add_lane_options(command: argparse.ArgumentParser) -> None:
                               "by default; re-lane them by the lane rules instead")
 
 
-def add_attribution_option(command: argparse.ArgumentParser) -> None:
-    command.add_argument("--attribution", action="store_true",
-                         help="write on each GPU slice the CPU call, op, annotation and module that launched it "
-                              "(args cgtrace.*); about a third more time")
-
-
 def job_options_of(args: argparse.Namespace, compact: bool, ends_command: bool = False) -> JobOptions:
     return job_options(compact, load_lane_rules(getattr(args, "lanes", None)), strict=args.strict,
                        window=args.window or args.steps, split_steps=getattr(args, "split_steps", False),
                        relane=getattr(args, "relane", False), output_format=getattr(args, "format", "perfetto"),
                        overwrite=args.overwrite, verify=args.verify, tp_bin=args.tp_bin, ends_command=ends_command,
-                       critical_path=getattr(args, "critical_path", False),
-                       attribution=getattr(args, "attribution", False), jobs=getattr(args, "jobs", None))
+                       critical_path=getattr(args, "critical_path", False), jobs=getattr(args, "jobs", None))
 
 
 

@@ -12,22 +12,23 @@ module are the innermost cpu_op, user_annotation (a ProfilerStep#N span is a ste
 annotation) and `nn.Module: ` python_function slices on its thread that hold it; of slices with
 one span, the last in the trace's canonical order (by name), as cgtrace nests them.
 
-A GPU slice whose launch is not in the trace says why (UNATTRIBUTED). Nothing is moved or
-dropped: every GPU slice stays in every figure, and its own args stay as read, the attribution
-added beside them under one key (model/derived.py's ATTRIBUTION, with its fields and reasons).
+A GPU slice whose launch is not in the trace says why (REASON). Nothing is moved or dropped:
+every GPU slice stays in every figure, and its own args stay as read: the attribution is
+written beside them (the writer's extra args) under one name, model/derived.py's ATTRIBUTION,
+with its fields and reasons.
 """
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable
 
 import msgspec
 import numpy as np
 
 from .. import kineto
-from ..model import Trace
-from ..model.derived import (ANNOTATION, ATTRIBUTION, BEFORE_CAPTURE, LAUNCH, MODULE, NO_CORRELATION, NO_CPU_CALLS,
-                             NOT_RECORDED, OP, UNATTRIBUTED)
+from ..model import ExtraArgs, Trace
+from ..model.derived import (ATTRIBUTION, ATTRIBUTION_FIELDS, BEFORE_CAPTURE, NO_CORRELATION,
+                             NO_CPU_CALLS, NOT_RECORDED, REASON, REPLAY_ORDER)
 
 
 class Attribution(msgspec.Struct):
@@ -131,49 +132,45 @@ def _innermost(trace: Trace, targets: np.ndarray, containers: np.ndarray) -> np.
     return found
 
 
-def add_attribution_args(trace: Trace) -> dict[str, object]:
-    """Each GPU slice's attribution (attribute) added to its args under ATTRIBUTION; its own args
-    stay as read (a slice whose args are no JSON object, or hold ATTRIBUTION already, keeps them
-    alone). Returns what the summary says: GPU slices attributed, and the rest by reason."""
+def launch_args(trace: Trace) -> tuple[ExtraArgs, dict[str, object]]:
+    """Each GPU slice's attribution (attribute) as args written beside its own under ATTRIBUTION,
+    found on columns: each distinct (launch, op, annotation, module, reason, replay order) once. Returns them
+    and what the summary says: GPU slices attributed, and the rest by reason."""
     found = attribute(trace)
+    names, texts = trace.slices.name, trace.slices.texts
+    reasons = sorted(set(found.reason) - {""})
+    reason_code = {reason: code for code, reason in enumerate(reasons)}
+    keys = np.stack([np.where(column >= 0, names[np.maximum(column, 0)], -1)
+                     for column in (found.launch, found.op, found.annotation, found.module)]
+                    + [np.fromiter((reason_code.get(reason, -1) for reason in found.reason), np.int64,
+                                   len(found.reason))], axis=1) if len(found.gpu) else np.zeros((0, 5), np.int64)
+    keys = np.column_stack([keys, _replay_order(trace, found)])
+    distinct, which = np.unique(keys, axis=0, return_inverse=True)
+    values = [{**{field: texts[code] if field != REASON else reasons[code]
+                  for field, code in zip(ATTRIBUTION_FIELDS, key) if code >= 0},
+               **({REPLAY_ORDER: key[-1]} if key[-1] else {})} for key in distinct.tolist()]
+    order = np.argsort(found.gpu, kind="stable")
+    counts = np.bincount(keys[:, 4] + 1, minlength=len(reasons) + 1).tolist() if len(found.gpu) else [0]
+    return ExtraArgs(found.gpu[order], which.reshape(-1)[order].astype(np.int64),
+                     [{ATTRIBUTION: value} for value in values]), {
+        "gpu_slices": len(found.gpu), "attributed": counts[0],
+        "unattributed": {reason: count for reason, count in zip(reasons, counts[1:])}}
+
+
+def _replay_order(trace: Trace, found: Attribution) -> np.ndarray:
+    """Per GPU slice launched by a cudaGraphLaunch, its place in that replay (1 for the first to
+    start; by start, end, then row), else 0: the order the graph ran its work in."""
     table = trace.slices
-    texts = table.texts
-    names = table.name
-    encode = msgspec.json.Encoder().encode
-    originals = trace.args_texts(found.gpu)
-    added: list[bytes] = []
-    rows: list[int] = []
-    unattributed: dict[str, int] = {}
-    for index, (row, original) in enumerate(zip(found.gpu.tolist(), originals)):
-        fields: dict[str, str] = {}
-        if found.reason[index]:
-            fields[UNATTRIBUTED] = found.reason[index]
-            unattributed[found.reason[index]] = unattributed.get(found.reason[index], 0) + 1
-        for key, column in ((LAUNCH, found.launch), (OP, found.op), (ANNOTATION, found.annotation),
-                            (MODULE, found.module)):
-            if column[index] >= 0:
-                fields[key] = texts[names[column[index]]]
-        text = _with_entry(original, encode(fields))
-        if text is not None:
-            added.append(text)
-            rows.append(row)
-    if rows:
-        first = trace.args.add_many(added)
-        table.extend_args(np.array(rows, np.int64), np.arange(first, first + len(rows)))
-    return {"gpu_slices": len(found.gpu), "attributed": len(found.gpu) - sum(unattributed.values()),
-            "unattributed": dict(sorted(unattributed.items()))}
-
-
-_KEY = msgspec.json.encode(ATTRIBUTION)
-
-
-def _with_entry(original: Optional[bytes], value: bytes) -> Optional[bytes]:
-    """`original` (a JSON object's text, None for no args) with ATTRIBUTION: `value` added last, its
-    own text untouched; None where it is no object or may hold the key already."""
-    if original is None:
-        return b"{" + _KEY + b":" + value + b"}"
-    body = original.strip()
-    if not (body.startswith(b"{") and body.endswith(b"}")) or _KEY in body:
-        return None
-    separator = b"," if body[1:-1].strip() else b""
-    return body[:-1] + separator + _KEY + b":" + value + b"}"
+    order = np.zeros(len(found.gpu), np.int64)
+    graph_launch = np.fromiter((text == kineto.CUDA_GRAPH_LAUNCH for text in table.texts), np.bool_,
+                               len(table.texts))
+    replayed = np.flatnonzero((found.launch >= 0) & graph_launch[table.name[np.maximum(found.launch, 0)]])
+    if not len(replayed):
+        return order
+    rows = found.gpu[replayed]
+    ranked = replayed[np.lexsort((rows, table.end[rows], table.ts[rows], found.launch[replayed]))]
+    launches = found.launch[ranked]
+    first = np.flatnonzero(np.append(True, launches[1:] != launches[:-1]))
+    starts = np.repeat(first, np.diff(np.append(first, len(ranked))))
+    order[ranked] = np.arange(len(ranked)) - starts + 1
+    return order

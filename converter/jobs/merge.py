@@ -38,7 +38,7 @@ from ..engine.work_graph import RankWork, rank_work
 from ..errors import CgtraceError
 from ..fileio.atomic import NotWritten, atomic_output, check_output_path, scratch_folder
 from ..inputs.source import json_size
-from ..model import ClockPlacement, RankIdentity
+from ..model import ClockPlacement, ExtraArgs, RankIdentity
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import Tuning
 from .executors import Outcome, Workers, for_cluster, open_workers, run_tasks
@@ -396,7 +396,8 @@ def _in_workers(workers: Optional[Workers], function: Callable[..., Any], tasks:
 
 
 def _scan_rank(file: str, options: JobOptions, snapshot: str) -> RankInfo:
-    prepared = prepare(Path(file), options, options.lanes)
+    # No queue depth rows: a rank's dozens of replay streams made its rows taller than a screen.
+    prepared = prepare(Path(file), options, options.lanes, queue_rows=False)
     trace, header = prepared.trace, prepared.header
     if header.problem is not None or header.rank is None:
         raise CgtraceError(f"{file}: {header.problem}")
@@ -507,7 +508,7 @@ def _write_rank_part(plan: RankPlan, path: str, tuning: Tuning) -> RankPart:
         with open(path, "wb") as stream:
             writer = PerfettoWriter(stream, sequence_id=stride + 1, uuid_base=stride << 32,
                                     flow_id_base=stride << 40, tuning=tuning)
-            writer.write(trace, {row: {KERNEL_ARGS_NAME: args} for row, args in plan.kernel_args.items()})
+            writer.write(trace, ExtraArgs.per_row({row: {KERNEL_ARGS_NAME: args} for row, args in plan.kernel_args.items()}))
             writer.close()
     except OSError as error:
         raise _scratch_failed(Path(path), "write a rank's part of the merge", error) from None

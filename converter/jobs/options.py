@@ -52,7 +52,7 @@ def is_percentage(value: object) -> bool:
 def job_options(compact: bool, lanes: Optional[LaneRules] = None, *, relane: bool = False, strict: bool = False,
                 window: Optional[Window] = None, split_steps: bool = False, output_format: str = "perfetto",
                 overwrite: bool = False, verify: bool = False, tp_bin: Optional[str] = None,
-                ends_command: bool = False, critical_path: bool = False, attribution: bool = False,
+                ends_command: bool = False, critical_path: bool = False,
                 jobs: Optional[int] = None) -> JobOptions:
     """A job's options as the command line makes them: the built-in lane rules unless given,
     the args helper where a core is free, `jobs` processes reading one trace (default: a core each)."""
@@ -61,7 +61,7 @@ def job_options(compact: bool, lanes: Optional[LaneRules] = None, *, relane: boo
                       strict=strict, window=window, split_steps=split_steps, relane=relane,
                       output_format=output_format, args_strategy="auto", overwrite=overwrite, verify=verify,
                       tp_bin=tp_bin, ends_command=ends_command, critical_path=critical_path,
-                      attribution=attribution, tuning=tuning if jobs is None else tuning.reading_with(jobs))
+                      tuning=tuning if jobs is None else tuning.reading_with(jobs))
 
 
 def checked_step_windows(value: object) -> str:

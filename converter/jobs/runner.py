@@ -15,11 +15,12 @@ import msgspec
 
 from .. import kineto, progress
 from ..engine.activity import add_busy_lanes
-from ..engine.attribution import add_attribution_args
+from ..engine.attribution import launch_args
 from ..engine.compaction import compact
 from ..engine.lane_grouping import ExportedLanes, RuleLanes
 from ..engine.layout import separate_overlaps
 from ..engine.memory import add_memory_counters
+from ..engine.waits import add_wait_counters
 from ..engine.pp import NO_PP, Block, BlockKey, find_blocks, link_rank_local
 from ..engine.window import Window, cut, cut_to_steps, step_ranges, window_bounds
 from ..errors import CgtraceError
@@ -54,9 +55,6 @@ class JobOptions(msgspec.Struct, frozen=True):
     # compact: derive each step's critical path (engine/critical_path.py) and write it on rows of
     # its own; asked for, as it costs a real trace's compact as much again or more (docs/cli.md#compact)
     critical_path: bool = False
-    # write on each GPU slice the CPU call, op, annotation and module that launched it
-    # (engine/attribution.py); asked for, as it adds a third to a real trace's compact (docs/cli.md#compact)
-    attribution: bool = False
     strict: bool = False
     window: Optional[Window] = None
     split_steps: bool = False
@@ -158,19 +156,19 @@ def _add_memory(trace: Trace, summary: dict[str, Any]) -> None:
         summary["memory_counters"] = tracks
 
 
-def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], written_here: bool = False) -> Prepared:
+def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], written_here: bool = False,
+            queue_rows: bool = True) -> Prepared:
     """Read, cut to the window and, given lane rules, compact and find the PP blocks;
-    `written_here`: this process writes the output (see args_store)."""
+    `written_here`: this process writes the output (see args_store); `queue_rows`: each GPU
+    stream's queue depth counter too (engine/waits.py), which a merge leaves out."""
     trace = read_trace(input_path, strict=options.strict, args=args_store(
         options.args_strategy, options.output_format, written_here, compacts=rules is not None,
         tuning=options.tuning, json_bytes=json_size(input_path)), tuning=options.tuning)
     input_read()
     header = kineto.rank_header(trace.metadata, str(input_path))
     summary = trace_summary(trace)
-    # Before a window cuts launches away, and before compaction asks the args helper for labels
-    # (entries added later would miss its encoding).
-    if options.attribution:
-        summary["launch_attribution"] = add_attribution_args(trace)
+    if rules is not None:  # before a window cuts launches away; the rows it keeps keep theirs
+        trace.derived_args, summary["launch_attribution"] = launch_args(trace)
     if options.window is not None:
         cut_to = cut_to_steps if options.window.by_steps else cut
         trace, cut_summary = cut_to(trace, *window_bounds(trace, options.window, str(input_path)))
@@ -190,6 +188,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     summary["lanes_from"] = f"the trace's own lanes ({kineto.INLINE_LANED})" if exported else "lane rules"
     if options.output_format == "perfetto":  # lane rows' busy counters (activity.py says why)
         add_busy_lanes(trace)
+        summary["wait_counters"] = add_wait_counters(trace, queue_rows)  # why each GPU is idle, its queues
     _add_memory(trace, summary)
     blocks, scheme = find_blocks(trace, rules, header.pp_rank)
     if scheme != NO_PP:  # a summary leaves out what does not apply

@@ -145,3 +145,51 @@ class ArgsStore:
         """Keep what a writer prepared itself, for the next file written from the same store."""
         self._prepared[form] = prepared
 
+
+
+class ExtraArgs(msgspec.Struct):
+    """Args a stage derives about slices, written beside their own and never into them (a
+    merge's collective figures, each GPU slice's launch attribution): row `rows[i]` (sorted,
+    distinct) carries `values[which[i]]` (annotation name -> value). Rows share few distinct
+    values, so a writer encodes each once, whatever the number of rows."""
+
+    rows: np.ndarray
+    which: np.ndarray
+    values: list[dict[str, Any]]
+
+    @classmethod
+    def none(cls) -> "ExtraArgs":
+        return cls(np.zeros(0, np.int64), np.zeros(0, np.int64), [])
+
+    @classmethod
+    def per_row(cls, entries: dict[int, dict[str, Any]]) -> "ExtraArgs":
+        """A value of its own for each row."""
+        rows = np.fromiter(sorted(entries), np.int64, len(entries))
+        return cls(rows, np.arange(len(rows), dtype=np.int64), [entries[row] for row in rows.tolist()])
+
+    def renumbered(self, new_rows: np.ndarray) -> "ExtraArgs":
+        """On the rows a trace's slices have once some are dropped (`new_rows`: per old row, its
+        new one, -1 where dropped; in order, so the rows stay sorted)."""
+        moved = new_rows[self.rows] if len(self.rows) else self.rows
+        kept = moved >= 0
+        return ExtraArgs(moved[kept], self.which[kept], self.values)
+
+    def joined(self, other: "ExtraArgs") -> "ExtraArgs":
+        """Both rows' args; a row in both carries both (other's names last)."""
+        rows = np.union1d(self.rows, other.rows)
+        mine, theirs = (_position(given.rows, rows) for given in (self, other))
+        values = self.values + other.values
+        which = np.where(mine >= 0, self.which[np.maximum(mine, 0)] if len(self.rows) else -1,
+                         len(self.values) + (other.which[np.maximum(theirs, 0)] if len(other.rows) else -1))
+        for index in np.flatnonzero((mine >= 0) & (theirs >= 0)).tolist():
+            values.append({**self.values[self.which[mine[index]]], **other.values[other.which[theirs[index]]]})
+            which[index] = len(values) - 1
+        return ExtraArgs(rows, which, values)
+
+
+def _position(sorted_rows: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per row of `rows`, its position in `sorted_rows`, -1 where absent."""
+    if not len(sorted_rows):
+        return np.full(len(rows), -1, np.int64)
+    at = np.minimum(np.searchsorted(sorted_rows, rows), len(sorted_rows) - 1)
+    return np.where(sorted_rows[at] == rows, at, -1)

@@ -7,7 +7,8 @@ must not count them as work, so each has a category of its own, named here, whic
 writers give them and every reader (trace_processor's views, the report, the self-checks)
 tells them apart by. Counters (a GPU's or rank's activity, a device's memory) are derived too, but live in
 trace_processor's counter table, never among slices. What launched a GPU slice is derived as
-args added beside its own, under one key (ATTRIBUTION), which SQL and the report read.
+args written beside its own, under one name (ATTRIBUTION), which SQL and the report read. Why a GPU
+is idle is derived as a counter per GPU whose value is a code (IDLE_CODES).
 """
 
 from __future__ import annotations
@@ -28,12 +29,14 @@ CATEGORIES = {
 COMPUTE, TRANSFER, LAUNCH, WAIT = "compute", "transfer", "launch", "wait"
 PATH_KINDS = (COMPUTE, TRANSFER, LAUNCH, WAIT)
 
-# A GPU slice's launch attribution (engine/attribution.py): args under this key, beside the
-# slice's own (in SQL: debug.args.cgtrace.<field>), each field present where the trace names it.
-ATTRIBUTION = "cgtrace"
-LAUNCH, OP, ANNOTATION, MODULE, UNATTRIBUTED = "launch", "op", "annotation", "module", "unattributed"
-ATTRIBUTION_FIELDS = (LAUNCH, OP, ANNOTATION, MODULE, UNATTRIBUTED)
-# Why a GPU slice has no launch in the trace (its UNATTRIBUTED field), each defined once.
+# A GPU slice's launch attribution (engine/attribution.py): args written beside the slice's own
+# under this name (in SQL: debug.cgtrace_launch.<field>), each field present where the trace names it.
+ATTRIBUTION = "cgtrace_launch"
+LAUNCH, OP, ANNOTATION, MODULE, REASON = "launch", "op", "annotation", "module", "reason"
+ATTRIBUTION_FIELDS = (LAUNCH, OP, ANNOTATION, MODULE, REASON)
+# A CUDA graph replay's slice's place in its replay (1 for the first to start): the graph's order.
+REPLAY_ORDER = "replay_order"
+# Why a GPU slice has no launch in the trace (its REASON field), each defined once.
 BEFORE_CAPTURE = "launched before the capture"
 NOT_RECORDED = "launch not recorded"
 NO_CPU_CALLS = "no CPU calls recorded"
@@ -47,3 +50,10 @@ UNATTRIBUTED_REASONS = {
                   "whether it was launched before the capture cannot be told",
     NO_CORRELATION: "it carries no correlation id (args.correlation) and no launch arrow reaches it",
 }
+
+# Why a GPU is idle (engine/waits.py), in the order a moment is given to the first that holds;
+# its counter's value is the cause's code, NOT_IDLE while the GPU works or outside the trace.
+QUEUED, HOST_SYNC, PEER, HOST_BEHIND, OTHER = "queued", "host sync", "peer", "host behind", "other"
+IDLE_CAUSES = (QUEUED, HOST_SYNC, PEER, HOST_BEHIND, OTHER)
+NOT_IDLE = 0
+IDLE_CODES = {cause: code for code, cause in enumerate(IDLE_CAUSES, 1)}

@@ -8,15 +8,15 @@ in its `metadata` table as "cr-cgtrace_track_roles", later ones "cr-<k>-cgtrace_
 and SQL finds them all in the order written. The value is JSON:
 
     {"version": 1,
-     "tracks": [{"uuid", "role", "group", "label", "kind", "home", "layer", "device"}],
+     "tracks": [{"uuid", "role", "group", "label", "kind", "home", "layer", "device", "stream"}],
      "rank": {"pp_rank", "global_rank", "groups", "pipeline", "clock": {"offset_ns", "uncertainty_ns", "evidence"},
               "title"}}
 
 A track's uuid is its `trace_id` arg in trace_processor (`track.source_arg_set_id`). Only
 tracks with a role other than plain are listed; "group", "label" and "kind" are a lane's
 group, "home" the lane (or track) an annotation row or overlap track belongs to and "layer"
-its depth there, "device" a memory counter's device (-1: the CPU; engine/memory.py), each left
-out where it does not apply. A merge's pipeline root writes a document of its own with no "rank": its critical path rows
+its depth there, "device" a memory counter's device (-1: the CPU; engine/memory.py), "stream" a
+queue depth counter's stream (engine/waits.py), each left out where it does not apply. A merge's pipeline root writes a document of its own with no "rank": its critical path rows
 (role "critical_path", engine/critical_path.py). "rank" is there for a merged rank or
 a converted or compacted trace that names its rank; "groups" are the uuids of the rows that
 stand for a merged rank's processes (their children are its threads' rows); "clock" (a merge that
@@ -53,6 +53,7 @@ class TrackEntry(msgspec.Struct, frozen=True, omit_defaults=True):
     home: Optional[int] = None
     layer: int = 0
     device: Optional[int] = None  # a memory counter's device (-1: the CPU)
+    stream: Optional[int] = None  # a queue depth counter's stream
 
     def __post_init__(self) -> None:
         """A lane group is whole or absent (checked on decoding too)."""
@@ -122,9 +123,10 @@ def _entry(track: Track, track_uuid: Callable[[Track], int]) -> TrackEntry:
     group = track.group
     home = None if track.home is None else track_uuid(track.home)
     if group is None:
-        return TrackEntry(track_uuid(track), track.role, home=home, layer=track.layer, device=track.device)
+        return TrackEntry(track_uuid(track), track.role, home=home, layer=track.layer, device=track.device,
+                          stream=track.stream)
     return TrackEntry(track_uuid(track), track.role, group.id, group.label, group.kind, home, track.layer,
-                      track.device)
+                      track.device, track.stream)
 
 
 def encode(document: RolesDocument) -> str:

@@ -9,8 +9,8 @@ that adds appends, so every "then by row" tie-break is one of content.
 Start, duration, name, category, args and `instant` are measured data, set once when a slice
 is added; `track` (its display row) is what stages change, through `move`. The one other
 change is coalescing identical GPU annotations into their union (`set_duration`, `keep`); a
-merge may move every start of a rank by one clock offset (`shift`), and a compact may point a
-GPU slice at an args entry that holds its args as read plus what it derived (`extend_args`).
+merge may move every start of a rank by one clock offset (`shift`). What a stage derives about
+a slice's args lives beside the table (`Trace.derived_args`), never in it.
 """
 
 from __future__ import annotations
@@ -229,11 +229,6 @@ class SliceTable:
         """Show `rows` on `track`: the one change a stage makes to measured slices."""
         track_id = self.track_id(track)
         self._joined()[_TRACK][rows] = track_id
-
-    def extend_args(self, rows: np.ndarray, references: np.ndarray) -> None:
-        """Point `rows` at args entries that hold their own args as read plus fields a stage
-        derived beside them (engine/attribution.py): the one change a stage makes to args."""
-        self._joined()[_ARGS][rows] = references
 
     def shift(self, offset: int) -> None:
         """Every start `offset` ns later: a merge moving a rank onto the others' clock, as a whole."""

@@ -15,7 +15,7 @@ from typing import Any, Optional
 import msgspec
 import numpy as np
 
-from .args import ArgsStore, LabelRule
+from .args import ArgsStore, ExtraArgs, LabelRule
 from .slices import SliceTable, renumbering
 
 
@@ -89,6 +89,8 @@ class TrackRole(enum.Enum):
     CRITICAL_PATH = "critical_path"  # a merge's critical path on one rank: copies of segments (engine/critical_path.py)
     MEMORY_ALLOCATED = "memory_allocated"  # a device's allocated bytes over time (engine/memory.py)
     MEMORY_RESERVED = "memory_reserved"    # a device's reserved bytes over time (engine/memory.py)
+    IDLE_CAUSE = "idle_cause"    # why a GPU is idle, as a code per moment (engine/waits.py, model/derived.py)
+    QUEUE_DEPTH = "queue_depth"  # one stream's launched, unfinished GPU work (engine/waits.py)
 
 
 class LaneKind(enum.Enum):
@@ -142,6 +144,7 @@ class Track(msgspec.Struct, eq=False):
     uuid: Optional[int] = None
     scale: Optional[CounterScale] = None  # a counter's unit and shared y scale, where it has them
     device: Optional[int] = None  # a memory counter's device, as Kineto numbers it (-1: the CPU)
+    stream: Optional[int] = None  # a queue depth counter's stream (args.stream of its GPU work)
 
     @property
     def flat(self) -> bool:
@@ -229,6 +232,9 @@ class Trace(msgspec.Struct):
     events_read: int = 0
     args: ArgsStore = msgspec.field(default_factory=ArgsStore)
     rank: Optional[RankIdentity] = None
+    # Args a stage derived about slices (their launch attribution), written beside their own;
+    # on the trace, so they follow its rows wherever slices are dropped.
+    derived_args: ExtraArgs = msgspec.field(default_factory=ExtraArgs.none)
 
     def instant_count(self) -> int:
         return int(np.count_nonzero(self.slices.instant))
@@ -250,14 +256,17 @@ class Trace(msgspec.Struct):
     def keep_slices(self, kept: np.ndarray) -> None:
         """Keep the slices where `kept` (a mask), and the arrows and arrow ends between them."""
         self.slices.keep(kept)
-        self.flows, self.flow_ends = self._arrows_renumbered(renumbering(kept))
+        new_rows = renumbering(kept)
+        self.flows, self.flow_ends = self._arrows_renumbered(new_rows)
+        self.derived_args = self.derived_args.renumbered(new_rows)
 
     def subset(self, kept: np.ndarray) -> "Trace":
         """A trace of the slices where `kept` (a mask), in order, with the arrows and arrow ends
         between them; everything else shared with this one."""
-        flows, flow_ends = self._arrows_renumbered(renumbering(kept))
+        new_rows = renumbering(kept)
+        flows, flow_ends = self._arrows_renumbered(new_rows)
         return msgspec.structs.replace(self, slices=self.slices.take(np.flatnonzero(kept)), flows=flows,
-                                       flow_ends=flow_ends)
+                                       flow_ends=flow_ends, derived_args=self.derived_args.renumbered(new_rows))
 
     def _arrows_renumbered(self, new_rows: np.ndarray) -> tuple[list[Flow], list[FlowEnd]]:
         """The arrows and arrow ends whose slices have a new row (-1: none), on those rows."""

@@ -17,7 +17,7 @@ from typing import Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Optiona
 import numpy as np
 
 from .. import progress
-from ..model import CounterScale, PreparedArgs, Process, SliceTable, Trace, Track, roles_document
+from ..model import CounterScale, ExtraArgs, PreparedArgs, Process, SliceTable, Trace, Track, roles_document
 from ..model.columns import first_positions
 from ..model.nesting import clear_points
 from ..tuning import DEFAULT_TUNING, Tuning
@@ -76,15 +76,18 @@ class PerfettoWriter:
         self.next_flow_id = flow_id_base + 1
         self._emit(self.sequence + _STATE_CLEARED + _FIRST_ON_SEQUENCE)
 
-    def write(self, trace: Trace, extra_args: Optional[Mapping[int, Mapping[str, Any]]] = None) -> None:
-        """`extra_args`: per row, debug annotations (name -> value) its slice carries beside its
-        own args, which are written as read: what a stage derives about a slice (a merge's
-        collective figures), never mistaken for what the profiler recorded."""
+    def write(self, trace: Trace, extra_args: Optional[ExtraArgs] = None) -> None:
+        """The trace's derived args (its launch attribution) and `extra_args` (a merge's
+        collective figures): per row, debug annotations (name -> value) its slice carries beside
+        its own args, which are written as read, so what a stage derives about a slice is never
+        mistaken for what the profiler recorded. Each distinct value is encoded once."""
         uuids, process_uuids = self._write_descriptors(trace)
         self._write_track_roles(trace, uuids, process_uuids)
         flow_fields = FlowFields(trace, self.next_flow_id)
         self.next_flow_id = flow_fields.next_flow_id
-        self._write_slices(trace, uuids, flow_fields, extra_args or {})
+        self._extra_encoded: dict[int, bytes] = {}  # per value of extra_args, its annotations encoded
+        self._write_slices(trace, uuids, flow_fields,
+                          trace.derived_args if extra_args is None else trace.derived_args.joined(extra_args))
         self._write_counters(trace, uuids)
 
     def close(self) -> None:
@@ -152,7 +155,7 @@ class PerfettoWriter:
 
     # -- events -----------------------------------------------------------------------------
     def _write_slices(self, trace: Trace, uuids: dict[int, int], flow_fields: FlowFields,
-                      extra_args: Mapping[int, Mapping[str, Any]]) -> None:
+                      extra_args: ExtraArgs) -> None:
         """Every track's slices in nesting order (flat tracks in start order), each END as soon as
         its slice is over, a batch of tracks (or of a long track's stretches) at a time. Where
         the args helper is still there, it encodes the later parts of each batch's packets
@@ -162,7 +165,6 @@ class PerfettoWriter:
         share = _HelperShare()
         waiting: Optional[tuple[PacketHelper, SliceBatch, ArgsRuns, range]] = None  # parts the helper encodes
         tracks = write_order(trace.tracks, flow_fields.sources_first)
-        extra_rows = np.fromiter(sorted(extra_args), np.int64, len(extra_args))
         batches = _batches(trace.slices, _runs(trace.slices, tracks, uuids), self.tuning.slices_at_once)
         written = 0
         for number, runs in enumerate(batches):
@@ -171,7 +173,7 @@ class PerfettoWriter:
             if number == 0:  # interns the annotation names first: only where a slice follows
                 prepared = self._prepared_args(trace)
                 helper = prepared.take_packet_helper() if isinstance(prepared, EncodedArgs) else None
-            batch, args_runs = self._slice_batch(trace, runs, prepared, flow_fields, extra_args, extra_rows)
+            batch, args_runs = self._slice_batch(trace, runs, prepared, flow_fields, extra_args)
             if waiting is not None:
                 self._write_shared(share, *waiting)
                 waiting = None
@@ -205,8 +207,7 @@ class PerfettoWriter:
             self.stream.write(part.data)
 
     def _slice_batch(self, trace: Trace, runs: list[tuple[bytes, np.ndarray]], prepared: Optional[PreparedArgs],
-                     flow_fields: FlowFields, extra_args: Mapping[int, Mapping[str, Any]], extra_rows: np.ndarray
-                     ) -> tuple[SliceBatch, ArgsRuns]:
+                     flow_fields: FlowFields, extra_args: ExtraArgs) -> tuple[SliceBatch, ArgsRuns]:
         """Runs of rows (a track's, or a stretch of one that nothing open spans) as the
         columns their packets are encoded from (slice_packets.py), and where their args are."""
         table = trace.slices
@@ -228,7 +229,7 @@ class PerfettoWriter:
         else:
             args_source, args_starts, args_lengths = prepared.runs(args)
             args_runs = partial(Spliced, args_source, release=prepared.release_pages)
-        extras = self._extra_fields(rows, extra_args, extra_rows, pieces, interned)
+        extras = self._extra_fields(rows, extra_args, pieces, interned)
         state = np.full(len(rows), pieces.id(self.sequence + _NEEDS_STATE), _ID)
         for first_use, entries in interned.items():
             state[first_use] = pieces.id(self.sequence + _NEEDS_STATE + _INTERNED_DATA + length_prefixed(b"".join(entries)))
@@ -242,25 +243,34 @@ class PerfettoWriter:
         return SliceBatch(pieces.table(), tags, none, events, starts, ends, state, names, begin_head, end_head,
                           args_starts, args_lengths, extras, flows, self.tuning.packets_at_once), args_runs
 
-    def _extra_fields(self, rows: np.ndarray, extra_args: Mapping[int, Mapping[str, Any]], given: np.ndarray,
-                      pieces: Pieces, interned: dict[int, list[bytes]]) -> np.ndarray:
-        """Per row, the piece of the annotations `extra_args` gives it (`given`: its rows,
-        sorted), the empty piece for the others; an empty column where no row of the batch has
-        any, so its packets are as without them. A name met for the first time is defined in
-        that slice's packet."""
+    def _extra_fields(self, rows: np.ndarray, extra_args: ExtraArgs, pieces: Pieces,
+                      interned: dict[int, list[bytes]]) -> np.ndarray:
+        """Per row, the piece of the annotations `extra_args` gives it, the empty piece for the
+        others; an empty column where no row of the batch has any, so its packets are as
+        without them. Each distinct value is encoded once per write, in the order rows first
+        use it, so a name met for the first time is defined in that slice's packet."""
+        given = extra_args.rows
         if not len(given):
             return np.zeros(0, _ID)
-        chosen = np.flatnonzero(given[np.minimum(np.searchsorted(given, rows), len(given) - 1)] == rows)
+        at = np.minimum(np.searchsorted(given, rows), len(given) - 1)
+        chosen = np.flatnonzero(given[at] == rows)
         if not len(chosen):
             return np.zeros(0, _ID)
-        extras = np.full(len(rows), pieces.id(b""), _ID)
+        values, first, inverse = np.unique(extra_args.which[at[chosen]], return_index=True, return_inverse=True)
         name_field, pending = self.annotation_names.field, self.pending_interned
-        for index in chosen.tolist():
-            extras[index] = pieces.id(b"".join(annotation(name, value, name_field)
-                                                for name, value in extra_args[int(rows[index])].items()))
-            if pending:
-                interned[index] += pending
-                pending.clear()
+        ids = np.zeros(len(values), _ID)
+        for position in np.argsort(first, kind="stable").tolist():
+            value = int(values[position])
+            encoded = self._extra_encoded.get(value)
+            if encoded is None:
+                encoded = self._extra_encoded[value] = b"".join(
+                    annotation(name, entry, name_field) for name, entry in extra_args.values[value].items())
+                if pending:
+                    interned[int(chosen[first[position]])] += pending
+                    pending.clear()
+            ids[position] = pieces.id(encoded)
+        extras = np.full(len(rows), pieces.id(b""), _ID)
+        extras[chosen] = ids[inverse.reshape(-1)]
         return extras
 
     def _name_fields(self, table: SliceTable, rows: np.ndarray, pieces: Pieces,

@@ -1,8 +1,8 @@
 """Set arithmetic on time intervals: sorted, disjoint [start, end) lists in integer ns.
 
-The report's figures are unions, differences and overlaps of busy intervals that SQL has
-already merged per lane group; on sorted lists each is one linear sweep, cheaper here than
-another round of SQL. A figure per step takes the step's part of a whole-trace list by
+The report's figures, and the idle causes the engine writes as counters (engine/waits.py),
+are unions, differences and overlaps of busy intervals; on sorted lists each is one linear
+sweep, cheaper than another round of SQL. A figure per step takes the step's part of a whole-trace list by
 bisection (`clip`, `covered`), so a step costs what it holds, not the whole trace: the
 report stays n log n in steps.
 """
