@@ -18,7 +18,7 @@ import msgspec
 import numpy as np
 
 from ..errors import CgtraceError
-from ..kineto import CUDA_GRAPH_LAUNCH, KERNEL_LABEL, kineto_thread_name
+from ..kineto import CUDA_GRAPH_LAUNCH, KERNEL_LABEL, device_name, kineto_thread_name
 from ..lane_rules import LaneRules
 from ..model import NO_ARGS, LaneGroup, Process, SliceTable, Trace, Track, TrackRole, derived
 from ..model.nesting import nested_layers, sort_by_start
@@ -140,6 +140,8 @@ def _pack_lanes(trace: Trace, process: Process, rows: np.ndarray, grouping: Lane
     # a collapsed process (and its minimap) from its threads' slices only, and lanes written as
     # threads would be titled "Compute (0)" and sorted by name. Collapsed, this row shows the
     # GPU's work through its busy-lanes counter (activity.py).
+    if process.name is None and not process.labels:  # Kineto writes a GPU's work under its device index as pid
+        process.labels = [device_name(process.source_pid)]  # so users read "GPU 0", as the report says, not "Process 0"
     container = trace.add_track(Track(name=process.short_name, orders_children=True, role=TrackRole.LANES))
     gpu = GpuLanes(process=process, container=container, streams=hardware_streams(trace, rows))
     for lane_group, members in grouping.split(trace.slices, rows):
