@@ -1,6 +1,7 @@
 """docs/sql.md, "Why the GPU waits": its three queries over what compact wrote (the idle-cause
 and queue depth counters, the `cgtrace_launch` args) give the report's JSON exactly, on real
-traces, with the report's default (launched) step windows."""
+traces, with the report's default (launched) step windows, or a GPU's active span where it has
+no profiler step (tracelens_b200_eager)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .test_sql_tables import query, question, report
 PARTS = ("idle_ns", "queued_ns", "host_sync_ns", "peer_ns", "host_behind_ns", "other_ns")
 
 
-@pytest.fixture(scope="module", params=["hta_cuda_graph_rank0", "hta_nccl_a100"])
+@pytest.fixture(scope="module", params=["hta_cuda_graph_rank0", "hta_nccl_a100", "tracelens_b200_eager"])
 def compacted(request, tmp_path_factory) -> tuple[Path, dict]:
     source = SHARED_TRACES / f"{request.param}.json.gz"
     if not source.is_file():

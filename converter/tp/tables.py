@@ -395,6 +395,8 @@ with t as materialized (
          case when t.role = '{TrackRole.LANES.value}' then 'gpu activity'
               when t.role = '{TrackRole.MEMORY_ALLOCATED.value}' then 'memory allocated'
               when t.role = '{TrackRole.MEMORY_RESERVED.value}' then 'memory reserved'
+              when t.role = '{TrackRole.IDLE_CAUSE.value}' then 'idle cause'
+              when t.role = '{TrackRole.QUEUE_DEPTH.value}' then 'queue depth'
               when t.rank_document is not null and t.track_id in (
                 select u.track_id from cgtrace_track u join cgtrace_roles r
                 join json_each(r.roles, '$.rank.groups') g on g.value = u.uuid) then 'rank activity'
