@@ -51,6 +51,30 @@ def test_gpu_time_by_op_through_the_launch_args(compacted) -> None:
         == gpu["gpu_time_by_op"]["ops"]
 
 
+def test_gpu_time_by_annotation_module_and_no_op_through_the_launch_args(compacted) -> None:
+    """The rest of the report's gpu_time_by_op (with --top beyond every name, so nothing is cut)."""
+    output, figures = compacted
+    [gpu] = figures["gpus"]
+    found = query(output, question("Each GPU's time in the steps by annotation, module, and what no op launched"))
+    assert found and all(row["gpu"] == gpu["gpu"] for row in found)
+    by_part: dict[str, list[dict]] = {}
+    for row in found:
+        by_part.setdefault(row["part"], []).append(row)
+
+    def named(part: str, label: str) -> list[dict]:
+        return [{label: row["name"], "gpu_slices": row["gpu_slices"], "total_ns": row["total_ns"]}
+                for row in by_part.get(part, [])]
+
+    reported = gpu["gpu_time_by_op"]
+    assert named("annotation", "annotation") == reported["annotations"]
+    assert named("module", "module") == reported["modules"]
+    assert named("reason", "reason") == reported["unattributed"]
+    [every] = by_part["all"]
+    assert (every["gpu_slices"], every["total_ns"]) == (reported["gpu_slices"], reported["total_ns"])
+    no_op = by_part.get("no op", [{"gpu_slices": 0, "total_ns": 0}])
+    assert [{"gpu_slices": row["gpu_slices"], "total_ns": row["total_ns"] or 0} for row in no_op] == [reported["no_op"]]
+
+
 def test_a_merge_writes_each_ranks_counters_on_the_pipelines_clock(tmp_path: Path) -> None:
     """A generated 3-rank CUDA-graph pipeline with skewed clocks, merged: each rank's GPU has
     its own "Why idle" counter, moved with its slices onto the pipeline's clock, and the query
