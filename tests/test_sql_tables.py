@@ -596,3 +596,25 @@ def test_collectives_equal_the_report_of_a_merge(traces, dlrm):
                    for row in expected for member in row["ranks"]), name
         judged += bool(expected)
     assert judged == 2
+
+
+
+
+
+def test_recv_and_send_blocks_of_a_merge_without_steps_equal_the_report(stepless_merge):
+    """A stepless pipeline: the report gives each GPU's RECV and SEND blocks over its active
+    span, and no stage anatomy (that is per profiler step); so do the queries."""
+    sql = {title: text for title, text in cookbook().items()
+           if title.startswith(("Time in RECV and SEND", "Where each pipeline stage", "What each stage's receive waits",
+                                "How long each stage computed"))}
+    assert len(sql) == 4
+    answers = {title: query(stepless_merge.path, text) for title, text in sql.items()}
+    blocks = sorted((gpu["global_rank"], step["step"], step["recv_ns"], step["recv_compute_ns"], step["send_ns"],
+                     step["send_compute_ns"]) for gpu in stepless_merge.figures["gpus"] for step in gpu["steps"]
+                    if "recv_ns" in step)
+    assert len(blocks) == 3 and all(step == "active span" and recv > 0 for _, step, recv, *_ in blocks)
+    [recv_send] = [rows for title, rows in answers.items() if title.startswith("Time in RECV and SEND")]
+    assert sorted((row["global_rank"], "active span" if row["step"] is None else row["step"], row["recv_ns"],
+                   row["recv_compute_ns"], row["send_ns"], row["send_compute_ns"]) for row in recv_send) == blocks
+    assert not stepless_merge.figures.get("pipeline", {}).get("stages")
+    assert all(not rows for title, rows in answers.items() if not title.startswith("Time in RECV and SEND"))

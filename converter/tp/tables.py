@@ -40,7 +40,7 @@ from ..model import LaneKind, TrackRole, derived, roles_document
 from .sql_text import sql_list, sql_literal
 from .wasm_backend import WasmBackend
 
-VERSION = 4
+VERSION = 5
 OLDEST_PERFETTO = "v52"  # the oldest trace_processor the views are written for (docs/design.md)
 _DERIVED = sql_list(derived.CATEGORIES)
 # The window of a GPU whose rank has no profiler steps: cgtrace_window's name for it, and the report's.
@@ -174,7 +174,9 @@ _STAGE_PIECE = """
 with span as materialized (select rank_document, what, ts, end_ts from cgtrace_stage_span),
 stage as (select distinct rank_document from span where what not in ('compute', 'communication', 'communication op')),
 step as materialized (
-  select rank_document, step, window_ts as ts, window_end_ts as end_ts from cgtrace_step where rank_document in stage),
+  select rank_document, step, window_ts as ts, window_end_ts as end_ts from cgtrace_step where rank_document in stage
+  union all select distinct rank_document, null, window_ts, window_end_ts from cgtrace_window
+  where step is null and rank_document in stage),
 clipped as (
   select w.rank_document, w.step, s.what, max(s.ts, w.ts) as ts, min(s.end_ts, w.end_ts) as end_ts
   from span s join step w on w.rank_document = s.rank_document
@@ -213,7 +215,7 @@ select p.rank_document, k.pp_rank, k.global_rank, k.rank, p.step, p.ts, p.end_ts
             when p.ts >= b.last_compute then 'drain' when p.receiving then 'receive wait'
             when p.communicating then 'exposed communication' else 'other' end as part,
        p.computing, p.communicating, p.receiving, p.in_receive_block, p.in_send_block, p.in_compute_action
-from piece p join bounds b on b.rank_document = p.rank_document and b.step = p.step
+from piece p join bounds b on b.rank_document = p.rank_document and b.step is p.step
 join cgtrace_rank k on k.document = p.rank_document
 where p.end_ts is not null"""
 
