@@ -280,14 +280,14 @@ _decode_correlated = msgspec.json.Decoder(_Correlated).decode
 def correlation(args: Optional[bytes]) -> Optional[int]:
     """args.correlation: the id CUPTI gives a runtime call and the GPU work it launched (a CUDA
     graph's replayed kernels carry their cudaGraphLaunch's), numbered in launch order; None
-    where absent or not an int."""
+    where absent, not an int, or no id CUPTI gives (negative, or beyond an int64's range)."""
     if args is None or b'"correlation"' not in args:
         return None
     try:
         value = _decode_correlated(args).correlation
     except msgspec.MsgspecError:
         return None
-    return value if type(value) is int else None
+    return value if type(value) is int and 0 <= value < 1 << 63 else None
 
 
 class _Launched(msgspec.Struct):

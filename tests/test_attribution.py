@@ -232,3 +232,25 @@ def test_each_graph_kernel_names_its_place_in_the_replay(tmp_path: Path) -> None
         from slice where category in ({", ".join(f"'{c}'" for c in GPU)})
           and extract_arg(arg_set_id, 'debug.cgtrace_launch.replay_order') is not null"""))
     assert len(graph_calls) == 70 and sum(written.values()) > 0 and written == expected
+
+
+def test_a_correlation_id_no_launch_can_have_is_none(tmp_path: Path) -> None:
+    """CUPTI numbers launches from 0 in an int64: a kernel whose args claim 2**63 or -5 has no
+    correlation id (compact neither fails nor matches it), as one without any."""
+    from .helpers import write_json
+
+    def kernel(name: str, ts: int, correlation: object) -> dict:
+        return {"ph": "X", "name": name, "cat": "kernel", "ts": ts, "dur": 1, "pid": 0, "tid": 7,
+                "args": {"correlation": correlation, "stream": 7, "device": 0}}
+
+    events = [{"ph": "X", "name": "cudaLaunchKernel", "cat": "cuda_runtime", "ts": 0, "dur": 2, "pid": 1, "tid": 1,
+               "args": {"correlation": 5}},
+              kernel("fine", 3, 5), kernel("huge", 5, 1 << 63), kernel("negative", 7, -5)]
+    source = write_json(tmp_path / "t.json", {"traceEvents": events})
+    output = tmp_path / "t.perfetto-trace"
+    compact_file(source, output)
+    found = {row["name"]: (row["launch"], row["why"]) for row in rows(output, """
+        select name, extract_arg(arg_set_id, 'debug.cgtrace_launch.launch') as launch,
+               extract_arg(arg_set_id, 'debug.cgtrace_launch.reason') as why from slice where category = 'kernel'""")}
+    assert found == {"fine": ("cudaLaunchKernel", None), "huge": (None, "no correlation id"),
+                     "negative": (None, "no correlation id")}
