@@ -22,6 +22,7 @@ from converter.engine.layout import separate_overlaps
 from converter.inputs.kineto_reader import parse_trace_text
 from converter.lane_rules import load_lane_rules
 from converter.model import NO_ARGS, Flow, FlowEnd, Trace, Track, TrackRole
+from converter.model.args import ExtraArgs
 from converter.outputs.flow_fields import write_order
 from converter.outputs.annotations import encode_value
 from converter.outputs.packets import varint_matrix
@@ -99,6 +100,7 @@ class PlainWriter(PerfettoWriter):
         for slice_ in trace.slices.rows():
             by_track[slice_.track].append(slice_)
         prepared = self._prepared_args(trace)
+        extras = {row: extra_args.values[which] for row, which in zip(extra_args.rows.tolist(), extra_args.which.tolist())}
         for track in _plain_track_order(trace):
             slices = by_track.pop(track, None)
             if not slices:
@@ -120,7 +122,7 @@ class PlainWriter(PerfettoWriter):
                     blob, starts, lengths = prepared.runs(np.array([slice_.args]))
                     args = bytes(blob[starts[0]:starts[0] + lengths[0]])
                 name_field = self.annotation_names.field
-                for name, value in extra_args.get(slice_.row, {}).items():  # TrackEvent.debug_annotations
+                for name, value in extras.get(slice_.row, {}).items():  # TrackEvent.debug_annotations
                     args += _delimited(4, name_field(name) + encode_value(value, name_field))
                 kind = 3 if slice_.is_instant else 1
                 event = _field(9, 0) + _varint(kind) + track_field + head + args + flows_at_begin.get(slice_.row, b"")
@@ -247,7 +249,7 @@ def test_annotations_added_to_chosen_slices_are_written_alike(build, chosen, sli
     with names met for the first time in a later batch; rows the trace lacks are never met."""
     extra = {row: {"cgtrace_extra": {"row": row, "name": f"r{row % 3}", "share": row / 7},
                    **({"cgtrace_more": [row, "x"]} if row % 2 else {})} for row in chosen}
-    columns, plain = _both_built(build, Tuning(slices_at_once=slices_at_once), extra)
+    columns, plain = _both_built(build, Tuning(slices_at_once=slices_at_once), ExtraArgs.per_row(extra))
     assert columns == plain
 
 
