@@ -54,6 +54,7 @@ def spans_of(path, tuning: Tuning) -> int:
 
 @pytest.mark.parametrize("path", [shared_trace_param(p) for p in TOP_LEVEL])
 def test_real_traces_read_by_three_workers_are_byte_identical(tmp_path, forks, path):
+    others = set(child_pids(os.getpid()))  # another test's in this process (a browser driver, an executor)
     one, three = tmp_path / "one.perfetto-trace", tmp_path / "three.perfetto-trace"
     summary_one = convert_file(path, one, tuning=ONE)
     assert forks == []
@@ -62,7 +63,7 @@ def test_real_traces_read_by_three_workers_are_byte_identical(tmp_path, forks, p
     assert three.read_bytes() == one.read_bytes()
     assert {k: v for k, v in summary_three.items() if k != "output"} == \
         {k: v for k, v in summary_one.items() if k != "output"}
-    assert child_pids(os.getpid()) == []
+    assert not set(child_pids(os.getpid())) - others  # every reader it forked is gone
 
 
 def test_a_generated_trace_read_by_workers_is_byte_identical_and_complete(tmp_path, monkeypatch, forks):
@@ -97,6 +98,7 @@ def test_spans_cut_inside_strings_are_read_here_with_the_same_bytes(tmp_path, mo
 
 
 def test_a_worker_killed_mid_read_leaves_the_read_to_this_process(tmp_path, monkeypatch, forks):
+    others = set(child_pids(os.getpid()))
     source = write_trace(GeneratorConfig(seed=3, steps=2, graphs_per_step=2, kernels_per_replay=8),
                          tmp_path / "generated.json")
     expected = tmp_path / "one.perfetto-trace"
@@ -115,12 +117,13 @@ def test_a_worker_killed_mid_read_leaves_the_read_to_this_process(tmp_path, monk
     compact_file(source, output, tuning=SMALL_SPANS)
     assert len(forks) == 3
     assert output.read_bytes() == expected.read_bytes()
-    assert child_pids(os.getpid()) == []
+    assert not set(child_pids(os.getpid())) - others  # every reader it forked is gone
 
 
 @pytest.mark.parametrize("damage, message", [("truncated", r"not valid JSON \(Input data was truncated\)"),
                                              ("bad byte mid-array", r"not valid JSON \(.*byte \d+\)")])
 def test_a_corrupt_piece_gives_the_error_one_process_gives(tmp_path, forks, damage, message):
+    others = set(child_pids(os.getpid()))
     source = write_trace(GeneratorConfig(seed=4, steps=2, graphs_per_step=2, kernels_per_replay=8),
                          tmp_path / "generated.json")
     text = source.read_bytes()
@@ -134,7 +137,7 @@ def test_a_corrupt_piece_gives_the_error_one_process_gives(tmp_path, forks, dama
         assert not (tmp_path / f"{name}.perfetto-trace").exists()
     assert errors[0] == errors[1] and "\n" not in errors[0]
     assert len(forks) == (0 if damage == "truncated" else 3)  # a truncated document has no events array to cut
-    assert child_pids(os.getpid()) == []
+    assert not set(child_pids(os.getpid())) - others  # every reader it forked is gone
 
 
 def _cli(*argv: str) -> subprocess.CompletedProcess:
