@@ -340,6 +340,9 @@ _CTRL_C_WHILE_IMPORTING = """
 import os, runpy, signal, sys
 
 AT = sys.argv[1]
+# As at a terminal: a process started in the background by a shell without job control (a CI
+# runner's) inherits SIGINT ignored, and Python then raises no KeyboardInterrupt at all.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 class CtrlCAt:
     '''Ctrl-C as the command's start-up imports reach a module: where it lands most often.'''
