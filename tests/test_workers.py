@@ -96,7 +96,7 @@ def test_a_worker_frees_what_its_task_left():
         before = executor.submit(_rss_mb).result()
         held = executor.submit(_leave_a_cycle, 200).result()
         after = executor.submit(_rss_mb).result()
-    assert held - before > 190  # the buffer was really held
+    assert held - before > 150  # the buffer was really held (the rest of the RSS moves by some MB)
     assert after - before < 20, (before, held, after)
 
 
