@@ -49,6 +49,8 @@ STAGES = [
     ("waiting for the args helper's labels", "converter.outputs.args_accelerator", "BackgroundArgsEncoder.labels", 2),
     ("waiting for the args helper's encoding", "converter.outputs.args_accelerator", "BackgroundArgsEncoder.result",
      2),
+    ("launch attribution (launch_args)", "converter.jobs.runner", "launch_args", 1),
+    ("why idle, queue depth (add_wait_counters)", "converter.jobs.runner", "add_wait_counters", 1),
     ("find PP blocks", "converter.jobs.runner", "find_blocks", 1),
     ("rank-local PP arrows", "converter.jobs.runner", "link_rank_local", 1),
     ("layout (separate_overlaps)", "converter.jobs.runner", "separate_overlaps", 1),

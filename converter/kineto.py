@@ -287,7 +287,13 @@ def correlation(args: Optional[bytes]) -> Optional[int]:
         value = _decode_correlated(args).correlation
     except msgspec.MsgspecError:
         return None
-    return value if type(value) is int and 0 <= value < 1 << 63 else None
+    return value if is_correlation(value) else None
+
+
+def is_correlation(value: object) -> bool:
+    """Whether an args.correlation value is an id CUPTI gives: an int, not negative, within an
+    int64 (as a trace processor stores it)."""
+    return type(value) is int and 0 <= value < 1 << 63
 
 
 class _Launched(msgspec.Struct):
@@ -300,15 +306,15 @@ _decode_launched = msgspec.json.Decoder(_Launched).decode
 
 def launch_keys(args: Optional[bytes]) -> tuple[Optional[int], Optional[int]]:
     """A GPU slice's args.correlation (as correlation() reads it) and args.stream, each None
-    where absent or not an int."""
+    where absent or not an int (a stream beyond an int64's range is none)."""
     if args is None:
         return None, None
     try:
         found = _decode_launched(args)
     except msgspec.MsgspecError:
         return None, None
-    return (found.correlation if type(found.correlation) is int else None,
-            found.stream if type(found.stream) is int else None)
+    return (found.correlation if is_correlation(found.correlation) else None,
+            found.stream if type(found.stream) is int and -(1 << 63) < found.stream < 1 << 63 else None)
 
 
 def original_stream(args: Optional[bytes]) -> Optional[str]:

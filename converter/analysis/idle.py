@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any, Callable, Optional
 
-from ..kineto import GPU_CATEGORIES, HOST_SYNCHRONISATIONS, KERNEL_CATEGORIES, RECEIVE_OPS, RUNTIME_CATEGORIES
+import numpy as np
+
+from ..kineto import (GPU_CATEGORIES, HOST_SYNCHRONISATIONS, KERNEL_CATEGORIES, RECEIVE_OPS, RUNTIME_CATEGORIES,
+                      is_correlation)
 from ..model.derived import HOST_BEHIND, HOST_SYNC, IDLE_CAUSES, OTHER, PEER, QUEUED
-from ..model.intervals import Intervals, union
-from ..model.waits import HostSide, Work, holding, idle_parts
+from ..model.intervals import Spans, union_spans
+from ..model.waits import NO_ID, NO_STREAM, HostSide, Work, holding, host_side, idle_parts, sorted_work
 from ..tp.sql_text import sql_list
 
 IDLE_DEFINITIONS = {
@@ -45,50 +48,52 @@ RankKey = tuple[Optional[int], Optional[int]]  # (PP rank, global rank) as the t
 def host_sides(rows: Callable[[str], list[tuple[Any, ...]]]) -> dict[RankKey, HostSide]:
     """Each rank's HostSide: a rank numbers its correlation ids alone, so a merge's ranks are
     kept apart by the track roles (cgtrace_slice's ranks)."""
-    sides: dict[RankKey, HostSide] = defaultdict(HostSide)
+    calls: dict[RankKey, list[tuple[int, int, int]]] = defaultdict(list)
     for pp_rank, global_rank, correlation, start, end in rows(f"""
             select pp_rank, global_rank, extract_arg(arg_set_id, 'debug.args.correlation'), ts, ts + dur
-            from cgtrace_slice where category in ({sql_list(RUNTIME_CATEGORIES)}) and dur >= 0
-            order by ts, ts + dur"""):
-        if isinstance(correlation, int):
-            sides[(pp_rank, global_rank)].launch.setdefault(correlation, (start, end))
+            from cgtrace_slice where category in ({sql_list(RUNTIME_CATEGORIES)}) and dur >= 0"""):
+        calls[(pp_rank, global_rank)].append((correlation if is_correlation(correlation) else NO_ID, start, end))
     receives = " or ".join(f"name glob '{prefix}*'" for prefix in RECEIVE_OPS)
-    spans: dict[tuple[RankKey, bool], Intervals] = defaultdict(list)
+    spans: dict[tuple[RankKey, bool], list[tuple[int, int]]] = defaultdict(list)
     for pp_rank, global_rank, syncing, start, end in rows(f"""
             select pp_rank, global_rank, name in ({sql_list(HOST_SYNCHRONISATIONS)}), ts, ts + dur from cgtrace_slice
             where dur > 0 and ((category in ({sql_list(RUNTIME_CATEGORIES)})
                                 and name in ({sql_list(HOST_SYNCHRONISATIONS)}))
                                or (({receives}) and coalesce(category, '') not in ({sql_list(GPU_CATEGORIES)})))"""):
         spans[((pp_rank, global_rank), bool(syncing))].append((start, end))
-    for (rank, syncing), found in spans.items():
-        if syncing:
-            sides[rank].syncs = union(found)
-        else:
-            sides[rank].receives = union(found)
+    sides = {}
+    for rank in {*calls, *(rank for rank, _ in spans)}:
+        ids, starts, ends = _columns(calls.get(rank, []), 3)
+        sides[rank] = host_side(ids, starts, ends, _union(spans.get((rank, True), [])),
+                                _union(spans.get((rank, False), [])))
     return sides
 
 
-def gpu_work(rows: Callable[[str], list[tuple[Any, ...]]]) -> dict[int, list[Work]]:
-    """Per GPU (owner), its slices (Work), by start, end and correlation id (as the engine orders them)."""
-    found: dict[int, list[Work]] = defaultdict(list)
+def gpu_work(rows: Callable[[str], list[tuple[Any, ...]]]) -> dict[int, Work]:
+    """Per GPU (owner), its slices (Work)."""
+    found: dict[int, list[tuple[int, int, int, bool, int]]] = defaultdict(list)
     for owner, start, end, correlation, kernel, stream in rows(f"""
-            select owner, ts, ts + dur, extract_arg(arg_set_id, 'debug.args.correlation') as correlation,
+            select owner, ts, ts + dur, extract_arg(arg_set_id, 'debug.args.correlation'),
                    category in ({sql_list(KERNEL_CATEGORIES)}), extract_arg(arg_set_id, 'debug.args.stream')
-            from report_gpu order by owner, ts, ts + dur, correlation is not null, correlation"""):
-        found[owner].append(Work(start, end, correlation if isinstance(correlation, int) else None, bool(kernel),
-                                 stream if isinstance(stream, int) else None))
-    return found
+            from report_gpu"""):
+        found[owner].append((start, end, correlation if is_correlation(correlation) else NO_ID, bool(kernel),
+                             stream if isinstance(stream, int) else NO_STREAM))
+    work = {}
+    for owner, slices in found.items():
+        start, end, correlation, kernel, stream = _columns(slices, 5)
+        work[owner] = sorted_work(start, end, correlation, kernel, stream)
+    return work
 
 
-def idle_by_cause(work: list[Work], ready: list[Optional[int]], busy: Intervals, steps: list[tuple[str, int, int]],
+def idle_by_cause(work: Work, ready: np.ndarray, busy: Spans, steps: list[tuple[str, int, int]],
                   host: HostSide) -> list[dict[str, Any]]:
     """Per step of one GPU: its idle time and the parts (IDLE_CAUSES) that add up to it."""
     causes = holding(work, ready, busy, host)
     rows = []
     for name, start, end in steps:
         parts = idle_parts(busy, causes, start, end)
-        rows.append({"step": name, "idle_ns": sum(map(_length, parts.values())),
-                     **{part_key(cause): _length(parts[cause]) for cause in IDLE_CAUSES}})
+        rows.append({"step": name, "idle_ns": sum(part.length() for part in parts.values()),
+                     **{part_key(cause): parts[cause].length() for cause in IDLE_CAUSES}})
     return rows
 
 
@@ -97,5 +102,12 @@ def part_key(part: str) -> str:
     return part.replace(" ", "_") + "_ns"
 
 
-def _length(intervals: Intervals) -> int:
-    return sum(end - start for start, end in intervals)
+def _columns(rows: list[tuple[Any, ...]], width: int) -> list[np.ndarray]:
+    """Rows of numbers as `width` columns."""
+    table = np.array(rows, np.int64).reshape(-1, width)
+    return [table[:, column] for column in range(width)]
+
+
+def _union(intervals: list[tuple[int, int]]) -> Spans:
+    starts, ends = _columns(intervals, 2)
+    return union_spans(starts, ends)

@@ -8,10 +8,11 @@ queue depth is model/waits.py's, which engine/waits.py also writes as a counter 
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
 from typing import Any, Optional
 
-from ..model.waits import HostSide, Work, queue_depths
+import numpy as np
+
+from ..model.waits import NO_LAUNCH, Depths, HostSide, Work, launch_of, queue_depths
 
 SHORT_KERNEL_NS = 10_000  # the short kernels figure's threshold (its definition quotes it)
 LAUNCH_DEFINITIONS = {
@@ -32,44 +33,41 @@ LAUNCH_DEFINITIONS = {
 }
 
 
-def launch_stats(work: list[Work], ready: list[Optional[int]], steps: list[tuple[str, int, int]],
+def launch_stats(work: Work, ready: np.ndarray, steps: list[tuple[str, int, int]],
                  host: HostSide) -> list[dict[str, Any]]:
     """Per step of one GPU (`work` by start, `ready` its launch moments: waits.ready_times)."""
-    starts = [slice_.start for slice_ in work]
     depths = queue_depths(work, ready)
+    call = launch_of(work, host)
     rows = []
     for name, step_start, step_end in steps:
-        inside = [index for index in range(bisect_left(starts, step_start), bisect_left(starts, step_end))
-                  if work[index].kernel]
-        delays = sorted(work[index].start - launched for index in inside
-                        if (launched := ready[index]) is not None)
-        calls = {work[index].correlation for index in inside if ready[index] is not None}
-        cpu = [host.launch[call][1] - host.launch[call][0] for call in calls if call is not None]
-        durations = [work[index].end - work[index].start for index in inside]
+        first, last = np.searchsorted(work.start, [step_start, step_end])
+        inside = first + np.flatnonzero(work.kernel[first:last])
+        launched = inside[ready[inside] != NO_LAUNCH]
+        delays = np.sort(work.start[launched] - ready[launched]).tolist()
+        calls = np.unique(call[launched])
+        cpu = (host.call_end[calls] - host.call_start[calls]).tolist()
+        durations = (work.end[inside] - work.start[inside]).tolist()
         short = [duration for duration in durations if duration < SHORT_KERNEL_NS]
         rows.append({"step": name, "kernels": len(inside), "launched_kernels": len(delays),
                      "launch_delay_p50_ns": _rank(delays, 50), "launch_delay_p90_ns": _rank(delays, 90),
                      "launch_delay_max_ns": delays[-1] if delays else None, "launches": len(cpu),
                      "cpu_per_launch_ns": sum(cpu) / len(cpu) if cpu else None, "short_kernels": len(short),
-                     "short_kernel_share": len(short) / len(inside) if inside else None,
+                     "short_kernel_share": len(short) / len(inside) if len(inside) else None,
                      "short_kernel_time_share": sum(short) / sum(durations) if sum(durations) else None,
                      "queue_depth": [{"stream": stream, **_depth_within(changes, step_start, step_end)}
                                      for stream, changes in depths.items()]})
     return rows
 
 
-def _depth_within(changes: list[tuple[int, int]], start: int, end: int) -> dict[str, float]:
+def _depth_within(changes: Depths, start: int, end: int) -> dict[str, float]:
     """The largest and the time-weighted mean depth over [start, end)."""
-    moments = [moment for moment, _ in changes]
-    first = bisect_right(moments, start) - 1
-    depth = changes[first][1] if first >= 0 else 0
-    largest, total, at = depth, 0, start
-    for moment, after in changes[first + 1:bisect_left(moments, end)]:
-        total += depth * (moment - at)
-        depth, at = after, moment
-        largest = max(largest, depth)
-    total += depth * (end - at)
-    return {"max_depth": largest, "mean_depth": total / (end - start) if end > start else 0.0}
+    first = int(np.searchsorted(changes.moments, start, side="right")) - 1
+    last = int(np.searchsorted(changes.moments, end))
+    before = int(changes.depths[first]) if first >= 0 else 0
+    moments = np.concatenate(([start], changes.moments[first + 1:last], [end]))
+    depths = np.concatenate(([before], changes.depths[first + 1:last]))
+    total = int((depths * np.diff(moments)).sum())
+    return {"max_depth": int(depths.max()), "mean_depth": total / (end - start) if end > start else 0.0}
 
 
 def _rank(ordered: list[int], percent: int) -> Optional[int]:

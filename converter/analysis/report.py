@@ -24,9 +24,9 @@ from ..kineto import CPU_OP_CATEGORY, KERNEL_CATEGORIES, PROFILER_STEP_PREFIX
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import LaneGroup, LaneKind, TrackRole, roles_document
 from ..model.roles_document import RolesDocument, TrackEntry
-from ..model.intervals import Intervals, covered, intersect, subtract, union
+from ..model.intervals import Intervals, Spans, covered, intersect, subtract, union
 from ..model.trace import rank_title
-from ..model.waits import HostSide, ready_times
+from ..model.waits import no_host, no_work, ready_times
 from .findings import FINDINGS_DEFINITION, report_findings
 from .idle import IDLE_DEFINITIONS, gpu_work, host_sides, idle_by_cause
 from .launches import LAUNCH_DEFINITIONS, launch_stats
@@ -327,12 +327,13 @@ def build_report(path: Path, tp_bin: Optional[str] = None, top: int = 10, lanes:
                                        {gpu.rank: (gpu.compute, gpu.communication) for gpu in gpus if gpu.rank}))
     per_gpu = []
     for gpu in gpus:
-        host = hosts.get(gpu.rank[:2] if gpu.rank else (None, None), HostSide())
-        ready = ready_times(work[gpu.owner], host.launch)
+        host = hosts.get(gpu.rank[:2] if gpu.rank else (None, None)) or no_host()
+        mine = work.get(gpu.owner) or no_work()
+        ready = ready_times(mine, host)
         per_gpu.append({**gpu.figures(counts), "kernels_by_op": by_op.get(gpu.owner, _launched_by([], top)),
                         "gpu_time_by_op": by_launch.get(gpu.owner, {"could_not_tell": NOT_ATTRIBUTED}),
-                        "idle_by_cause": idle_by_cause(work[gpu.owner], ready, gpu.busy, gpu.periods, host),
-                        "launches": launch_stats(work[gpu.owner], ready, gpu.periods, host)})
+                        "idle_by_cause": idle_by_cause(mine, ready, Spans.of(gpu.busy), gpu.periods, host),
+                        "launches": launch_stats(mine, ready, gpu.periods, host)})
     figures: dict[str, Any] = {
         "input": {"trace": str(shown_as or path),
                   "lanes_from": "track roles" if by_roles else "lane rules on GPU slice names and categories",

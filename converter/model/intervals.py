@@ -4,14 +4,19 @@ The report's figures, and the idle causes the engine writes as counters (engine/
 are unions, differences and overlaps of busy intervals; on sorted lists each is one linear
 sweep, cheaper than another round of SQL. A figure per step takes the step's part of a whole-trace list by
 bisection (`clip`, `covered`), so a step costs what it holds, not the whole trace: the
-report stays n log n in steps.
+report stays n log n in steps. `Spans` is the same set on columns, for sets of a whole trace's
+slices (a GPU's idle gaps), where a loop per interval would be most of the cost.
 """
 
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
 from itertools import accumulate
-from typing import Callable, Iterable, Sequence, TypeVar
+from typing import Callable, Iterable, NamedTuple, Sequence, TypeVar
+
+import numpy as np
+
+from .columns import sorted_distinct
 
 Intervals = list[tuple[int, int]]
 Item = TypeVar("Item")
@@ -105,3 +110,71 @@ def _start(interval: tuple[int, int]) -> int:
 
 def _end(interval: tuple[int, int]) -> int:
     return interval[1]
+
+
+class Spans(NamedTuple):
+    """Sorted, disjoint [start, end) intervals as two int64 columns (an Intervals list's twin)."""
+
+    starts: np.ndarray
+    ends: np.ndarray
+
+    @classmethod
+    def of(cls, intervals: Intervals) -> "Spans":
+        """A sorted, disjoint list's spans."""
+        starts, ends = (np.array(column, np.int64) for column in zip(*intervals)) if intervals else (
+            np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return cls(starts, ends)
+
+    def pairs(self) -> Intervals:
+        """As an Intervals list."""
+        return list(zip(self.starts.tolist(), self.ends.tolist()))
+
+    def length(self) -> int:
+        """The time they cover."""
+        return int((self.ends - self.starts).sum())
+
+
+def union_spans(starts: np.ndarray, ends: np.ndarray) -> Spans:
+    """Any intervals as Spans, touching ones joined (as `union` joins them)."""
+    if not len(starts):
+        return Spans(starts.astype(np.int64), ends.astype(np.int64))
+    order = np.lexsort((ends, starts))
+    starts, ends = starts[order], ends[order]
+    reach = np.maximum.accumulate(ends)
+    first = np.flatnonzero(np.concatenate(([True], starts[1:] > reach[:-1])))
+    last = np.append(first[1:], len(starts)) - 1
+    return Spans(starts[first], reach[last])
+
+
+def subtract_spans(base: Spans, cut: Spans) -> Spans:
+    """Parts of `base` that no span of `cut` covers."""
+    return _combined(base, cut, np.logical_and, True)
+
+
+def intersect_spans(a: Spans, b: Spans) -> Spans:
+    """Parts of `a` that `b` also covers."""
+    return _combined(a, b, np.logical_and, False)
+
+
+def clip_spans(spans: Spans, start: int, end: int) -> Spans:
+    """The parts of `spans` inside [start, end)."""
+    return intersect_spans(spans, Spans(np.array([start], np.int64), np.array([end], np.int64)))
+
+
+def _combined(a: Spans, b: Spans, op: Callable[[np.ndarray, np.ndarray], np.ndarray], b_inverted: bool) -> Spans:
+    """Where op(in a, in b (or not in b)) holds, cut at every bound of either, and the pieces
+    that touch joined again."""
+    bounds = sorted_distinct(np.concatenate([a.starts, a.ends, b.starts, b.ends]))
+    if len(bounds) < 2:
+        return Spans(bounds[:0], bounds[:0])
+    pieces = bounds[:-1]
+    holds = op(_covers(a, pieces), _covers(b, pieces) != b_inverted)
+    edges = np.diff(np.concatenate(([0], holds.view(np.int8), [0])))
+    return Spans(bounds[np.flatnonzero(edges == 1)], bounds[np.flatnonzero(edges == -1)])
+
+
+def _covers(spans: Spans, moments: np.ndarray) -> np.ndarray:
+    """Per moment, whether a span holds it."""
+    at = np.searchsorted(spans.starts, moments, side="right") - 1
+    return (at >= 0) & (spans.ends[np.maximum(at, 0)] > moments) if len(spans.starts) else np.zeros(
+        len(moments), np.bool_)
