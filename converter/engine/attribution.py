@@ -104,8 +104,11 @@ def _by_arrow(trace: Trace, gpu: np.ndarray, runtime: np.ndarray) -> np.ndarray:
 
 def _innermost(trace: Trace, targets: np.ndarray, containers: np.ndarray) -> np.ndarray:
     """Per target row, the innermost container row on its track whose span holds the target's,
-    -1 for none: one sweep per track in nesting order (containers before targets at one start)
-    with a stack of the containers open; n log n."""
+    -1 for none. In nesting order (by track, start, longest first, containers before targets
+    at one span, then row), every container on the target's track that comes before it starts
+    no later, and holds it exactly when it ends no earlier; the innermost is the last of
+    those. So the answer is the last container before the target in that order, on its track,
+    ending at or after the target's end (_last_reaching): whether or not the containers nest."""
     table = trace.slices
     found = np.full(len(targets), -1, np.int64)
     if not len(targets) or not len(containers):
@@ -113,22 +116,51 @@ def _innermost(trace: Trace, targets: np.ndarray, containers: np.ndarray) -> np.
     rows = np.concatenate([containers, targets])
     is_target = np.concatenate([np.zeros(len(containers), np.bool_), np.ones(len(targets), np.bool_)])
     order = np.lexsort((is_target, -table.dur[rows], table.ts[rows], table.track[rows]))
-    open_: list[tuple[int, int]] = []  # (end, row) of the containers open, outermost first
-    current_track = -1
-    for index, row, track, start, end, target in zip(
-            order.tolist(), rows[order].tolist(), table.track[rows[order]].tolist(), table.ts[rows[order]].tolist(),
-            table.end[rows[order]].tolist(), is_target[order].tolist()):
-        if track != current_track:
-            open_.clear()
-            current_track = track
-        while open_ and open_[-1][0] < start:
-            open_.pop()
-        if not target:
-            open_.append((end, row))
-            continue
-        # Slices that partially overlap leave one open that does not hold this target: look below it.
-        found[index - len(containers)] = next((holder for holder_end, holder in reversed(open_)
-                                               if holder_end >= end), -1)
+    placed = is_target[order]
+    held = rows[order[~placed]]  # the containers in nesting order
+    ahead = np.cumsum(~placed)[placed]  # per target (in nesting order), how many containers come before it
+    which = order[placed] - len(containers)  # and its place in `targets`
+    last = _last_reaching(table.spans(held)[1], ahead, table.spans(targets[which])[1])
+    on_track = (last >= 0) & (table.track[held[np.maximum(last, 0)]] == table.track[targets[which]])
+    found[which[on_track]] = held[last[on_track]]
+    return found
+
+
+def _last_reaching(values: np.ndarray, before: np.ndarray, least: np.ndarray) -> np.ndarray:
+    """Per query i, the last position p < before[i] with values[p] >= least[i], -1 for none.
+    The maxima of aligned blocks of 1, 2, 4, ... positions are kept (2n values in all); a
+    query looks at the blocks that make up [0, before) from the right, the first whose
+    maximum reaches `least`, then down that block, right half first: log n steps, each on
+    columns of the queries still looking."""
+    levels = [values]
+    while len(levels[-1]) > 1:
+        level = levels[-1]
+        if len(level) % 2:
+            level = levels[-1] = np.append(level, np.iinfo(np.int64).min)
+        levels.append(np.maximum(level[0::2], level[1::2]))
+    found = np.full(len(before), -1, np.int64)
+    # Up: `right` is where the blocks not yet looked at end; a multiple of 2**depth at each depth.
+    looking = np.flatnonzero(before > 0)
+    right = before[looking]
+    reached: list[tuple[np.ndarray, np.ndarray]] = []  # per depth, the queries whose block reaches, and the block
+    for depth, level in enumerate(levels):
+        has_block = (right >> depth) & 1 == 1
+        block = (right[has_block] >> depth) - 1
+        hit = level[block] >= least[looking[has_block]]
+        reached.append((looking[has_block][hit], block[hit]))
+        right[has_block] -= 1 << depth
+        still = ~has_block
+        still[np.flatnonzero(has_block)[~hit]] = True
+        looking, right = looking[still], right[still]
+    # Down: from the deepest blocks found, into the right half where it reaches, else the left.
+    queries, blocks = reached[-1]
+    for depth in range(len(levels) - 1, 0, -1):
+        children = levels[depth - 1]
+        right_half = 2 * blocks + 1
+        blocks = np.where(children[right_half] >= least[queries], right_half, right_half - 1)
+        queries = np.concatenate([queries, reached[depth - 1][0]])
+        blocks = np.concatenate([blocks, reached[depth - 1][1]])
+    found[queries] = blocks
     return found
 
 
