@@ -27,21 +27,28 @@ import numpy as np
 
 from .. import kineto
 from ..model import ExtraArgs, Trace
+from ..model.columns import distinct_rows
 from ..model.derived import (ATTRIBUTION, ATTRIBUTION_FIELDS, BEFORE_CAPTURE, NO_CORRELATION,
-                             NO_CPU_CALLS, NOT_RECORDED, REASON, REPLAY_ORDER)
+                             NO_CPU_CALLS, NOT_RECORDED, REASON, REPLAY_ORDER,
+                             UNATTRIBUTED_REASONS)
+
+
+# Why a GPU slice has no launch, numbered in sorted order: the args' distinct values and the
+# summary's counts come in that order.
+_REASONS = tuple(sorted(UNATTRIBUTED_REASONS))
 
 
 class Attribution(msgspec.Struct):
     """Per GPU slice (`gpu`: its rows), the rows of its launch and of the op, annotation and
-    module around that launch (-1: none), and why it has no launch ("" where it has one: one of
-    model/derived.py's UNATTRIBUTED_REASONS)."""
+    module around that launch (-1: none), and why it has no launch (its place in _REASONS, -1
+    where it has one)."""
 
     gpu: np.ndarray
     launch: np.ndarray
     op: np.ndarray
     annotation: np.ndarray
     module: np.ndarray
-    reason: list[str]
+    reason: np.ndarray
 
 
 def attribute(trace: Trace) -> Attribution:
@@ -71,10 +78,10 @@ def attribute(trace: Trace) -> Attribution:
         launch[found] = callers[at[found]]
     unlinked = launch < 0
     launch[unlinked] = _by_arrow(trace, gpu[unlinked], runtime)
-    first_call = int(ids[0]) if len(ids) else None
-    reason = ["" if caller >= 0 else NO_CORRELATION if number < 0
-              else NO_CPU_CALLS if first_call is None else BEFORE_CAPTURE if number < first_call else NOT_RECORDED
-              for caller, number in zip(launch.tolist(), gpu_ids.tolist())]
+    first_call = ids[0] if len(ids) else 0  # where there is no call, NO_CPU_CALLS comes first
+    reason = np.select([launch >= 0, gpu_ids < 0, np.full(len(gpu), not len(ids)), gpu_ids < first_call],
+                       [-1, *map(_REASONS.index, (NO_CORRELATION, NO_CPU_CALLS, BEFORE_CAPTURE))],
+                       _REASONS.index(NOT_RECORDED))
     steps = named(lambda text: kineto.profiler_step(text) is not None)
     ops = np.flatnonzero(of_categories(kineto.OP_CATEGORIES) & ~steps)
     annotations = np.flatnonzero(of_categories((kineto.ANNOTATION_CATEGORY,)) & ~steps)
@@ -170,23 +177,18 @@ def launch_args(trace: Trace) -> tuple[ExtraArgs, dict[str, object]]:
     and what the summary says: GPU slices attributed, and the rest by reason."""
     found = attribute(trace)
     names, texts = trace.slices.name, trace.slices.texts
-    reasons = sorted(set(found.reason) - {""})
-    reason_code = {reason: code for code, reason in enumerate(reasons)}
-    keys = np.stack([np.where(column >= 0, names[np.maximum(column, 0)], -1)
-                     for column in (found.launch, found.op, found.annotation, found.module)]
-                    + [np.fromiter((reason_code.get(reason, -1) for reason in found.reason), np.int64,
-                                   len(found.reason))], axis=1) if len(found.gpu) else np.zeros((0, 5), np.int64)
-    keys = np.column_stack([keys, _replay_order(trace, found)])
-    distinct, which = np.unique(keys, axis=0, return_inverse=True)
-    values = [{**{field: texts[code] if field != REASON else reasons[code]
+    keys = np.column_stack([np.where(column >= 0, names[np.maximum(column, 0)], -1)
+                            for column in (found.launch, found.op, found.annotation, found.module)]
+                           + [found.reason, _replay_order(trace, found)])
+    distinct, which = distinct_rows(keys)
+    values = [{**{field: texts[code] if field != REASON else _REASONS[code]
                   for field, code in zip(ATTRIBUTION_FIELDS, key) if code >= 0},
                **({REPLAY_ORDER: key[-1]} if key[-1] else {})} for key in distinct.tolist()]
     order = np.argsort(found.gpu, kind="stable")
-    counts = np.bincount(keys[:, 4] + 1, minlength=len(reasons) + 1).tolist() if len(found.gpu) else [0]
-    return ExtraArgs(found.gpu[order], which.reshape(-1)[order].astype(np.int64),
-                     [{ATTRIBUTION: value} for value in values]), {
+    counts = np.bincount(found.reason + 1, minlength=len(_REASONS) + 1).tolist()
+    return ExtraArgs(found.gpu[order], which[order], [{ATTRIBUTION: value} for value in values]), {
         "gpu_slices": len(found.gpu), "attributed": counts[0],
-        "unattributed": {reason: count for reason, count in zip(reasons, counts[1:])}}
+        "unattributed": {reason: count for reason, count in zip(_REASONS, counts[1:]) if count}}
 
 
 def _replay_order(trace: Trace, found: Attribution) -> np.ndarray:
