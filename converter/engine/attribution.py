@@ -28,6 +28,7 @@ import numpy as np
 from .. import kineto
 from ..model import ExtraArgs, Trace
 from ..model.columns import distinct_rows
+from ..model.nesting import by_track_in_nesting_order
 from ..model.derived import (ATTRIBUTION, ATTRIBUTION_FIELDS, BEFORE_CAPTURE, NO_CORRELATION,
                              NO_CPU_CALLS, NOT_RECORDED, REASON, REPLAY_ORDER,
                              UNATTRIBUTED_REASONS)
@@ -121,9 +122,8 @@ def _innermost(trace: Trace, targets: np.ndarray, containers: np.ndarray) -> np.
     if not len(targets) or not len(containers):
         return found
     rows = np.concatenate([containers, targets])
-    is_target = np.concatenate([np.zeros(len(containers), np.bool_), np.ones(len(targets), np.bool_)])
-    order = np.lexsort((is_target, -table.dur[rows], table.ts[rows], table.track[rows]))
-    placed = is_target[order]
+    order = by_track_in_nesting_order(table, rows)  # containers first at one span: they come first in `rows`
+    placed = order >= len(containers)  # a target
     held = rows[order[~placed]]  # the containers in nesting order
     ahead = np.cumsum(~placed)[placed]  # per target (in nesting order), how many containers come before it
     which = order[placed] - len(containers)  # and its place in `targets`
