@@ -254,3 +254,66 @@ def test_a_correlation_id_no_launch_can_have_is_none(tmp_path: Path) -> None:
                extract_arg(arg_set_id, 'debug.cgtrace_launch.reason') as why from slice where category = 'kernel'""")}
     assert found == {"fine": ("cudaLaunchKernel", None), "huge": (None, "no correlation id"),
                      "negative": (None, "no correlation id")}
+
+
+def test_the_innermost_holder_is_the_last_by_nesting_order_however_spans_cross(tmp_path: Path) -> None:
+    """A generated trace of the cases the innermost search must get right, and a seeded crowd of
+    spans on more threads, against a brute-force oracle: of the op, annotation and module
+    spans on the launch's thread that hold it, the last by (start, longest first, name)."""
+    import random
+
+    from .helpers import write_json
+
+    def span(name, cat, ts, dur, tid, args=None, pid=1):
+        event = {"ph": "X", "name": name, "cat": cat, "ts": ts, "dur": dur, "pid": pid, "tid": tid}
+        return {**event, "args": args} if args is not None else event
+
+    containers = [
+        # Thread 1: B crosses A; D is open at L3's start but ends before it, C holds it.
+        span("A", "cpu_op", 0, 100, 1), span("B", "cpu_op", 50, 100, 1),
+        span("C", "cpu_op", 200, 200, 1), span("D", "cpu_op", 210, 40, 1),
+        span("E", "cpu_op", 500, 20, 1), span("F", "cpu_op", 600, 10, 1),  # start with their launch
+        span("G2", "cpu_op", 700, 50, 1), span("G1", "cpu_op", 700, 50, 1),  # one span: the last by name
+        span("H", "cpu_op", 800, 10, 1), span("I", "cpu_op", 810, 10, 1),  # touching
+        span("## crossed ##", "user_annotation", 40, 300, 1), span("## inner ##", "user_annotation", 45, 20, 1),
+        span("nn.Module: Outer", "python_function", 0, 1000, 1), span("nn.Module: Inner", "python_function", 205, 30, 1),
+        # Thread 2: an op over everything thread 1 does, which none of thread 1's launches is in.
+        span("other thread", "cpu_op", 0, 2000, 2),
+    ]
+    launches = [(60, 5, 1), (120, 20, 1), (240, 20, 1), (500, 5, 1), (600, 10, 1), (710, 5, 1), (810, 0, 1),
+                (805, 5, 1), (900, 50, 1), (1500, 10, 1), (300, 5, 2)]
+    crowd = random.Random(54)
+    for tid in (3, 4, 5):  # many spans, so the search crosses blocks of every size
+        for index in range(120):
+            start = crowd.randrange(0, 400)
+            kind = crowd.choice([("cpu_op", "op"), ("user_annotation", "## note ##"),
+                                 ("python_function", "nn.Module: M")])
+            containers.append(span(f"{kind[1]}{crowd.randrange(3)}", kind[0], start, crowd.randrange(0, 80), tid))
+        launches += [(crowd.randrange(0, 420), crowd.randrange(0, 30), tid) for _ in range(60)]
+    events = list(containers)
+    for number, (start, dur, tid) in enumerate(launches, 1):
+        events.append(span("cudaLaunchKernel", "cuda_runtime", start, dur, tid, {"correlation": number}))
+        events.append(span(f"k{number}", "kernel", 5000 + 10 * number, 5, 7,
+                           {"correlation": number, "stream": 7, "device": 0}, pid=0))
+    source = write_json(tmp_path / "t.json", {"traceEvents": events})
+    output = tmp_path / "t.perfetto-trace"
+    compact_file(source, output)
+
+    def innermost(kind: str, start: int, dur: int, tid: int):
+        holders = [(event["ts"], -event["dur"], event["name"]) for event in containers if event["tid"] == tid
+                   and _kind(event) == kind and event["ts"] <= start and event["ts"] + event["dur"] >= start + dur]
+        return max(holders)[2] if holders else None
+
+    expected = Counter((f"k{number}", 5000, number, "cudaLaunchKernel",
+                        *(innermost(kind, *launch) for kind in ("op", "annotation", "module")), None)
+                       for number, launch in enumerate(launches, 1))
+    assert written_attribution(output) == expected
+    ops = {name: op for name, _, _, _, op, *_ in expected}
+    assert [ops[f"k{number}"] for number in range(1, 12)] == ["B", "B", "C", "E", "F", "G2", "I", "H", None,
+                                                               None, "other thread"]
+
+
+def _kind(event: dict):
+    """Which container an event is to attribution: op, annotation or module (None: none)."""
+    return ("op" if event["cat"] == "cpu_op" else "annotation" if event["cat"] == "user_annotation"
+            else "module" if event["name"].startswith("nn.Module: ") else None)

@@ -114,3 +114,21 @@ def test_the_test_on_columns_says_one_layer_exactly_when_first_fit_does(stretch)
         assert (len(crossing) == 0) == (len(_first_fit(table.rows())) == 1)
 
     agrees()
+
+
+@settings(derandomize=True, max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 6), st.integers(0, 5)), min_size=1, max_size=60),
+       st.randoms(use_true_random=False))
+def test_rows_by_track_in_nesting_order_are_sorted_as_plain_python_sorts_them(spans, random):
+    """by_track_in_nesting_order against sorted(): rows given in any order, some twice; few
+    tracks, starts and durations, so many rows share a track and start (only those are
+    sorted by duration) and some their duration too."""
+    tracks = [Track(name=f"thread {number}") for number in range(3)]
+    table = SliceTable()
+    for index, (track, ts, dur) in enumerate(spans):
+        table.append(ts, dur, f"s{index}", "cat", NO_ARGS, tracks[track])
+    rows = [random.randrange(len(spans)) for _ in range(random.randrange(1, 2 * len(spans)))]
+    track_ids = table.track.tolist()  # tracks numbered as first added
+    key = [(track_ids[row], spans[row][1], -spans[row][2], place) for place, row in enumerate(rows)]
+    expected = sorted(range(len(rows)), key=key.__getitem__)
+    assert nesting.by_track_in_nesting_order(table, np.array(rows, np.int64)).tolist() == expected

@@ -27,21 +27,29 @@ import numpy as np
 
 from .. import kineto
 from ..model import ExtraArgs, Trace
+from ..model.columns import distinct_rows
+from ..model.nesting import by_track_in_nesting_order
 from ..model.derived import (ATTRIBUTION, ATTRIBUTION_FIELDS, BEFORE_CAPTURE, NO_CORRELATION,
-                             NO_CPU_CALLS, NOT_RECORDED, REASON, REPLAY_ORDER)
+                             NO_CPU_CALLS, NOT_RECORDED, REASON, REPLAY_ORDER,
+                             UNATTRIBUTED_REASONS)
+
+
+# Why a GPU slice has no launch, numbered in sorted order: the args' distinct values and the
+# summary's counts come in that order.
+_REASONS = tuple(sorted(UNATTRIBUTED_REASONS))
 
 
 class Attribution(msgspec.Struct):
     """Per GPU slice (`gpu`: its rows), the rows of its launch and of the op, annotation and
-    module around that launch (-1: none), and why it has no launch ("" where it has one: one of
-    model/derived.py's UNATTRIBUTED_REASONS)."""
+    module around that launch (-1: none), and why it has no launch (its place in _REASONS, -1
+    where it has one)."""
 
     gpu: np.ndarray
     launch: np.ndarray
     op: np.ndarray
     annotation: np.ndarray
     module: np.ndarray
-    reason: list[str]
+    reason: np.ndarray
 
 
 def attribute(trace: Trace) -> Attribution:
@@ -71,10 +79,10 @@ def attribute(trace: Trace) -> Attribution:
         launch[found] = callers[at[found]]
     unlinked = launch < 0
     launch[unlinked] = _by_arrow(trace, gpu[unlinked], runtime)
-    first_call = int(ids[0]) if len(ids) else None
-    reason = ["" if caller >= 0 else NO_CORRELATION if number < 0
-              else NO_CPU_CALLS if first_call is None else BEFORE_CAPTURE if number < first_call else NOT_RECORDED
-              for caller, number in zip(launch.tolist(), gpu_ids.tolist())]
+    first_call = ids[0] if len(ids) else 0  # where there is no call, NO_CPU_CALLS comes first
+    reason = np.select([launch >= 0, gpu_ids < 0, np.full(len(gpu), not len(ids)), gpu_ids < first_call],
+                       [-1, *map(_REASONS.index, (NO_CORRELATION, NO_CPU_CALLS, BEFORE_CAPTURE))],
+                       _REASONS.index(NOT_RECORDED))
     steps = named(lambda text: kineto.profiler_step(text) is not None)
     ops = np.flatnonzero(of_categories(kineto.OP_CATEGORIES) & ~steps)
     annotations = np.flatnonzero(of_categories((kineto.ANNOTATION_CATEGORY,)) & ~steps)
@@ -104,31 +112,62 @@ def _by_arrow(trace: Trace, gpu: np.ndarray, runtime: np.ndarray) -> np.ndarray:
 
 def _innermost(trace: Trace, targets: np.ndarray, containers: np.ndarray) -> np.ndarray:
     """Per target row, the innermost container row on its track whose span holds the target's,
-    -1 for none: one sweep per track in nesting order (containers before targets at one start)
-    with a stack of the containers open; n log n."""
+    -1 for none. In nesting order (by track, start, longest first, containers before targets
+    at one span, then row), every container on the target's track that comes before it starts
+    no later, and holds it exactly when it ends no earlier; the innermost is the last of
+    those. So the answer is the last container before the target in that order, on its track,
+    ending at or after the target's end (_last_reaching): whether or not the containers nest."""
     table = trace.slices
     found = np.full(len(targets), -1, np.int64)
     if not len(targets) or not len(containers):
         return found
     rows = np.concatenate([containers, targets])
-    is_target = np.concatenate([np.zeros(len(containers), np.bool_), np.ones(len(targets), np.bool_)])
-    order = np.lexsort((is_target, -table.dur[rows], table.ts[rows], table.track[rows]))
-    open_: list[tuple[int, int]] = []  # (end, row) of the containers open, outermost first
-    current_track = -1
-    for index, row, track, start, end, target in zip(
-            order.tolist(), rows[order].tolist(), table.track[rows[order]].tolist(), table.ts[rows[order]].tolist(),
-            table.end[rows[order]].tolist(), is_target[order].tolist()):
-        if track != current_track:
-            open_.clear()
-            current_track = track
-        while open_ and open_[-1][0] < start:
-            open_.pop()
-        if not target:
-            open_.append((end, row))
-            continue
-        # Slices that partially overlap leave one open that does not hold this target: look below it.
-        found[index - len(containers)] = next((holder for holder_end, holder in reversed(open_)
-                                               if holder_end >= end), -1)
+    order = by_track_in_nesting_order(table, rows)  # containers first at one span: they come first in `rows`
+    placed = order >= len(containers)  # a target
+    held = rows[order[~placed]]  # the containers in nesting order
+    ahead = np.cumsum(~placed)[placed]  # per target (in nesting order), how many containers come before it
+    which = order[placed] - len(containers)  # and its place in `targets`
+    last = _last_reaching(table.spans(held)[1], ahead, table.spans(targets[which])[1])
+    on_track = (last >= 0) & (table.track[held[np.maximum(last, 0)]] == table.track[targets[which]])
+    found[which[on_track]] = held[last[on_track]]
+    return found
+
+
+def _last_reaching(values: np.ndarray, before: np.ndarray, least: np.ndarray) -> np.ndarray:
+    """Per query i, the last position p < before[i] with values[p] >= least[i], -1 for none.
+    The maxima of aligned blocks of 1, 2, 4, ... positions are kept (2n values in all); a
+    query looks at the blocks that make up [0, before) from the right, the first whose
+    maximum reaches `least`, then down that block, right half first: log n steps, each on
+    columns of the queries still looking."""
+    levels = [values]
+    while len(levels[-1]) > 1:
+        level = levels[-1]
+        if len(level) % 2:
+            level = levels[-1] = np.append(level, np.iinfo(np.int64).min)
+        levels.append(np.maximum(level[0::2], level[1::2]))
+    found = np.full(len(before), -1, np.int64)
+    # Up: `right` is where the blocks not yet looked at end; a multiple of 2**depth at each depth.
+    looking = np.flatnonzero(before > 0)
+    right = before[looking]
+    reached: list[tuple[np.ndarray, np.ndarray]] = []  # per depth, the queries whose block reaches, and the block
+    for depth, level in enumerate(levels):
+        has_block = (right >> depth) & 1 == 1
+        block = (right[has_block] >> depth) - 1
+        hit = level[block] >= least[looking[has_block]]
+        reached.append((looking[has_block][hit], block[hit]))
+        right[has_block] -= 1 << depth
+        still = ~has_block
+        still[np.flatnonzero(has_block)[~hit]] = True
+        looking, right = looking[still], right[still]
+    # Down: from the deepest blocks found, into the right half where it reaches, else the left.
+    queries, blocks = reached[-1]
+    for depth in range(len(levels) - 1, 0, -1):
+        children = levels[depth - 1]
+        right_half = 2 * blocks + 1
+        blocks = np.where(children[right_half] >= least[queries], right_half, right_half - 1)
+        queries = np.concatenate([queries, reached[depth - 1][0]])
+        blocks = np.concatenate([blocks, reached[depth - 1][1]])
+    found[queries] = blocks
     return found
 
 
@@ -138,23 +177,18 @@ def launch_args(trace: Trace) -> tuple[ExtraArgs, dict[str, object]]:
     and what the summary says: GPU slices attributed, and the rest by reason."""
     found = attribute(trace)
     names, texts = trace.slices.name, trace.slices.texts
-    reasons = sorted(set(found.reason) - {""})
-    reason_code = {reason: code for code, reason in enumerate(reasons)}
-    keys = np.stack([np.where(column >= 0, names[np.maximum(column, 0)], -1)
-                     for column in (found.launch, found.op, found.annotation, found.module)]
-                    + [np.fromiter((reason_code.get(reason, -1) for reason in found.reason), np.int64,
-                                   len(found.reason))], axis=1) if len(found.gpu) else np.zeros((0, 5), np.int64)
-    keys = np.column_stack([keys, _replay_order(trace, found)])
-    distinct, which = np.unique(keys, axis=0, return_inverse=True)
-    values = [{**{field: texts[code] if field != REASON else reasons[code]
+    keys = np.column_stack([np.where(column >= 0, names[np.maximum(column, 0)], -1)
+                            for column in (found.launch, found.op, found.annotation, found.module)]
+                           + [found.reason, _replay_order(trace, found)])
+    distinct, which = distinct_rows(keys)
+    values = [{**{field: texts[code] if field != REASON else _REASONS[code]
                   for field, code in zip(ATTRIBUTION_FIELDS, key) if code >= 0},
                **({REPLAY_ORDER: key[-1]} if key[-1] else {})} for key in distinct.tolist()]
     order = np.argsort(found.gpu, kind="stable")
-    counts = np.bincount(keys[:, 4] + 1, minlength=len(reasons) + 1).tolist() if len(found.gpu) else [0]
-    return ExtraArgs(found.gpu[order], which.reshape(-1)[order].astype(np.int64),
-                     [{ATTRIBUTION: value} for value in values]), {
+    counts = np.bincount(found.reason + 1, minlength=len(_REASONS) + 1).tolist()
+    return ExtraArgs(found.gpu[order], which[order], [{ATTRIBUTION: value} for value in values]), {
         "gpu_slices": len(found.gpu), "attributed": counts[0],
-        "unattributed": {reason: count for reason, count in zip(reasons, counts[1:])}}
+        "unattributed": {reason: count for reason, count in zip(_REASONS, counts[1:]) if count}}
 
 
 def _replay_order(trace: Trace, found: Attribution) -> np.ndarray:

@@ -41,3 +41,16 @@ def sorted_distinct(values: np.ndarray) -> np.ndarray:
     keep = np.ones(len(ordered), bool)
     keep[1:] = ordered[1:] != ordered[:-1]
     return ordered[keep]
+
+
+def distinct_rows(keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct rows of a 2-D int array in lexicographic order, and each row's place among
+    them: np.unique(keys, axis=0, return_inverse=True)'s result by a lexsort of the columns,
+    where np.unique sorts the rows as opaque records, several times slower."""
+    order = np.lexsort(keys.T[::-1])
+    ordered = keys[order]
+    new = np.ones(len(ordered), bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    which = np.empty(len(keys), np.int64)
+    which[order] = np.cumsum(new) - 1
+    return ordered[new], which
