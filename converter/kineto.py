@@ -270,26 +270,6 @@ def kernel_label(args: Optional[bytes]) -> Optional[str]:
     return name if type(name) is str and name else None
 
 
-class _Correlated(msgspec.Struct):
-    correlation: Any = None
-
-
-_decode_correlated = msgspec.json.Decoder(_Correlated).decode
-
-
-def correlation(args: Optional[bytes]) -> Optional[int]:
-    """args.correlation: the id CUPTI gives a runtime call and the GPU work it launched (a CUDA
-    graph's replayed kernels carry their cudaGraphLaunch's), numbered in launch order; None
-    where absent, not an int, or no id CUPTI gives (negative, or beyond an int64's range)."""
-    if args is None or b'"correlation"' not in args:
-        return None
-    try:
-        value = _decode_correlated(args).correlation
-    except msgspec.MsgspecError:
-        return None
-    return value if is_correlation(value) else None
-
-
 def is_correlation(value: object) -> bool:
     """Whether an args.correlation value is an id CUPTI gives: an int, not negative, within an
     int64 (as a trace processor stores it)."""
@@ -305,8 +285,10 @@ _decode_launched = msgspec.json.Decoder(_Launched).decode
 
 
 def launch_keys(args: Optional[bytes]) -> tuple[Optional[int], Optional[int]]:
-    """A GPU slice's args.correlation (as correlation() reads it) and args.stream, each None
-    where absent or not an int (a stream beyond an int64's range is none)."""
+    """A slice's args.correlation, the id CUPTI gives a runtime call and the GPU work it launched
+    (a CUDA graph's replayed kernels carry their cudaGraphLaunch's), numbered in launch order,
+    and its args.stream; each None where absent or not an int (an id where it is no id CUPTI
+    gives: is_correlation; a stream beyond an int64's range)."""
     if args is None:
         return None, None
     try:

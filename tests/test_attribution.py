@@ -317,3 +317,30 @@ def _kind(event: dict):
     """Which container an event is to attribution: op, annotation or module (None: none)."""
     return ("op" if event["cat"] == "cpu_op" else "annotation" if event["cat"] == "user_annotation"
             else "module" if event["name"].startswith("nn.Module: ") else None)
+
+
+def test_launch_keys_read_once_follow_the_rows_a_cut_keeps() -> None:
+    """The launch keys read for attribution are kept on the trace and reused by the idle causes
+    after a window or a compaction drops rows: every row's keys, after dropping every third row
+    (keep_slices) and then every other one (subset), are those its own args say."""
+    source = SHARED_TRACES / "hta_cuda_graph_rank0.json.gz"
+    if not source.is_file():
+        pytest.skip("../shared/traces is absent")
+    import numpy as np
+
+    from converter import kineto
+    from converter.engine.launch_keys import launch_keys
+    from converter.inputs.kineto_reader import read_trace
+    from converter.model.launch_keys import NO_ID, NO_STREAM
+
+    trace = read_trace(source)
+    everything = np.arange(len(trace.slices))
+    launch_keys(trace, everything[::2])  # half read now, the rest on the next ask
+    trace.keep_slices(everything % 3 != 0)
+    trace = trace.subset(np.arange(len(trace.slices)) % 2 == 0)
+    rows = np.arange(len(trace.slices))
+    correlation, stream = launch_keys(trace, rows)
+    expected = [kineto.launch_keys(text) for text in trace.args_texts(rows)]
+    assert correlation.tolist() == [NO_ID if key is None else key for key, _ in expected]
+    assert stream.tolist() == [NO_STREAM if key is None else key for _, key in expected]
+    assert sum(key is not None for key, _ in expected) > 1000

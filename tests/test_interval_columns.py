@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from converter.model.intervals import Spans, clip_spans, intersect_spans, subtract_spans, union_spans
-from converter.model.waits import NO_ID, NO_LAUNCH, NO_STREAM, host_side, no_host, queue_depths, ready_times, sorted_work
+from converter.model.launch_keys import NO_ID, NO_STREAM
+from converter.model.waits import NO_LAUNCH, host_side, no_host, queue_depths, ready_times, sorted_work
 
 HORIZON = 120
 

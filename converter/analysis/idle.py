@@ -19,7 +19,8 @@ from ..kineto import (GPU_CATEGORIES, HOST_SYNCHRONISATIONS, KERNEL_CATEGORIES, 
                       is_correlation)
 from ..model.derived import HOST_BEHIND, HOST_SYNC, IDLE_CAUSES, OTHER, PEER, QUEUED
 from ..model.intervals import Spans, union_spans
-from ..model.waits import NO_ID, NO_STREAM, HostSide, Work, holding, host_side, idle_parts, sorted_work
+from ..model.launch_keys import NO_ID, NO_STREAM
+from ..model.waits import HostSide, Work, holding, host_side, idle_parts, sorted_work
 from ..tp.sql_text import sql_list
 
 IDLE_DEFINITIONS = {

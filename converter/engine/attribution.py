@@ -27,6 +27,7 @@ import numpy as np
 
 from .. import kineto
 from ..model import ExtraArgs, Trace
+from .launch_keys import launch_keys
 from ..model.columns import distinct_rows
 from ..model.nesting import by_track_in_nesting_order
 from ..model.derived import (ATTRIBUTION, ATTRIBUTION_FIELDS, BEFORE_CAPTURE, NO_CORRELATION,
@@ -65,8 +66,7 @@ def attribute(trace: Trace) -> Attribution:
 
     gpu, runtime = np.flatnonzero(of_categories(kineto.GPU_CATEGORIES)), np.flatnonzero(
         of_categories(kineto.RUNTIME_CATEGORIES))
-    correlations = np.fromiter((-1 if value is None else value for value in map(
-        kineto.correlation, trace.args_texts(np.concatenate([gpu, runtime])))), np.int64, len(gpu) + len(runtime))
+    correlations = launch_keys(trace, np.concatenate([gpu, runtime]))[0]
     gpu_ids, runtime_ids = correlations[:len(gpu)], correlations[len(gpu):]
     known = runtime_ids >= 0
     ids, callers = runtime_ids[known], runtime[known]

@@ -11,8 +11,8 @@ from .. import kineto
 from ..model import CounterSample, CounterScale, Trace, Track, TrackRole, derived
 from ..model.columns import grouped_in_order
 from ..model.intervals import Spans, clip_spans, union_spans
-from ..model.waits import (NO_ID, NO_STREAM, HostSide, Work, holding, host_side, idle_parts, queue_depths, ready_times,
-                           sorted_work)
+from ..model.waits import HostSide, Work, holding, host_side, idle_parts, queue_depths, ready_times, sorted_work
+from .launch_keys import launch_keys
 
 # The UI writes a counter's value then its unit: "3 = cause (1 queued, ...)".
 IDLE_SCALE = CounterScale(unit="= cause (" + ", ".join(f"{code} {cause}" for cause, code in derived.IDLE_CODES.items())
@@ -89,9 +89,7 @@ def _gpu_work(trace: Trace) -> dict[Track, Work]:
     table = trace.slices
     on_lane = table.track_mask(lambda track: track.role is TrackRole.LANE and track.parent is not None)
     rows = np.flatnonzero(on_lane[table.track] & (table.dur > 0) & ~table.in_categories(derived.CATEGORIES))
-    keys = [kineto.launch_keys(text) for text in trace.args_texts(rows)]
-    correlation = np.fromiter((NO_ID if key is None else key for key, _ in keys), np.int64, len(keys))
-    stream = np.fromiter((NO_STREAM if key is None else key for _, key in keys), np.int64, len(keys))
+    correlation, stream = launch_keys(trace, rows)
     kernel = table.in_categories(kineto.KERNEL_CATEGORIES)[rows]
     group_of_track, containers = table.track_keys(lambda track: track.parent)
     groups = group_of_track[table.track[rows]]
@@ -108,8 +106,7 @@ def _host_side(trace: Trace) -> HostSide:
     receives open (a receive's name starts with one of kineto.RECEIVE_OPS, on the CPU)."""
     table = trace.slices
     runtime = np.flatnonzero(table.in_categories(kineto.RUNTIME_CATEGORIES))
-    ids = np.fromiter((NO_ID if value is None else value for value in map(
-        kineto.correlation, trace.args_texts(runtime))), np.int64, len(runtime))
+    ids = launch_keys(trace, runtime)[0]
     lasting = (table.dur > 0) & ~table.in_categories(derived.CATEGORIES)
     syncs = table.named(set(kineto.HOST_SYNCHRONISATIONS).__contains__)
     syncs = syncs[lasting[syncs] & table.in_categories(kineto.RUNTIME_CATEGORIES)[syncs]]

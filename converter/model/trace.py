@@ -16,6 +16,7 @@ import msgspec
 import numpy as np
 
 from .args import ArgsStore, ExtraArgs, LabelRule
+from .launch_keys import LaunchKeys
 from .slices import SliceTable, renumbering
 
 
@@ -235,6 +236,9 @@ class Trace(msgspec.Struct):
     # Args a stage derived about slices (their launch attribution), written beside their own;
     # on the trace, so they follow its rows wherever slices are dropped.
     derived_args: ExtraArgs = msgspec.field(default_factory=ExtraArgs.none)
+    # Each slice's launch keys read so far from its args (engine/launch_keys.py), kept in step
+    # with its rows likewise.
+    launch_keys: LaunchKeys = msgspec.field(default_factory=LaunchKeys.none)
 
     def instant_count(self) -> int:
         return int(np.count_nonzero(self.slices.instant))
@@ -259,6 +263,7 @@ class Trace(msgspec.Struct):
         new_rows = renumbering(kept)
         self.flows, self.flow_ends = self._arrows_renumbered(new_rows)
         self.derived_args = self.derived_args.renumbered(new_rows)
+        self.launch_keys = self.launch_keys.kept(kept)
 
     def subset(self, kept: np.ndarray) -> "Trace":
         """A trace of the slices where `kept` (a mask), in order, with the arrows and arrow ends
@@ -266,7 +271,8 @@ class Trace(msgspec.Struct):
         new_rows = renumbering(kept)
         flows, flow_ends = self._arrows_renumbered(new_rows)
         return msgspec.structs.replace(self, slices=self.slices.take(np.flatnonzero(kept)), flows=flows,
-                                       flow_ends=flow_ends, derived_args=self.derived_args.renumbered(new_rows))
+                                       flow_ends=flow_ends, derived_args=self.derived_args.renumbered(new_rows),
+                                       launch_keys=self.launch_keys.kept(kept))
 
     def _arrows_renumbered(self, new_rows: np.ndarray) -> tuple[list[Flow], list[FlowEnd]]:
         """The arrows and arrow ends whose slices have a new row (-1: none), on those rows."""

@@ -20,9 +20,8 @@ import numpy as np
 
 from . import derived
 from .intervals import Spans, clip_spans, intersect_spans, subtract_spans, union_spans
+from .launch_keys import NO_ID, NO_STREAM
 
-NO_ID = -1  # a slice's correlation id where it has none (CUPTI's ids are not negative)
-NO_STREAM = np.iinfo(np.int64).min  # a slice's stream where its args name none
 NO_LAUNCH = np.iinfo(np.int64).max  # ready_times' moment for a slice whose launch is not in the trace
 _BEFORE_ALL = -(1 << 62)  # the start of the idle gap before a GPU's first work
 
