@@ -31,6 +31,7 @@ from ..inputs.kineto_reader import read_trace
 from ..inputs.source import json_size
 from ..lane_rules import LaneRules, load_lane_rules
 from ..model import ArgsStore, RankIdentity, Trace
+from ..model.launch_keys import LaunchKeys
 from ..outputs.perfetto_writer import PerfettoWriter
 from ..tuning import DEFAULT_TUNING, Tuning
 from .verify import Expected, verify_output
@@ -189,6 +190,7 @@ def prepare(input_path: Path, options: JobOptions, rules: Optional[LaneRules], w
     if options.output_format == "perfetto":  # lane rows' busy counters (activity.py says why)
         add_busy_lanes(trace)
         summary["wait_counters"] = add_wait_counters(trace, queue_rows)  # why each GPU is idle, its queues
+    trace.launch_keys = LaunchKeys.none()  # read for the stages above; the write's peak needs none
     _add_memory(trace, summary)
     blocks, scheme = find_blocks(trace, rules, header.pp_rank)
     if scheme != NO_PP:  # a summary leaves out what does not apply
