@@ -62,8 +62,8 @@ def host_sides(rows: Callable[[str], list[tuple[Any, ...]]]) -> dict[RankKey, Ho
                                 and name in ({sql_list(HOST_SYNCHRONISATIONS)}))
                                or (({receives}) and coalesce(category, '') not in ({sql_list(GPU_CATEGORIES)})))"""):
         spans[((pp_rank, global_rank), bool(syncing))].append((start, end))
-    sides = {}
-    for rank in {*calls, *(rank for rank, _ in spans)}:
+    sides: dict[RankKey, HostSide] = {}
+    for rank in dict.fromkeys([*calls, *(rank for rank, _ in spans)]):  # in the order the rows came
         ids, starts, ends = _columns(calls.get(rank, []), 3)
         sides[rank] = host_side(ids, starts, ends, _union(spans.get((rank, True), [])),
                                 _union(spans.get((rank, False), [])))
@@ -79,7 +79,7 @@ def gpu_work(rows: Callable[[str], list[tuple[Any, ...]]]) -> dict[int, Work]:
             from report_gpu"""):
         found[owner].append((start, end, correlation if is_correlation(correlation) else NO_ID, bool(kernel),
                              stream if isinstance(stream, int) else NO_STREAM))
-    work = {}
+    work: dict[int, Work] = {}
     for owner, slices in found.items():
         start, end, correlation, kernel, stream = _columns(slices, 5)
         work[owner] = sorted_work(start, end, correlation, kernel, stream)

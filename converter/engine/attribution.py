@@ -27,12 +27,12 @@ import numpy as np
 
 from .. import kineto
 from ..model import ExtraArgs, Trace
-from .launch_keys import launch_keys
 from ..model.columns import distinct_rows
-from ..model.nesting import by_track_in_nesting_order
 from ..model.derived import (ATTRIBUTION, ATTRIBUTION_FIELDS, BEFORE_CAPTURE, NO_CORRELATION,
                              NO_CPU_CALLS, NOT_RECORDED, REASON, REPLAY_ORDER,
                              UNATTRIBUTED_REASONS)
+from ..model.nesting import by_track_in_nesting_order
+from .launch_keys import launch_keys
 
 
 # Why a GPU slice has no launch, numbered in sorted order: the args' distinct values and the
